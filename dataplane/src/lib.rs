@@ -1,0 +1,18 @@
+//! # sluice-dataplane
+//!
+//! Everything that touches a packet. The control plane (`sluice-ctrl`) builds immutable
+//! tables off the hot path; this crate only looks them up. The folders name the layers:
+//!
+//! - [`wire`]: zero-copy views and representations of ethernet, vlan, arp, ipv4, ipv6,
+//!   icmp, tcp and udp headers.
+//! - [`inspect`]: first-payload parsers (TLS ClientHello, HTTP/1 request head) used to
+//!   route a connection by SNI or Host.
+//! - [`tables`]: compiled, immutable lookup tables (ipcache, policy, listeners, host
+//!   matcher, backend sets) bundled in one snapshot.
+//!
+//! The dataplane never sees manifests, namespaces or selectors: only addresses,
+//! prefixes, ports, identities, host patterns and backends.
+
+pub mod inspect;
+pub mod tables;
+pub mod wire;

@@ -1,0 +1,1 @@
+//! Compiled, immutable tables and their lookups. Built by `sluice-ctrl`, read here.

@@ -1,0 +1,1 @@
+//! Wire formats: zero-copy packet views (`Packet<T: AsRef<[u8]>>`) and their reprs.

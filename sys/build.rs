@@ -1,0 +1,2 @@
+//! Build script for `dpdk-sys`.
+fn main() {}

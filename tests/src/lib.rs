@@ -1,0 +1,1 @@
+//! `sluice-tests`: shared helpers for the integration tests in `tests/tests/`.
