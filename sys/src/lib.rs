@@ -11,11 +11,21 @@
 //!
 //! Everything here is raw FFI: the safe owning types (mbufs, ports, the EAL) live in
 //! `sluice-dataplane`'s `port::dpdk`.
-#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case)]
-#![allow(missing_docs, clippy::all, clippy::pedantic, unsafe_code)]
-#![allow(rustdoc::all, improper_ctypes)]
 
-include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+/// The generated bindings. Generated code (bitfield accessors) holds unsafe blocks without
+/// SAFETY comments; the lint is allowed for this module only.
+#[allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    missing_docs
+)]
+#[allow(clippy::all, clippy::pedantic, clippy::undocumented_unsafe_blocks)]
+#[allow(rustdoc::all, improper_ctypes, unsafe_op_in_unsafe_fn)]
+mod ffi {
+    include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+}
+pub use ffi::*;
 
 /// The symmetric RSS key: `0x6d5a` repeated (40 bytes), so both directions of a flow hash
 /// to the same queue (Woo and Park, "Scalable TCP Session Monitoring with Symmetric RSS").
