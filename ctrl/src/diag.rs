@@ -1,0 +1,283 @@
+//! Diagnostics: field paths, source positions and the messages `sluice check` prints as
+//! `file:line:col: Kind ns/name: field.path: message`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// One step of a [`FieldPath`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Seg {
+    /// A mapping key.
+    Key(String),
+    /// A sequence index.
+    Index(usize),
+}
+
+/// A path into a document, printed as `spec.servers[0].port.number`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct FieldPath(pub Vec<Seg>);
+
+impl FieldPath {
+    /// The document root.
+    pub fn root() -> Self {
+        FieldPath(Vec::new())
+    }
+
+    /// Parses the printed form (`a.b[0].c`). Keys containing `.` or `[` cannot be
+    /// expressed; callers that need them build paths with [`FieldPath::key`].
+    pub fn parse(s: &str) -> Self {
+        let mut segs = Vec::new();
+        for part in s.split('.').filter(|p| !p.is_empty()) {
+            let (key, rest) = match part.find('[') {
+                Some(i) => (&part[..i], &part[i..]),
+                None => (part, ""),
+            };
+            if !key.is_empty() {
+                segs.push(Seg::Key(key.to_string()));
+            }
+            for idx in rest.split('[').filter(|x| !x.is_empty()) {
+                match idx.trim_end_matches(']').parse() {
+                    Ok(i) => segs.push(Seg::Index(i)),
+                    Err(_) => segs.push(Seg::Key(idx.trim_end_matches(']').to_string())),
+                }
+            }
+        }
+        FieldPath(segs)
+    }
+
+    /// This path extended by a key.
+    pub fn key(&self, k: &str) -> Self {
+        let mut p = self.clone();
+        p.0.push(Seg::Key(k.to_string()));
+        p
+    }
+
+    /// This path extended by an index.
+    pub fn index(&self, i: usize) -> Self {
+        let mut p = self.clone();
+        p.0.push(Seg::Index(i));
+        p
+    }
+
+    /// The path with every index replaced by `[]`, for matching against field lists.
+    pub fn pattern(&self) -> String {
+        let mut out = String::new();
+        for s in &self.0 {
+            match s {
+                Seg::Key(k) => {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(k);
+                }
+                Seg::Index(_) => out.push_str("[]"),
+            }
+        }
+        out
+    }
+
+    /// The first key of the path, if any.
+    pub fn first_key(&self) -> Option<&str> {
+        match self.0.first() {
+            Some(Seg::Key(k)) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// The path without its last step (the root stays the root).
+    pub fn parent(&self) -> Self {
+        let mut p = self.clone();
+        p.0.pop();
+        p
+    }
+
+    /// Whether the path is the root.
+    pub fn is_root(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for s in &self.0 {
+            match s {
+                Seg::Key(k) => {
+                    if !first {
+                        f.write_str(".")?;
+                    }
+                    f.write_str(k)?;
+                }
+                Seg::Index(i) => write!(f, "[{i}]")?,
+            }
+            first = false;
+        }
+        Ok(())
+    }
+}
+
+/// A 1-based line and column in a source file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Pos {
+    /// Line, from 1.
+    pub line: usize,
+    /// Column, from 1.
+    pub col: usize,
+}
+
+/// Where every node of one document sits in its file: the key of a mapping entry for
+/// fields, the value for sequence items and the root.
+#[derive(Debug, Clone, Default)]
+pub struct PosIndex {
+    map: HashMap<FieldPath, Pos>,
+}
+
+impl PosIndex {
+    /// Records the position of a path (the first record wins).
+    pub fn insert(&mut self, path: FieldPath, pos: Pos) {
+        self.map.entry(path).or_insert(pos);
+    }
+
+    /// The position of `path`, or of its nearest ancestor that exists (a missing field
+    /// is reported where its parent object is).
+    pub fn locate(&self, path: &FieldPath) -> Pos {
+        let mut p = path.clone();
+        loop {
+            if let Some(pos) = self.map.get(&p) {
+                return *pos;
+            }
+            if p.is_root() {
+                return Pos { line: 1, col: 1 };
+            }
+            p = p.parent();
+        }
+    }
+}
+
+/// Where a document came from: its file and the positions of its nodes.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    /// File name as given (or `<stdin>`).
+    pub file: Arc<str>,
+    /// Positions of the document's nodes.
+    pub positions: Arc<PosIndex>,
+}
+
+impl Origin {
+    /// The position of a path in this document.
+    pub fn locate(&self, path: &FieldPath) -> Pos {
+        self.positions.locate(path)
+    }
+}
+
+/// How bad a diagnostic is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// The configuration is rejected.
+    Error,
+    /// The configuration loads; something was ignored or normalised.
+    Warning,
+}
+
+/// One message about the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// Error or warning.
+    pub severity: Severity,
+    /// File name.
+    pub file: Arc<str>,
+    /// Position in the file.
+    pub pos: Pos,
+    /// `Kind ns/name` of the object, when known.
+    pub object: Option<String>,
+    /// Field path inside the object, when the message is about a field.
+    pub path: Option<String>,
+    /// What is wrong, and where useful how to fix it.
+    pub message: String,
+}
+
+impl Diagnostic {
+    /// Whether this is an error.
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.severity == Severity::Warning {
+            f.write_str("warning: ")?;
+        }
+        write!(f, "{}:{}:{}: ", self.file, self.pos.line, self.pos.col)?;
+        if let Some(o) = &self.object {
+            write!(f, "{o}: ")?;
+        }
+        if let Some(p) = &self.path {
+            if !p.is_empty() {
+                write!(f, "{p}: ")?;
+            }
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// Collects diagnostics for one object (or one document before it has a name).
+#[derive(Debug)]
+pub struct Reporter<'a> {
+    /// Where the object came from.
+    pub origin: &'a Origin,
+    /// `Kind ns/name`.
+    pub object: Option<String>,
+    /// Where messages go.
+    pub out: &'a mut Vec<Diagnostic>,
+}
+
+impl Reporter<'_> {
+    /// Adds a message about a field.
+    pub fn push(&mut self, severity: Severity, path: &FieldPath, message: impl Into<String>) {
+        self.out.push(Diagnostic {
+            severity,
+            file: self.origin.file.clone(),
+            pos: self.origin.locate(path),
+            object: self.object.clone(),
+            path: Some(path.to_string()),
+            message: message.into(),
+        });
+    }
+
+    /// Adds an error about a field.
+    pub fn error(&mut self, path: &FieldPath, message: impl Into<String>) {
+        self.push(Severity::Error, path, message);
+    }
+
+    /// Adds a warning about a field.
+    pub fn warn(&mut self, path: &FieldPath, message: impl Into<String>) {
+        self.push(Severity::Warning, path, message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_round_trip_and_pattern() {
+        let p = FieldPath::parse("spec.servers[0].port.number");
+        assert_eq!(p.to_string(), "spec.servers[0].port.number");
+        assert_eq!(p.pattern(), "spec.servers[].port.number");
+        let q = FieldPath::root().key("items").index(3).index(1).key("x");
+        assert_eq!(q.to_string(), "items[3][1].x");
+        assert_eq!(FieldPath::parse(&q.to_string()), q);
+    }
+
+    #[test]
+    fn locate_falls_back_to_ancestor() {
+        let mut idx = PosIndex::default();
+        idx.insert(FieldPath::parse("spec"), Pos { line: 4, col: 1 });
+        idx.insert(FieldPath::parse("spec.a"), Pos { line: 5, col: 3 });
+        assert_eq!(idx.locate(&FieldPath::parse("spec.a")).line, 5);
+        assert_eq!(idx.locate(&FieldPath::parse("spec.b.c")).line, 4);
+        assert_eq!(idx.locate(&FieldPath::parse("zzz")).line, 1);
+    }
+}

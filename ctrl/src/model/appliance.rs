@@ -1,0 +1,132 @@
+//! `sluice.dev/v1alpha1` Appliance: the machine itself — ports, cores, addresses,
+//! routes, limits. Every struct here rejects unknown fields.
+
+use serde::Deserialize;
+
+/// `Appliance.spec`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApplianceSpec {
+    /// CPU cores; one pinned worker per core.
+    #[serde(default)]
+    pub cores: Vec<u32>,
+    /// Network ports.
+    #[serde(default)]
+    pub ports: Vec<AppliancePort>,
+    /// Static routes (next hops for forwarded traffic).
+    #[serde(default)]
+    pub routes: Vec<StaticRoute>,
+    /// Virtual addresses that listeners bind to when they name none.
+    #[serde(default)]
+    pub virtual_addresses: Vec<String>,
+    /// Extra EAL arguments, used when a DPDK port is present.
+    #[serde(default)]
+    pub eal: Vec<String>,
+    /// Default Maglev table size (prime); 65537 when absent.
+    #[serde(default)]
+    pub maglev_table_size: Option<u64>,
+    /// Table caps and flow-table sizes.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Admin API endpoint.
+    #[serde(default)]
+    pub admin: Option<Admin>,
+}
+
+/// One network port and its addresses.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AppliancePort {
+    /// Port name, unique.
+    #[serde(default)]
+    pub name: String,
+    /// A Linux TAP device (no DPDK needed).
+    #[serde(default)]
+    pub tap: Option<TapPort>,
+    /// A DPDK ethdev: PCI address or vdev devargs.
+    #[serde(default)]
+    pub dpdk: Option<DpdkPort>,
+    /// A pcap file pair: RX replayed from `rx`, TX written to `tx`.
+    #[serde(default)]
+    pub pcap: Option<PcapPort>,
+    /// Interface addresses with prefix length (`10.77.0.2/24`, `fd77::2/64`).
+    #[serde(default)]
+    pub addresses: Vec<String>,
+    /// RX/TX queues (default: one per worker).
+    #[serde(default)]
+    pub queues: Option<u16>,
+    /// MTU (default 1500).
+    #[serde(default)]
+    pub mtu: Option<u16>,
+}
+
+/// A TAP device.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TapPort {
+    /// Interface name (at most 15 bytes).
+    pub name: String,
+}
+
+/// A DPDK device.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DpdkPort {
+    /// `0000:3b:00.0` or a vdev such as `net_tap0,iface=x`.
+    pub devargs: String,
+}
+
+/// A pcap file pair.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PcapPort {
+    /// Capture replayed as received packets.
+    #[serde(default)]
+    pub rx: Option<String>,
+    /// Capture written with transmitted packets.
+    #[serde(default)]
+    pub tx: Option<String>,
+}
+
+/// A static route.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StaticRoute {
+    /// Destination prefix.
+    pub to: String,
+    /// Next hop address.
+    pub via: String,
+}
+
+/// Caps on compiled tables and flow-table sizes. A config over a cap is rejected.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Limits {
+    /// Flow-table entries per worker (default 1,048,576).
+    #[serde(default)]
+    pub flows_per_worker: Option<u64>,
+    /// Distinct identities (workload groups and address classes).
+    #[serde(default)]
+    pub identities: Option<u64>,
+    /// ipcache prefixes.
+    #[serde(default)]
+    pub prefixes: Option<u64>,
+    /// Policy entries (identity, peer, protocol, port range).
+    #[serde(default)]
+    pub policy_entries: Option<u64>,
+    /// Listeners.
+    #[serde(default)]
+    pub listeners: Option<u64>,
+    /// Backends per route.
+    #[serde(default)]
+    pub backends_per_route: Option<u64>,
+}
+
+/// Admin API endpoint.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Admin {
+    /// Unix socket path (default `/run/sluice/admin.sock`).
+    #[serde(default)]
+    pub socket: Option<String>,
+}

@@ -1,0 +1,282 @@
+//! Kubernetes Gateway API kinds (`gateway.networking.k8s.io`): Gateway (seed 003),
+//! TLSRoute, TCPRoute (seed 004) and ReferenceGrant.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::meta::LabelSelector;
+
+/// `Gateway.spec`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewaySpec {
+    /// The GatewayClass this gateway belongs to.
+    #[serde(default)]
+    pub gateway_class_name: String,
+    /// Listeners: logical endpoints bound to addresses.
+    #[serde(default)]
+    pub listeners: Vec<Listener>,
+    /// Requested addresses.
+    #[serde(default)]
+    pub addresses: Vec<GatewayAddress>,
+}
+
+/// A listener of a Gateway.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Listener {
+    /// Unique name within the gateway.
+    #[serde(default)]
+    pub name: String,
+    /// Hostname (exact or `*.` wildcard) the listener is for; absent = all.
+    #[serde(default)]
+    pub hostname: Option<String>,
+    /// Port number.
+    #[serde(default)]
+    pub port: u32,
+    /// HTTP | HTTPS | TLS | TCP | UDP.
+    #[serde(default)]
+    pub protocol: String,
+    /// TLS settings (required for HTTPS and TLS).
+    #[serde(default)]
+    pub tls: Option<GatewayTlsConfig>,
+    /// Which routes may attach.
+    #[serde(default)]
+    pub allowed_routes: Option<AllowedRoutes>,
+}
+
+/// `GatewayTLSConfig` (seed 003).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayTlsConfig {
+    /// Terminate (default) or Passthrough.
+    #[serde(default)]
+    pub mode: GatewayTlsMode,
+    /// Secrets holding certificate and key.
+    #[serde(default)]
+    pub certificate_refs: Vec<SecretObjectReference>,
+    /// Implementation-specific options (domain-prefixed keys).
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+}
+
+/// `TLSModeType`.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+pub enum GatewayTlsMode {
+    /// The gateway terminates TLS.
+    #[default]
+    Terminate,
+    /// The gateway forwards TLS as it is.
+    Passthrough,
+}
+
+/// `SecretObjectReference`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretObjectReference {
+    /// API group ("" = core).
+    #[serde(default)]
+    pub group: Option<String>,
+    /// Kind (default Secret).
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+    /// Namespace (default: the referring object's).
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+/// `AllowedRoutes`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AllowedRoutes {
+    /// Namespaces routes may come from.
+    #[serde(default)]
+    pub namespaces: Option<RouteNamespaces>,
+    /// Route kinds allowed.
+    #[serde(default)]
+    pub kinds: Vec<RouteGroupKind>,
+}
+
+/// `RouteNamespaces`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteNamespaces {
+    /// All | Same (default) | Selector.
+    #[serde(default)]
+    pub from: FromNamespaces,
+    /// Namespace selector when `from: Selector`.
+    #[serde(default)]
+    pub selector: Option<LabelSelector>,
+}
+
+/// `FromNamespaces`.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+pub enum FromNamespaces {
+    /// Routes from every namespace.
+    All,
+    /// Routes from the gateway's namespace.
+    #[default]
+    Same,
+    /// Routes from namespaces matching the selector.
+    Selector,
+}
+
+/// `RouteGroupKind`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteGroupKind {
+    /// API group (default gateway.networking.k8s.io).
+    #[serde(default)]
+    pub group: Option<String>,
+    /// Route kind.
+    #[serde(default)]
+    pub kind: String,
+}
+
+/// `GatewayAddress`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayAddress {
+    /// IPAddress (default) | Hostname | implementation-specific.
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    /// The address.
+    #[serde(default)]
+    pub value: String,
+}
+
+/// `TLSRoute.spec`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsRouteSpec {
+    /// Gateways (and listeners) this route attaches to.
+    #[serde(default)]
+    pub parent_refs: Vec<ParentReference>,
+    /// SNI hostnames the route matches.
+    #[serde(default)]
+    pub hostnames: Vec<String>,
+    /// Rules with backends.
+    #[serde(default)]
+    pub rules: Vec<RouteRule>,
+}
+
+/// `TCPRoute.spec`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TcpRouteSpec {
+    /// Gateways (and listeners) this route attaches to.
+    #[serde(default)]
+    pub parent_refs: Vec<ParentReference>,
+    /// Rules with backends.
+    #[serde(default)]
+    pub rules: Vec<RouteRule>,
+}
+
+/// `ParentReference`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentReference {
+    /// API group (default gateway.networking.k8s.io).
+    #[serde(default)]
+    pub group: Option<String>,
+    /// Kind (default Gateway).
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Namespace (default: the route's).
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Gateway name.
+    #[serde(default)]
+    pub name: String,
+    /// Listener name.
+    #[serde(default)]
+    pub section_name: Option<String>,
+    /// Listener port.
+    #[serde(default)]
+    pub port: Option<u32>,
+}
+
+/// A TLSRoute/TCPRoute rule.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteRule {
+    /// Rule name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Weighted backends.
+    #[serde(default)]
+    pub backend_refs: Vec<BackendRef>,
+}
+
+/// `BackendRef`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendRef {
+    /// API group ("" = core).
+    #[serde(default)]
+    pub group: Option<String>,
+    /// Kind (default Service).
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+    /// Namespace (default: the route's).
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Service port.
+    #[serde(default)]
+    pub port: Option<u32>,
+    /// Relative weight, default 1.
+    #[serde(default)]
+    pub weight: Option<i64>,
+    /// A target port by name (Consul's string ports); never read from Gateway API YAML.
+    #[serde(skip)]
+    pub port_name: Option<String>,
+}
+
+/// `ReferenceGrant.spec`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReferenceGrantSpec {
+    /// Who may refer.
+    #[serde(default)]
+    pub from: Vec<ReferenceGrantFrom>,
+    /// What may be referred to (in the grant's namespace).
+    #[serde(default)]
+    pub to: Vec<ReferenceGrantTo>,
+}
+
+/// `ReferenceGrantFrom`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReferenceGrantFrom {
+    /// API group.
+    #[serde(default)]
+    pub group: String,
+    /// Kind.
+    #[serde(default)]
+    pub kind: String,
+    /// Namespace.
+    #[serde(default)]
+    pub namespace: String,
+}
+
+/// `ReferenceGrantTo`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReferenceGrantTo {
+    /// API group.
+    #[serde(default)]
+    pub group: String,
+    /// Kind.
+    #[serde(default)]
+    pub kind: String,
+    /// Name (absent = every object of the kind).
+    #[serde(default)]
+    pub name: Option<String>,
+}

@@ -1,0 +1,724 @@
+//! The accepted manifests (DESIGN.md §5) as serde types, and the decoder that turns one
+//! parsed document into a typed [`Object`].
+//!
+//! Strictness: inside a spec that sluice interprets, a field that does not exist upstream
+//! (a typo) is an error; an upstream field that sluice does not implement is a warning
+//! naming it ([`unimplemented_fields`]); `metadata` beyond name/namespace/labels and
+//! `status` are ignored so that `kubectl get -o yaml` output loads unchanged. Inventory
+//! kinds (Pod, Node, Service, ...) are read leniently except for their port lists.
+
+pub mod appliance;
+pub mod consul;
+pub mod core;
+pub mod gateway_api;
+pub mod istio;
+pub mod ligato;
+pub mod meta;
+pub mod netpol;
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::diag::{FieldPath, Seg};
+pub use meta::ObjectMeta;
+
+/// Every kind sluice reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// `networking.istio.io` Gateway.
+    IstioGateway,
+    /// `networking.istio.io` VirtualService.
+    VirtualService,
+    /// `networking.istio.io` DestinationRule.
+    DestinationRule,
+    /// `gateway.networking.k8s.io` Gateway.
+    Gateway,
+    /// `gateway.networking.k8s.io` TLSRoute.
+    TlsRoute,
+    /// `gateway.networking.k8s.io` TCPRoute (also Consul's TCPRoute).
+    TcpRoute,
+    /// `gateway.networking.k8s.io` ReferenceGrant.
+    ReferenceGrant,
+    /// `networking.k8s.io/v1` NetworkPolicy (also Ligato's policy.Policy).
+    NetworkPolicy,
+    /// `v1` Namespace.
+    Namespace,
+    /// `v1` Node.
+    Node,
+    /// `v1` Pod.
+    Pod,
+    /// `v1` Service.
+    Service,
+    /// `v1` Endpoints.
+    Endpoints,
+    /// `discovery.k8s.io/v1` EndpointSlice.
+    EndpointSlice,
+    /// `v1` Secret.
+    Secret,
+    /// `sluice.dev/v1alpha1` Appliance.
+    Appliance,
+}
+
+impl Kind {
+    /// Every kind, in summary order.
+    pub const ALL: [Kind; 16] = [
+        Kind::Appliance,
+        Kind::IstioGateway,
+        Kind::VirtualService,
+        Kind::DestinationRule,
+        Kind::Gateway,
+        Kind::TlsRoute,
+        Kind::TcpRoute,
+        Kind::ReferenceGrant,
+        Kind::NetworkPolicy,
+        Kind::Namespace,
+        Kind::Node,
+        Kind::Pod,
+        Kind::Service,
+        Kind::Endpoints,
+        Kind::EndpointSlice,
+        Kind::Secret,
+    ];
+
+    /// A short, unambiguous name (Istio's Gateway is `Gateway.networking.istio.io`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::IstioGateway => "Gateway.networking.istio.io",
+            Kind::VirtualService => "VirtualService",
+            Kind::DestinationRule => "DestinationRule",
+            Kind::Gateway => "Gateway",
+            Kind::TlsRoute => "TLSRoute",
+            Kind::TcpRoute => "TCPRoute",
+            Kind::ReferenceGrant => "ReferenceGrant",
+            Kind::NetworkPolicy => "NetworkPolicy",
+            Kind::Namespace => "Namespace",
+            Kind::Node => "Node",
+            Kind::Pod => "Pod",
+            Kind::Service => "Service",
+            Kind::Endpoints => "Endpoints",
+            Kind::EndpointSlice => "EndpointSlice",
+            Kind::Secret => "Secret",
+            Kind::Appliance => "Appliance",
+        }
+    }
+
+    /// Whether objects of this kind live in a namespace.
+    pub fn namespaced(self) -> bool {
+        !matches!(self, Kind::Namespace | Kind::Node | Kind::Appliance)
+    }
+
+    /// Inventory kinds are read leniently (cluster dumps carry many unused fields).
+    fn lenient(self) -> bool {
+        matches!(
+            self,
+            Kind::Namespace
+                | Kind::Node
+                | Kind::Pod
+                | Kind::Service
+                | Kind::Endpoints
+                | Kind::EndpointSlice
+                | Kind::Secret
+        )
+    }
+
+    /// Resolves `apiVersion` + `kind`. `Err` carries a message for known kinds with an
+    /// unsupported version; `Ok(None)` means a kind sluice does not read.
+    pub fn resolve(api_version: &str, kind: &str) -> Result<Option<Kind>, String> {
+        let (group, version) = match api_version.rsplit_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", api_version),
+        };
+        let (k, versions): (Kind, &[&str]) = match (group, kind) {
+            ("networking.istio.io", "Gateway") => (Kind::IstioGateway, ISTIO_VERSIONS),
+            ("networking.istio.io", "VirtualService") => (Kind::VirtualService, ISTIO_VERSIONS),
+            ("networking.istio.io", "DestinationRule") => (Kind::DestinationRule, ISTIO_VERSIONS),
+            ("gateway.networking.k8s.io", "Gateway") => (Kind::Gateway, GATEWAY_VERSIONS),
+            ("gateway.networking.k8s.io", "TLSRoute") => (Kind::TlsRoute, GATEWAY_VERSIONS),
+            ("gateway.networking.k8s.io", "TCPRoute") => (Kind::TcpRoute, GATEWAY_VERSIONS),
+            ("gateway.networking.k8s.io", "ReferenceGrant") => {
+                (Kind::ReferenceGrant, GATEWAY_VERSIONS)
+            }
+            ("networking.k8s.io", "NetworkPolicy") => (Kind::NetworkPolicy, &["v1"]),
+            ("", "Namespace") => (Kind::Namespace, &["v1"]),
+            ("", "Node") => (Kind::Node, &["v1"]),
+            ("", "Pod") => (Kind::Pod, &["v1"]),
+            ("", "Service") => (Kind::Service, &["v1"]),
+            ("", "Endpoints") => (Kind::Endpoints, &["v1"]),
+            ("", "Secret") => (Kind::Secret, &["v1"]),
+            ("discovery.k8s.io", "EndpointSlice") => (Kind::EndpointSlice, &["v1", "v1beta1"]),
+            ("sluice.dev", "Appliance") => (Kind::Appliance, &["v1alpha1"]),
+            _ => return Ok(None),
+        };
+        if versions.contains(&version) {
+            Ok(Some(k))
+        } else {
+            Err(format!(
+                "{kind} apiVersion `{api_version}` is not supported (supported: {})",
+                versions
+                    .iter()
+                    .map(|v| if group.is_empty() {
+                        v.to_string()
+                    } else {
+                        format!("{group}/{v}")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        }
+    }
+}
+
+const ISTIO_VERSIONS: &[&str] = &["v1", "v1beta1", "v1alpha3"];
+const GATEWAY_VERSIONS: &[&str] = &["v1", "v1beta1", "v1alpha2", "v1alpha3"];
+
+/// The wire format a document came in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// A Kubernetes-style manifest.
+    #[default]
+    Kubernetes,
+    /// Ligato `policy.Policy` proto3 JSON (seed 002).
+    Ligato,
+    /// Consul `TCPRoute` resource JSON (seed 004).
+    Consul,
+}
+
+/// One object: its metadata and its kind-specific body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resource<S> {
+    /// `apiVersion` as written (synthesised for Ligato and Consul documents).
+    pub api_version: String,
+    /// Metadata.
+    pub meta: ObjectMeta,
+    /// The kind-specific body.
+    pub spec: S,
+    /// The wire format it came in.
+    pub format: Format,
+}
+
+/// A decoded object of any kind.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // each variant is its kind; see [`Kind`].
+pub enum Object {
+    IstioGateway(Resource<istio::GatewaySpec>),
+    VirtualService(Resource<istio::VirtualServiceSpec>),
+    DestinationRule(Resource<istio::DestinationRuleSpec>),
+    Gateway(Resource<gateway_api::GatewaySpec>),
+    TlsRoute(Resource<gateway_api::TlsRouteSpec>),
+    TcpRoute(Resource<gateway_api::TcpRouteSpec>),
+    ReferenceGrant(Resource<gateway_api::ReferenceGrantSpec>),
+    NetworkPolicy(Resource<netpol::NetworkPolicySpec>),
+    Namespace(Resource<()>),
+    Node(Resource<core::NodeInfo>),
+    Pod(Resource<core::PodInfo>),
+    Service(Resource<core::ServiceSpec>),
+    Endpoints(Resource<Vec<core::EndpointSubset>>),
+    EndpointSlice(Resource<core::EndpointSliceInfo>),
+    Secret(Resource<core::SecretData>),
+    Appliance(Resource<appliance::ApplianceSpec>),
+}
+
+macro_rules! each_object {
+    ($obj:expr, $r:ident => $body:expr) => {
+        match $obj {
+            Object::IstioGateway($r) => $body,
+            Object::VirtualService($r) => $body,
+            Object::DestinationRule($r) => $body,
+            Object::Gateway($r) => $body,
+            Object::TlsRoute($r) => $body,
+            Object::TcpRoute($r) => $body,
+            Object::ReferenceGrant($r) => $body,
+            Object::NetworkPolicy($r) => $body,
+            Object::Namespace($r) => $body,
+            Object::Node($r) => $body,
+            Object::Pod($r) => $body,
+            Object::Service($r) => $body,
+            Object::Endpoints($r) => $body,
+            Object::EndpointSlice($r) => $body,
+            Object::Secret($r) => $body,
+            Object::Appliance($r) => $body,
+        }
+    };
+}
+
+impl Object {
+    /// The object's kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Object::IstioGateway(_) => Kind::IstioGateway,
+            Object::VirtualService(_) => Kind::VirtualService,
+            Object::DestinationRule(_) => Kind::DestinationRule,
+            Object::Gateway(_) => Kind::Gateway,
+            Object::TlsRoute(_) => Kind::TlsRoute,
+            Object::TcpRoute(_) => Kind::TcpRoute,
+            Object::ReferenceGrant(_) => Kind::ReferenceGrant,
+            Object::NetworkPolicy(_) => Kind::NetworkPolicy,
+            Object::Namespace(_) => Kind::Namespace,
+            Object::Node(_) => Kind::Node,
+            Object::Pod(_) => Kind::Pod,
+            Object::Service(_) => Kind::Service,
+            Object::Endpoints(_) => Kind::Endpoints,
+            Object::EndpointSlice(_) => Kind::EndpointSlice,
+            Object::Secret(_) => Kind::Secret,
+            Object::Appliance(_) => Kind::Appliance,
+        }
+    }
+
+    /// The object's metadata.
+    pub fn meta(&self) -> &ObjectMeta {
+        each_object!(self, r => &r.meta)
+    }
+
+    /// The format the object came in.
+    pub fn format(&self) -> Format {
+        each_object!(self, r => r.format)
+    }
+
+    /// `Kind ns/name` (or `Kind name` for cluster-scoped kinds), for messages.
+    pub fn label(&self) -> String {
+        object_label(self.kind(), self.meta())
+    }
+}
+
+/// `Kind ns/name` for messages.
+pub fn object_label(kind: Kind, meta: &ObjectMeta) -> String {
+    if kind.namespaced() {
+        format!("{} {}/{}", kind.as_str(), meta.namespace(), meta.name)
+    } else {
+        format!("{} {}", kind.as_str(), meta.name)
+    }
+}
+
+/// What became of one document.
+#[derive(Debug)]
+pub enum Decoded {
+    /// A typed object, and the upstream fields it carried that sluice ignores.
+    Object {
+        /// The object.
+        object: Box<Object>,
+        /// Upstream fields present but not implemented (warnings).
+        unimplemented: Vec<FieldPath>,
+        /// Fields that exist nowhere upstream (errors: typos).
+        unknown: Vec<FieldPath>,
+    },
+    /// A `List`: its items, to decode one by one (paths `items[i]`).
+    List(Vec<Value>),
+    /// Not a kind sluice reads: skipped with this warning.
+    Skipped(String),
+    /// Could not be decoded: the field path and the message.
+    Error(FieldPath, String),
+}
+
+/// Decodes one document (already parsed into a JSON value).
+pub fn decode(doc: &Value) -> Decoded {
+    let Some(map) = doc.as_object() else {
+        return match doc {
+            Value::Null => Decoded::Skipped("empty document".into()),
+            _ => Decoded::Error(FieldPath::root(), "a manifest must be a mapping".into()),
+        };
+    };
+    let api_version = map.get("apiVersion").and_then(Value::as_str);
+    let kind = map.get("kind").and_then(Value::as_str);
+    match (api_version, kind) {
+        (_, Some(k)) if k.ends_with("List") && map.contains_key("items") => {
+            match map.get("items") {
+                Some(Value::Array(items)) => Decoded::List(items.clone()),
+                Some(Value::Null) => Decoded::List(Vec::new()),
+                _ => Decoded::Error(
+                    FieldPath::root().key("items"),
+                    "`items` must be a list".into(),
+                ),
+            }
+        }
+        (Some(av), Some(k)) => match Kind::resolve(av, k) {
+            Ok(Some(kind)) => decode_kind(kind, doc),
+            Ok(None) => Decoded::Skipped(format!("kind {k} ({av}) is not read by sluice")),
+            Err(msg) => Decoded::Error(FieldPath::root().key("apiVersion"), msg),
+        },
+        (None, Some(_)) => Decoded::Error(
+            FieldPath::root().key("apiVersion"),
+            "missing field `apiVersion`".into(),
+        ),
+        (Some(_), None) => {
+            Decoded::Error(FieldPath::root().key("kind"), "missing field `kind`".into())
+        }
+        (None, None) if consul::detect(doc) => decode_consul(doc),
+        (None, None) if ligato::DETECT_KEYS.iter().any(|k| map.contains_key(*k)) => {
+            decode_ligato(doc)
+        }
+        (None, None) => Decoded::Error(
+            FieldPath::root(),
+            "not a manifest: no `apiVersion`/`kind`, and neither a Ligato policy.Policy nor a \
+             Consul TCPRoute"
+                .into(),
+        ),
+    }
+}
+
+/// Deserializes with field paths on error and every ignored key recorded.
+fn de<T: DeserializeOwned>(v: &Value) -> Result<(T, Vec<FieldPath>), (FieldPath, String)> {
+    let mut ignored = Vec::new();
+    let mut record = |p: serde_ignored::Path| ignored.push(ignored_path(&p));
+    let de = serde_ignored::Deserializer::new(v, &mut record);
+    match serde_path_to_error::deserialize(de) {
+        Ok(t) => Ok((t, ignored)),
+        Err(e) => {
+            let path = FieldPath(
+                e.path()
+                    .iter()
+                    .filter_map(|s| match s {
+                        serde_path_to_error::Segment::Seq { index } => Some(Seg::Index(*index)),
+                        serde_path_to_error::Segment::Map { key } => Some(Seg::Key(key.clone())),
+                        serde_path_to_error::Segment::Enum { .. }
+                        | serde_path_to_error::Segment::Unknown => None,
+                    })
+                    .collect(),
+            );
+            Err((path, e.into_inner().to_string()))
+        }
+    }
+}
+
+fn ignored_path(p: &serde_ignored::Path) -> FieldPath {
+    use serde_ignored::Path as P;
+    match p {
+        P::Root => FieldPath::root(),
+        P::Seq { parent, index } => ignored_path(parent).index(*index),
+        P::Map { parent, key } => ignored_path(parent).key(key),
+        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
+            ignored_path(parent)
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SpecDoc<S> {
+    api_version: String,
+    #[allow(dead_code)]
+    kind: String,
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: S,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PodDoc {
+    api_version: String,
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: core::PodSpec,
+    #[serde(default)]
+    status: core::PodStatus,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NodeDoc {
+    api_version: String,
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: core::NodeSpec,
+    #[serde(default)]
+    status: core::NodeStatus,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NamespaceDoc {
+    api_version: String,
+    #[serde(default)]
+    metadata: ObjectMeta,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct EndpointsDoc {
+    api_version: String,
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    subsets: Vec<core::EndpointSubset>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct EndpointSliceDoc {
+    api_version: String,
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(flatten)]
+    body: core::EndpointSliceInfo,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SecretDoc {
+    api_version: String,
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    data: BTreeMap<String, String>,
+    #[serde(default)]
+    string_data: BTreeMap<String, String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    immutable: Option<bool>,
+}
+
+fn resource<S>(api_version: String, meta: ObjectMeta, spec: S) -> Resource<S> {
+    Resource {
+        api_version,
+        meta,
+        spec,
+        format: Format::Kubernetes,
+    }
+}
+
+fn decode_kind(kind: Kind, doc: &Value) -> Decoded {
+    let result: Result<(Object, Vec<FieldPath>), (FieldPath, String)> = (|| {
+        macro_rules! spec_doc {
+            ($variant:ident) => {{
+                let (d, ig): (SpecDoc<_>, _) = de(doc)?;
+                (
+                    Object::$variant(resource(d.api_version, d.metadata, d.spec)),
+                    ig,
+                )
+            }};
+        }
+        Ok(match kind {
+            Kind::IstioGateway => spec_doc!(IstioGateway),
+            Kind::VirtualService => spec_doc!(VirtualService),
+            Kind::DestinationRule => spec_doc!(DestinationRule),
+            Kind::Gateway => spec_doc!(Gateway),
+            Kind::TlsRoute => spec_doc!(TlsRoute),
+            Kind::TcpRoute => spec_doc!(TcpRoute),
+            Kind::ReferenceGrant => spec_doc!(ReferenceGrant),
+            Kind::NetworkPolicy => spec_doc!(NetworkPolicy),
+            Kind::Appliance => spec_doc!(Appliance),
+            Kind::Service => spec_doc!(Service),
+            Kind::Namespace => {
+                let (d, ig): (NamespaceDoc, _) = de(doc)?;
+                (Object::Namespace(resource(d.api_version, d.metadata, ())), ig)
+            }
+            Kind::Pod => {
+                let (d, ig): (PodDoc, _) = de(doc)?;
+                let info = core::PodInfo {
+                    spec: d.spec,
+                    status: d.status,
+                };
+                (Object::Pod(resource(d.api_version, d.metadata, info)), ig)
+            }
+            Kind::Node => {
+                let (d, ig): (NodeDoc, _) = de(doc)?;
+                let mut pod_cidrs = d.spec.pod_cidrs;
+                if let Some(c) = d.spec.pod_cidr {
+                    if !pod_cidrs.contains(&c) {
+                        pod_cidrs.insert(0, c);
+                    }
+                }
+                let info = core::NodeInfo {
+                    pod_cidrs,
+                    addresses: d.status.addresses,
+                };
+                (Object::Node(resource(d.api_version, d.metadata, info)), ig)
+            }
+            Kind::Endpoints => {
+                let (d, ig): (EndpointsDoc, _) = de(doc)?;
+                (
+                    Object::Endpoints(resource(d.api_version, d.metadata, d.subsets)),
+                    ig,
+                )
+            }
+            Kind::EndpointSlice => {
+                let (d, ig): (EndpointSliceDoc, _) = de(doc)?;
+                (
+                    Object::EndpointSlice(resource(d.api_version, d.metadata, d.body)),
+                    ig,
+                )
+            }
+            Kind::Secret => {
+                let (d, ig): (SecretDoc, _) = de(doc)?;
+                let mut entries = BTreeMap::new();
+                for (k, v) in &d.data {
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(v.trim())
+                        .map_err(|e| {
+                            (
+                                FieldPath::root().key("data").key(k),
+                                format!("not valid base64: {e}"),
+                            )
+                        })?;
+                    entries.insert(k.clone(), bytes);
+                }
+                for (k, v) in d.string_data {
+                    entries.insert(k, v.into_bytes());
+                }
+                let data = core::SecretData {
+                    kind: d.kind.unwrap_or_else(|| "Opaque".into()),
+                    entries,
+                };
+                (Object::Secret(resource(d.api_version, d.metadata, data)), ig)
+            }
+        })
+    })();
+    match result {
+        Err((path, msg)) => Decoded::Error(path, msg),
+        Ok((object, ignored)) => {
+            let (unimplemented, unknown) = classify_ignored(kind, ignored);
+            Decoded::Object {
+                object: Box::new(object),
+                unimplemented,
+                unknown,
+            }
+        }
+    }
+}
+
+/// Splits ignored fields into upstream-but-unimplemented (warnings) and unknown
+/// (errors), after dropping the ones every manifest may carry.
+fn classify_ignored(kind: Kind, ignored: Vec<FieldPath>) -> (Vec<FieldPath>, Vec<FieldPath>) {
+    let mut unimplemented = Vec::new();
+    let mut unknown = Vec::new();
+    for p in ignored {
+        if matches!(p.first_key(), Some("metadata" | "status")) {
+            continue;
+        }
+        if kind.lenient() {
+            continue;
+        }
+        let pattern = p.pattern();
+        if unimplemented_fields(kind).contains(&pattern.as_str()) {
+            unimplemented.push(p);
+        } else {
+            unknown.push(p);
+        }
+    }
+    (unimplemented, unknown)
+}
+
+/// Upstream fields of a kind that sluice accepts but does not implement (as patterns,
+/// indices written `[]`). Anything else unknown inside a spec is a typo and an error.
+pub fn unimplemented_fields(kind: Kind) -> &'static [&'static str] {
+    match kind {
+        Kind::IstioGateway => &[
+            "spec.servers[].tls.credentialNames",
+            "spec.servers[].tls.tlsCertificates",
+            "spec.servers[].tls.caCertificatesFile",
+        ],
+        Kind::VirtualService => &[
+            "spec.http[].headers",
+            "spec.http[].rewrite",
+            "spec.http[].timeout",
+            "spec.http[].retries",
+            "spec.http[].fault",
+            "spec.http[].mirror",
+            "spec.http[].mirrors",
+            "spec.http[].mirrorPercentage",
+            "spec.http[].mirrorPercent",
+            "spec.http[].mirror_percent",
+            "spec.http[].corsPolicy",
+            "spec.http[].directResponse",
+            "spec.http[].delegate",
+            "spec.http[].route[].headers",
+            "spec.http[].match[].headers",
+            "spec.http[].match[].scheme",
+            "spec.http[].match[].method",
+            "spec.http[].match[].queryParams",
+            "spec.http[].match[].ignoreUriCase",
+            "spec.http[].match[].withoutHeaders",
+            "spec.http[].match[].sourceLabels",
+            "spec.http[].match[].sourceNamespace",
+            "spec.http[].match[].statPrefix",
+            "spec.http[].match[].uri.regex",
+            "spec.http[].match[].authority.regex",
+            "spec.http[].redirect.derivePort",
+            "spec.tls[].match[].sourceLabels",
+            "spec.tls[].match[].sourceNamespace",
+            "spec.tcp[].match[].sourceNamespace",
+        ],
+        Kind::DestinationRule => &[
+            "spec.workloadSelector",
+            "spec.trafficPolicy.connectionPool",
+            "spec.trafficPolicy.outlierDetection",
+            "spec.trafficPolicy.tls",
+            "spec.trafficPolicy.portLevelSettings",
+            "spec.trafficPolicy.tunnel",
+            "spec.trafficPolicy.proxyProtocol",
+            "spec.trafficPolicy.loadBalancer.localityLbSetting",
+            "spec.trafficPolicy.loadBalancer.warmupDurationSecs",
+            "spec.trafficPolicy.loadBalancer.warmup",
+            "spec.trafficPolicy.loadBalancer.consistentHash.httpHeaderName",
+            "spec.trafficPolicy.loadBalancer.consistentHash.httpCookie",
+            "spec.trafficPolicy.loadBalancer.consistentHash.httpQueryParameterName",
+            "spec.trafficPolicy.loadBalancer.consistentHash.ringHash",
+            "spec.trafficPolicy.loadBalancer.consistentHash.minimumRingSize",
+            "spec.subsets[].trafficPolicy.connectionPool",
+            "spec.subsets[].trafficPolicy.outlierDetection",
+            "spec.subsets[].trafficPolicy.tls",
+            "spec.subsets[].trafficPolicy.portLevelSettings",
+            "spec.subsets[].trafficPolicy.tunnel",
+            "spec.subsets[].trafficPolicy.proxyProtocol",
+        ],
+        Kind::Gateway => &[
+            "spec.infrastructure",
+            "spec.backendTLS",
+            "spec.allowedListeners",
+            "spec.tls",
+            "spec.listeners[].tls.frontendValidation",
+        ],
+        Kind::TlsRoute | Kind::TcpRoute => &["spec.rules[].backendRefs[].filters"],
+        _ => &[],
+    }
+}
+
+fn decode_ligato(doc: &Value) -> Decoded {
+    match de::<ligato::Policy>(doc) {
+        Err((p, m)) => Decoded::Error(p, m),
+        Ok((policy, ignored)) => match policy.into_k8s() {
+            Err((p, m)) => Decoded::Error(FieldPath::parse(&p), m),
+            Ok((meta, spec)) => Decoded::Object {
+                object: Box::new(Object::NetworkPolicy(Resource {
+                    api_version: "policy.Policy (ligato)".into(),
+                    meta,
+                    spec,
+                    format: Format::Ligato,
+                })),
+                unimplemented: Vec::new(),
+                unknown: ignored,
+            },
+        },
+    }
+}
+
+fn decode_consul(doc: &Value) -> Decoded {
+    match de::<consul::Resource>(doc) {
+        Err((p, m)) => Decoded::Error(p, m),
+        Ok((res, ignored)) => {
+            let (meta, spec) = res.into_k8s();
+            Decoded::Object {
+                object: Box::new(Object::TcpRoute(Resource {
+                    api_version: "mesh.v1alpha1 (consul)".into(),
+                    meta,
+                    spec,
+                    format: Format::Consul,
+                })),
+                unimplemented: Vec::new(),
+                unknown: ignored
+                    .into_iter()
+                    .filter(|p| !matches!(p.first_key(), Some("metadata" | "status")))
+                    .collect(),
+            }
+        }
+    }
+}
