@@ -9,10 +9,15 @@
 //!   route a connection by SNI or Host.
 //! - [`tables`]: compiled, immutable lookup tables (ipcache, policy, listeners, host
 //!   matcher, backend sets) bundled in one snapshot.
+//! - [`port`]: the `Port`/`Queue` abstraction over owned packet buffers and its backends:
+//!   DPDK ethdev (feature `dpdk`), TAP, pcap, in-memory wire. The only module with
+//!   `unsafe` code.
 //!
 //! The dataplane never sees manifests, namespaces or selectors: only addresses,
 //! prefixes, ports, identities, host patterns and backends.
 
 pub mod inspect;
+#[allow(unsafe_code)]
+pub mod port;
 pub mod tables;
 pub mod wire;
