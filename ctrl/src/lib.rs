@@ -6,7 +6,15 @@
 //! - [`model`]: serde types of every accepted kind (DESIGN.md §5) and the decoder.
 //! - [`load`]: files, directories, stdin, multi-document YAML/JSON with positions.
 //! - [`diag`]: field paths, positions and `file:line:col: Kind ns/name: path: message`.
+//! - [`validate`]: cross-object checks (references, TLS modes, syntax, conflicts).
+//! - [`compile`]: the resolved IR (listeners, routes, backends, workloads, policies).
+//! - [`config`]: load -> validate -> IR in one call, summaries and table dumps.
+//! - [`explain`]: trace one hypothetical connection (`sluice explain`).
 
+pub mod compile;
+pub mod config;
 pub mod diag;
+pub mod explain;
 pub mod load;
 pub mod model;
+pub mod validate;

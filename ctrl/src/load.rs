@@ -230,7 +230,10 @@ fn object_label_of(v: &Value) -> Option<String> {
         .and_then(|m| m.get("name"))
         .and_then(Value::as_str)
         .unwrap_or("?");
-    match meta.and_then(|m| m.get("namespace")).and_then(Value::as_str) {
+    match meta
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str)
+    {
         Some(ns) => Some(format!("{kind} {ns}/{name}")),
         None => Some(format!("{kind} {name}")),
     }
@@ -304,7 +307,10 @@ impl<'a> Builder<'a> {
         depth: usize,
     ) -> Result<Value, (Pos, String)> {
         if depth > MAX_DEPTH {
-            return Err((pos(&span), format!("nesting deeper than {MAX_DEPTH} levels")));
+            return Err((
+                pos(&span),
+                format!("nesting deeper than {MAX_DEPTH} levels"),
+            ));
         }
         index.insert(path.clone(), pos(&span));
         let (value, anchor) = match ev {

@@ -1,2 +1,166 @@
-//! The `sluice` command line.
-fn main() {}
+//! The `sluice` command line: `check`, `explain`, `tables` (and, with the dataplane,
+//! `run` and `ctl`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use sluice_ctrl::compile::ir::L4;
+use sluice_ctrl::{config, explain};
+
+/// sluice: a userspace dataplane that enforces NetworkPolicy and routes TCP/TLS by port,
+/// SNI or Host, configured with Kubernetes-style manifests.
+#[derive(Parser, Debug)]
+#[command(name = "sluice", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Load, validate and compile manifests; print a summary, or every error as
+    /// `file:line:col: Kind ns/name: field.path: message` and exit 1.
+    Check {
+        /// Manifest files or directories (`-` for stdin).
+        #[arg(short = 'c', long = "config", required = true, num_args = 1..)]
+        config: Vec<PathBuf>,
+        /// Print warnings too (always printed when there are errors).
+        #[arg(short, long)]
+        verbose: bool,
+    },
+    /// Trace one hypothetical connection through the compiled configuration (JSON).
+    Explain {
+        /// Manifest files or directories (`-` for stdin).
+        #[arg(short = 'c', long = "config", required = true, num_args = 1..)]
+        config: Vec<PathBuf>,
+        /// Transport protocol.
+        #[arg(long, value_enum, default_value = "tcp")]
+        proto: Proto,
+        /// Client address, `IP:PORT` (`[v6]:PORT` for IPv6).
+        #[arg(long)]
+        src: SocketAddr,
+        /// Destination address, `IP:PORT`.
+        #[arg(long)]
+        dst: SocketAddr,
+        /// SNI the client sends.
+        #[arg(long)]
+        sni: Option<String>,
+        /// HTTP Host the client sends.
+        #[arg(long = "http-host")]
+        http_host: Option<String>,
+        /// File with the connection's first bytes (a ClientHello or an HTTP request),
+        /// parsed the way the dataplane parses them.
+        #[arg(long = "payload-file")]
+        payload_file: Option<PathBuf>,
+    },
+    /// Dump the resolved configuration (listeners, routes, backends, workloads) as JSON.
+    Tables {
+        /// Manifest files or directories (`-` for stdin).
+        #[arg(short = 'c', long = "config", required = true, num_args = 1..)]
+        config: Vec<PathBuf>,
+        /// Only this route (by name as printed in `routes[].name`).
+        #[arg(long)]
+        route: Option<String>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Proto {
+    Tcp,
+    Udp,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { config, verbose } => {
+            let c = config::compile_paths(&config);
+            let errors = c.errors().count();
+            if errors > 0 {
+                for d in &c.diagnostics {
+                    eprintln!("{d}");
+                }
+                eprintln!(
+                    "sluice check: {errors} error(s), {} warning(s); configuration rejected",
+                    c.warnings().count()
+                );
+                return ExitCode::from(1);
+            }
+            if verbose {
+                for d in c.warnings() {
+                    eprintln!("{d}");
+                }
+            }
+            print!("{}", c.summary());
+            ExitCode::SUCCESS
+        }
+        Command::Explain {
+            config,
+            proto,
+            src,
+            dst,
+            sni,
+            http_host,
+            payload_file,
+        } => {
+            let payload = match payload_file.map(std::fs::read).transpose() {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("sluice explain: cannot read the payload file: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let Some(ir) = config_or_errors(&config) else {
+                return ExitCode::from(1);
+            };
+            let q = explain::Query {
+                proto: match proto {
+                    Proto::Tcp => L4::Tcp,
+                    Proto::Udp => L4::Udp,
+                },
+                src,
+                dst,
+                sni,
+                http_host,
+                payload,
+            };
+            let v = explain::explain(&ir, &q);
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Command::Tables { config, route } => {
+            let Some(ir) = config_or_errors(&config) else {
+                return ExitCode::from(1);
+            };
+            let v = config::tables_json(&ir, route.as_deref());
+            match v {
+                Some(v) => {
+                    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                    ExitCode::SUCCESS
+                }
+                None => {
+                    eprintln!(
+                        "sluice tables: no route named {:?}",
+                        route.unwrap_or_default()
+                    );
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}
+
+/// Compiles, or prints the errors and returns `None`.
+fn config_or_errors(paths: &[PathBuf]) -> Option<sluice_ctrl::compile::ir::Ir> {
+    let c = config::compile_paths(paths);
+    if c.errors().count() > 0 {
+        for d in c.errors() {
+            eprintln!("{d}");
+        }
+        eprintln!("sluice: configuration rejected");
+        return None;
+    }
+    c.ir
+}

@@ -197,7 +197,12 @@ impl Resource {
                     kind: p.reference.kind.as_ref().map(|t| t.kind.clone()),
                     namespace: ns(&p.reference.tenancy),
                     name: p.reference.name.clone(),
-                    section_name: p.reference.section.clone().filter(|s| !s.is_empty()).or(name),
+                    section_name: p
+                        .reference
+                        .section
+                        .clone()
+                        .filter(|s| !s.is_empty())
+                        .or(name),
                     port,
                 }
             })

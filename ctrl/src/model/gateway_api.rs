@@ -177,7 +177,7 @@ pub struct TcpRouteSpec {
 }
 
 /// `ParentReference`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "camelCase")]
 pub struct ParentReference {
     /// API group (default gateway.networking.k8s.io).

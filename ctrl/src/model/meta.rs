@@ -121,7 +121,9 @@ impl std::fmt::Display for IntOrString {
 }
 
 /// Transport protocols of Kubernetes ports (`TCP` is the default everywhere).
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq, Hash, PartialOrd, Ord,
+)]
 pub enum Protocol {
     /// TCP.
     #[default]

@@ -509,7 +509,10 @@ fn decode_kind(kind: Kind, doc: &Value) -> Decoded {
             Kind::Service => spec_doc!(Service),
             Kind::Namespace => {
                 let (d, ig): (NamespaceDoc, _) = de(doc)?;
-                (Object::Namespace(resource(d.api_version, d.metadata, ())), ig)
+                (
+                    Object::Namespace(resource(d.api_version, d.metadata, ())),
+                    ig,
+                )
             }
             Kind::Pod => {
                 let (d, ig): (PodDoc, _) = de(doc)?;
@@ -568,7 +571,10 @@ fn decode_kind(kind: Kind, doc: &Value) -> Decoded {
                     kind: d.kind.unwrap_or_else(|| "Opaque".into()),
                     entries,
                 };
-                (Object::Secret(resource(d.api_version, d.metadata, data)), ig)
+                (
+                    Object::Secret(resource(d.api_version, d.metadata, data)),
+                    ig,
+                )
             }
         })
     })();

@@ -1,0 +1,938 @@
+//! Manifests -> IR -> dataplane tables. This module resolves the validated objects into
+//! the [`ir::Ir`]: Istio servers and Gateway API listeners become listeners bound to
+//! addresses; VirtualService / TLSRoute / TCPRoute / Consul TCPRoute rules become routes
+//! whose backends are resolved to endpoints through Services, EndpointSlices, Endpoints
+//! or selected Pods; pods become workloads.
+//!
+//! Binding rules implemented here:
+//! - Istio: a VirtualService binds to a Gateway server when it names the gateway in
+//!   `gateways` (`[ns/]name`; `mesh` is ignored on an appliance), it is exported to the
+//!   gateway's namespace (`exportTo`: empty or `*` = everywhere, `.` = its own namespace),
+//!   its namespace is allowed by the server host's `ns/` part (`*` any, `.` the
+//!   gateway's), and one of its hosts matches a server host (wildcards either way).
+//! - Gateway API: a route attaches to the listeners its parentRef selects (sectionName,
+//!   port), of the right protocol, whose `allowedRoutes` admit its namespace and kind;
+//!   TLSRoute hostnames are narrowed to their intersection with the listener hostname,
+//!   and a route without any intersection is not attached (warning).
+
+pub mod ir;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+use crate::diag::Diagnostic;
+use crate::load::Item;
+use crate::model::gateway_api as gw;
+use crate::model::istio;
+use crate::model::meta::{IntOrString, LabelSelector};
+use crate::model::{Kind, Object};
+use crate::validate::{self, Index};
+use ir::*;
+
+/// Maglev table size used when neither a DestinationRule nor the Appliance sets one.
+pub const DEFAULT_MAGLEV_TABLE_SIZE: u64 = 65537;
+
+/// Builds the IR from validated items. Warnings (routes not attached, ...) are appended
+/// to `diags`.
+pub fn build_ir(items: &[Item], diags: &mut Vec<Diagnostic>) -> Ir {
+    let index = Index::new(items);
+    let mut ir = Ir::default();
+    let mut ctx = Ctx {
+        items,
+        index: &index,
+        default_maglev: DEFAULT_MAGLEV_TABLE_SIZE,
+        virtual_addresses: Vec::new(),
+    };
+    for it in items {
+        if let Object::Appliance(a) = &it.object {
+            ir.appliance = Some(a.spec.clone());
+            if let Some(s) = a.spec.maglev_table_size {
+                ctx.default_maglev = s;
+            }
+            ctx.virtual_addresses = a
+                .spec
+                .virtual_addresses
+                .iter()
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            break;
+        }
+    }
+    for it in items {
+        match &it.object {
+            Object::Namespace(n) => {
+                let mut labels = n.meta.labels.clone();
+                labels.insert("kubernetes.io/metadata.name".into(), n.meta.name.clone());
+                ir.namespaces.insert(n.meta.name.clone(), labels);
+            }
+            Object::Node(n) => ir.nodes.push(Node {
+                name: n.meta.name.clone(),
+                addresses: n
+                    .spec
+                    .addresses
+                    .iter()
+                    .filter(|a| a.kind != "Hostname")
+                    .filter_map(|a| a.address.parse().ok())
+                    .collect(),
+            }),
+            Object::Pod(p) if !p.spec.spec.host_network => {
+                for ip in p.spec.ips() {
+                    let Ok(ip) = ip.parse() else { continue };
+                    ir.workloads.push(Workload {
+                        ip,
+                        namespace: p.meta.namespace().to_string(),
+                        pod: p.meta.name.clone(),
+                        labels: p.meta.labels.clone(),
+                        named_ports: p
+                            .spec
+                            .spec
+                            .containers
+                            .iter()
+                            .flat_map(|c| c.ports.iter())
+                            .filter_map(|cp| {
+                                Some((
+                                    cp.name.clone()?,
+                                    cp.protocol,
+                                    u16::try_from(cp.container_port).ok()?,
+                                ))
+                            })
+                            .collect(),
+                        node: p.spec.spec.node_name.clone(),
+                    });
+                }
+            }
+            Object::NetworkPolicy(p) => ir.policies.push(Policy {
+                namespace: p.meta.namespace().to_string(),
+                name: p.meta.name.clone(),
+                spec: p.spec.clone(),
+            }),
+            _ => {}
+        }
+    }
+    // Namespaces referenced by objects but not declared still exist for selectors.
+    for it in items {
+        if it.object.kind().namespaced() {
+            let ns = it.object.meta().namespace().to_string();
+            ir.namespaces.entry(ns.clone()).or_insert_with(|| {
+                BTreeMap::from([("kubernetes.io/metadata.name".to_string(), ns)])
+            });
+        }
+    }
+    for it in items {
+        match &it.object {
+            Object::IstioGateway(g) => ctx.istio_gateway(it, &g.spec, &mut ir),
+            Object::Gateway(g) => ctx.gateway_api(it, &g.spec, &mut ir, diags),
+            _ => {}
+        }
+    }
+    ir
+}
+
+struct Ctx<'a> {
+    items: &'a [Item],
+    index: &'a Index<'a>,
+    default_maglev: u64,
+    virtual_addresses: Vec<IpAddr>,
+}
+
+/// Whether a host pattern (`*`, `*.suffix`, exact) matches a concrete name.
+pub fn host_matches(pattern: &str, name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    let pattern = pattern.to_ascii_lowercase();
+    if pattern == "*" {
+        return true;
+    }
+    match pattern.strip_prefix('*') {
+        Some(suffix) => name.len() > suffix.len() && name.ends_with(suffix),
+        None => pattern == name,
+    }
+}
+
+/// Istio's host intersection: two patterns intersect when either matches the other.
+/// Returns the more specific of the two.
+pub fn host_intersection(a: &str, b: &str) -> Option<String> {
+    let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());
+    if host_matches(&a, b.trim_start_matches("*.")) && (!b.starts_with('*') || a == "*") {
+        return Some(b);
+    }
+    if host_matches(&b, a.trim_start_matches("*.")) && (!a.starts_with('*') || b == "*") {
+        return Some(a);
+    }
+    if a.starts_with('*') && b.starts_with('*') {
+        // both wildcards: the longer suffix, if it lies under the shorter one
+        let (long, short) = if a.len() >= b.len() {
+            (&a, &b)
+        } else {
+            (&b, &a)
+        };
+        if short == "*" || long.ends_with(&short[1..]) {
+            return Some(long.clone());
+        }
+    }
+    None
+}
+
+impl Ctx<'_> {
+    fn addresses(&self, explicit: &[IpAddr]) -> Vec<IpAddr> {
+        if explicit.is_empty() {
+            self.virtual_addresses.clone()
+        } else {
+            explicit.to_vec()
+        }
+    }
+
+    fn maglev_size_for(&self, ns: &str, svc: &str) -> u64 {
+        for it in self.items {
+            if let Object::DestinationRule(dr) = &it.object {
+                let (dns, dname) = validate::service_of_host(&dr.spec.host, dr.meta.namespace());
+                if dns == ns && dname == svc {
+                    if let Some(s) = dr
+                        .spec
+                        .traffic_policy
+                        .as_ref()
+                        .and_then(|t| t.load_balancer.as_ref())
+                        .and_then(|l| l.consistent_hash.as_ref())
+                        .and_then(|c| c.maglev.as_ref())
+                        .and_then(|m| m.table_size)
+                    {
+                        return s;
+                    }
+                }
+            }
+        }
+        self.default_maglev
+    }
+
+    fn subset_labels(&self, ns: &str, svc: &str, subset: &str) -> Option<BTreeMap<String, String>> {
+        self.items.iter().find_map(|it| match &it.object {
+            Object::DestinationRule(dr) => {
+                let (dns, dname) = validate::service_of_host(&dr.spec.host, dr.meta.namespace());
+                (dns == ns && dname == svc)
+                    .then(|| dr.spec.subsets.iter().find(|s| s.name == subset))
+                    .flatten()
+                    .map(|s| s.labels.clone())
+            }
+            _ => None,
+        })
+    }
+
+    fn pod_labels_by_ip(&self, ns: &str, ip: IpAddr) -> Option<&BTreeMap<String, String>> {
+        self.items.iter().find_map(|it| match &it.object {
+            Object::Pod(p)
+                if p.meta.namespace() == ns && p.spec.ips().iter().any(|i| i.parse() == Ok(ip)) =>
+            {
+                Some(&p.meta.labels)
+            }
+            _ => None,
+        })
+    }
+
+    /// Resolves a Service port (by number, or by target port name for Consul) to ready
+    /// endpoints, optionally restricted to a subset's labels.
+    fn backend(
+        &self,
+        ns: &str,
+        svc: &str,
+        port: Option<u32>,
+        port_name: Option<&str>,
+        subset: Option<&str>,
+        weight: u32,
+    ) -> Backend {
+        let mut name = format!(
+            "{ns}/{svc}:{}",
+            port.map(|p| p.to_string())
+                .or(port_name.map(str::to_string))
+                .unwrap_or_else(|| "*".into())
+        );
+        if let Some(s) = subset {
+            name.push('/');
+            name.push_str(s);
+        }
+        let target = self.resolve(ns, svc, port, port_name, subset);
+        Backend {
+            name,
+            weight,
+            target,
+        }
+    }
+
+    fn resolve(
+        &self,
+        ns: &str,
+        svc: &str,
+        port: Option<u32>,
+        port_name: Option<&str>,
+        subset: Option<&str>,
+    ) -> BackendTarget {
+        let Some(item) = self.index.get(Kind::Service, ns, svc) else {
+            return BackendTarget::Invalid(format!("Service {ns}/{svc} not found"));
+        };
+        let Object::Service(s) = &item.object else {
+            return BackendTarget::Invalid("not a Service".into());
+        };
+        let sp = s.spec.ports.iter().find(|p| match (port, port_name) {
+            (Some(n), _) => p.port == i64::from(n),
+            (None, Some(name)) => {
+                p.name.as_deref() == Some(name)
+                    || matches!(&p.target_port, Some(IntOrString::Str(t)) if t == name)
+            }
+            (None, None) => s.spec.ports.len() == 1,
+        });
+        let Some(sp) = sp else {
+            return BackendTarget::Invalid(match (port, port_name) {
+                (Some(n), _) => format!("Service {ns}/{svc} has no port {n}"),
+                (None, Some(n)) => format!("Service {ns}/{svc} has no port named {n}"),
+                (None, None) => {
+                    format!("Service {ns}/{svc} has several ports and the destination names none")
+                }
+            });
+        };
+        let subset_labels = match subset {
+            None => None,
+            Some(sub) => match self.subset_labels(ns, svc, sub) {
+                Some(l) => Some(l),
+                None => {
+                    return BackendTarget::Invalid(format!(
+                        "no DestinationRule defines subset `{sub}` of {ns}/{svc}"
+                    ))
+                }
+            },
+        };
+        let in_subset = |ip: IpAddr| match &subset_labels {
+            None => true,
+            Some(want) => self
+                .pod_labels_by_ip(ns, ip)
+                .is_some_and(|l| want.iter().all(|(k, v)| l.get(k) == Some(v))),
+        };
+        let mut eps: Vec<SocketAddr> = Vec::new();
+        let sp_name = sp.name.clone().unwrap_or_default();
+        // 1. EndpointSlices labelled with the service name.
+        let mut have_source = false;
+        for it in self.items {
+            if let Object::EndpointSlice(es) = &it.object {
+                if es.meta.namespace() != ns
+                    || es
+                        .meta
+                        .labels
+                        .get("kubernetes.io/service-name")
+                        .map(String::as_str)
+                        != Some(svc)
+                {
+                    continue;
+                }
+                have_source = true;
+                let Some(p) = es
+                    .spec
+                    .ports
+                    .iter()
+                    .find(|p| p.name.clone().unwrap_or_default() == sp_name)
+                    .and_then(|p| p.port)
+                    .and_then(|p| u16::try_from(p).ok())
+                else {
+                    continue;
+                };
+                for e in &es.spec.endpoints {
+                    if e.conditions.ready == Some(false) {
+                        continue;
+                    }
+                    for a in &e.addresses {
+                        if let Ok(ip) = a.parse::<IpAddr>() {
+                            if in_subset(ip) {
+                                eps.push(SocketAddr::new(ip, p));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // 2. The Endpoints object.
+        if !have_source {
+            if let Some(Object::Endpoints(e)) =
+                self.index.get(Kind::Endpoints, ns, svc).map(|i| &i.object)
+            {
+                have_source = true;
+                for sub in &e.spec {
+                    let Some(p) = sub
+                        .ports
+                        .iter()
+                        .find(|p| {
+                            p.name.clone().unwrap_or_default() == sp_name || sub.ports.len() == 1
+                        })
+                        .and_then(|p| p.port)
+                        .and_then(|p| u16::try_from(p).ok())
+                    else {
+                        continue;
+                    };
+                    for a in &sub.addresses {
+                        if let Ok(ip) = a.ip.parse::<IpAddr>() {
+                            if in_subset(ip) {
+                                eps.push(SocketAddr::new(ip, p));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // 3. Pods selected by the Service.
+        if !have_source {
+            if let Some(sel) = &s.spec.selector {
+                let sel = LabelSelector {
+                    match_labels: sel.clone(),
+                    match_expressions: Vec::new(),
+                };
+                for it in self.items {
+                    let Object::Pod(p) = &it.object else { continue };
+                    if p.meta.namespace() != ns || sel.is_empty() || !sel.matches(&p.meta.labels) {
+                        continue;
+                    }
+                    let target = match &sp.target_port {
+                        None => u16::try_from(sp.port).ok(),
+                        Some(IntOrString::Int(n)) => u16::try_from(*n).ok(),
+                        Some(IntOrString::Str(name)) => p
+                            .spec
+                            .spec
+                            .containers
+                            .iter()
+                            .flat_map(|c| c.ports.iter())
+                            .find(|cp| cp.name.as_deref() == Some(name.as_str()))
+                            .and_then(|cp| u16::try_from(cp.container_port).ok()),
+                    };
+                    let Some(target) = target else { continue };
+                    for ip in p.spec.ips() {
+                        if let Ok(ip) = ip.parse::<IpAddr>() {
+                            if in_subset(ip) {
+                                eps.push(SocketAddr::new(ip, target));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        eps.sort();
+        eps.dedup();
+        if eps.is_empty() {
+            BackendTarget::Invalid(format!(
+                "Service {ns}/{svc}{} has no ready endpoints",
+                subset.map(|s| format!(" subset {s}")).unwrap_or_default()
+            ))
+        } else {
+            BackendTarget::Endpoints(eps)
+        }
+    }
+
+    fn istio_destinations(&self, route: &[istio::RouteDestination], own_ns: &str) -> Vec<Backend> {
+        route
+            .iter()
+            .map(|d| {
+                let (ns, svc) = validate::service_of_host(&d.destination.host, own_ns);
+                let w = d.weight.unwrap_or(1).clamp(0, validate::MAX_WEIGHT) as u32;
+                self.backend(
+                    ns,
+                    svc,
+                    d.destination.port.as_ref().map(|p| p.number),
+                    None,
+                    d.destination.subset.as_deref(),
+                    w,
+                )
+            })
+            .collect()
+    }
+
+    fn istio_gateway(&mut self, it: &Item, spec: &istio::GatewaySpec, ir: &mut Ir) {
+        let gns = it.object.meta().namespace().to_string();
+        let gname = it.object.meta().name.clone();
+        for (si, server) in spec.servers.iter().enumerate() {
+            let proto = server.port.protocol.to_ascii_uppercase();
+            let Ok(port) = u16::try_from(server.port.number) else {
+                continue;
+            };
+            let tls = server.tls.as_ref();
+            let mode = tls.map(|t| t.mode);
+            let kind = match (proto.as_str(), mode) {
+                ("HTTP" | "HTTP2" | "GRPC" | "GRPC-WEB", _) => ListenerKind::Http,
+                ("TLS", Some(istio::TlsMode::AutoPassthrough)) => ListenerKind::TlsAutoPassthrough,
+                ("TLS", Some(istio::TlsMode::Passthrough) | None) => ListenerKind::TlsPassthrough,
+                ("TLS" | "HTTPS", Some(_)) => ListenerKind::TlsTerminate,
+                _ => ListenerKind::Tcp,
+            };
+            let terminate = (kind == ListenerKind::TlsTerminate).then(|| {
+                let t = tls.cloned().unwrap_or_default();
+                TlsTerminate {
+                    mode: t.mode.as_str().to_string(),
+                    certificates: match &t.credential_name {
+                        Some(c) => vec![format!("{gns}/{c}")],
+                        None => t.server_certificate.iter().cloned().collect(),
+                    },
+                    require_client_cert: t.mode == istio::TlsMode::Mutual,
+                    http: proto == "HTTPS",
+                }
+            });
+            let bind: Vec<IpAddr> = server.bind.iter().filter_map(|b| b.parse().ok()).collect();
+            let mut listener = Listener {
+                name: format!(
+                    "{} {gns}/{gname} servers[{si}]{}",
+                    Kind::IstioGateway.as_str(),
+                    server
+                        .name
+                        .as_ref()
+                        .map(|n| format!(" ({n})"))
+                        .unwrap_or_default()
+                ),
+                addresses: self.addresses(&bind),
+                port,
+                protocol: L4::Tcp,
+                kind,
+                tls: terminate,
+                https_redirect: tls.is_some_and(|t| t.https_redirect),
+                bindings: Vec::new(),
+            };
+            // Server host entries: (namespace constraint, host pattern).
+            let server_hosts: Vec<(String, String)> = server
+                .hosts
+                .iter()
+                .map(|h| match h.split_once('/') {
+                    Some((".", host)) => (gns.clone(), host.to_ascii_lowercase()),
+                    Some((ns, host)) => (ns.to_string(), host.to_ascii_lowercase()),
+                    None => ("*".to_string(), h.to_ascii_lowercase()),
+                })
+                .collect();
+            for vit in self.items {
+                let Object::VirtualService(vs) = &vit.object else {
+                    continue;
+                };
+                let vns = vs.meta.namespace().to_string();
+                let names_gateway = vs.spec.gateways.iter().any(|g| {
+                    let (ns, n) = validate::split_gateway_ref(g, &vns);
+                    ns == gns && n == gname
+                });
+                let exported = vs.spec.export_to.is_empty()
+                    || vs
+                        .spec
+                        .export_to
+                        .iter()
+                        .any(|e| e == "*" || (e == "." && vns == gns) || *e == gns);
+                if !names_gateway || !exported {
+                    continue;
+                }
+                // VirtualService hosts narrowed to the server hosts its namespace may use.
+                let mut hosts: Vec<String> = Vec::new();
+                for (nsc, sh) in &server_hosts {
+                    if nsc != "*" && *nsc != vns {
+                        continue;
+                    }
+                    for vh in &vs.spec.hosts {
+                        if let Some(h) = host_intersection(sh, vh) {
+                            if !hosts.contains(&h) {
+                                hosts.push(h);
+                            }
+                        }
+                    }
+                }
+                if hosts.is_empty() {
+                    continue;
+                }
+                let gw_ok = |gws: &[String]| {
+                    gws.is_empty()
+                        || gws.iter().any(|g| {
+                            let (ns, n) = validate::split_gateway_ref(g, &vns);
+                            ns == gns && n == gname
+                        })
+                };
+                let label = |what: &str| format!("VirtualService {vns}/{} {what}", vs.meta.name);
+                let maglev = |backends: &[istio::RouteDestination]| {
+                    backends
+                        .first()
+                        .map(|d| {
+                            let (ns, svc) = validate::service_of_host(&d.destination.host, &vns);
+                            self.maglev_size_for(ns, svc)
+                        })
+                        .unwrap_or(self.default_maglev)
+                };
+                match kind {
+                    ListenerKind::TlsPassthrough => {
+                        for (ti, t) in vs.spec.tls.iter().enumerate() {
+                            let mut snis = Vec::new();
+                            for m in &t.matches {
+                                if m.port.is_some_and(|p| p != server.port.number)
+                                    || !gw_ok(&m.gateways)
+                                {
+                                    continue;
+                                }
+                                for sni in &m.sni_hosts {
+                                    for h in &hosts {
+                                        if let Some(x) = host_intersection(h, sni) {
+                                            snis.push((x, m.destination_subnets.clone()));
+                                        }
+                                    }
+                                }
+                            }
+                            if snis.is_empty() {
+                                continue;
+                            }
+                            let ri = ir.routes.len();
+                            ir.routes.push(Route {
+                                name: label(&format!("tls[{ti}]")),
+                                kind: RouteKind::Tls,
+                                destination_subnets: snis
+                                    .iter()
+                                    .flat_map(|(_, s)| {
+                                        s.iter().filter_map(|c| {
+                                            c.parse::<ipnet::IpNet>().ok().map(|n| n.trunc())
+                                        })
+                                    })
+                                    .collect(),
+                                backends: self.istio_destinations(&t.route, &vns),
+                                http: Vec::new(),
+                                maglev_table_size: maglev(&t.route),
+                            });
+                            for (sni, _) in snis {
+                                if !listener.bindings.iter().any(|b| b.host == sni) {
+                                    listener.bindings.push(Binding {
+                                        host: sni,
+                                        route: ri,
+                                    });
+                                }
+                            }
+                        }
+                    }
+                    ListenerKind::Tcp | ListenerKind::Udp | ListenerKind::TlsTerminate
+                        if !listener.tls.as_ref().is_some_and(|t| t.http) =>
+                    {
+                        for (ti, t) in vs.spec.tcp.iter().enumerate() {
+                            let applies = t.matches.is_empty()
+                                || t.matches.iter().any(|m| {
+                                    m.port.is_none_or(|p| p == server.port.number)
+                                        && gw_ok(&m.gateways)
+                                });
+                            if !applies || listener.bindings.iter().any(|b| b.host == "*") {
+                                continue;
+                            }
+                            let ri = ir.routes.len();
+                            ir.routes.push(Route {
+                                name: label(&format!("tcp[{ti}]")),
+                                kind: RouteKind::Tcp,
+                                destination_subnets: t
+                                    .matches
+                                    .iter()
+                                    .flat_map(|m| m.destination_subnets.iter())
+                                    .filter_map(|c| {
+                                        c.parse::<ipnet::IpNet>().ok().map(|n| n.trunc())
+                                    })
+                                    .collect(),
+                                backends: self.istio_destinations(&t.route, &vns),
+                                http: Vec::new(),
+                                maglev_table_size: maglev(&t.route),
+                            });
+                            listener.bindings.push(Binding {
+                                host: "*".into(),
+                                route: ri,
+                            });
+                        }
+                    }
+                    ListenerKind::Http | ListenerKind::TlsTerminate => {
+                        let rules: Vec<HttpRule> = vs
+                            .spec
+                            .http
+                            .iter()
+                            .filter(|h| {
+                                h.matches.is_empty()
+                                    || h.matches.iter().any(|m| {
+                                        m.port.is_none_or(|p| p == server.port.number)
+                                            && gw_ok(&m.gateways)
+                                    })
+                            })
+                            .map(|h| HttpRule {
+                                uri: h
+                                    .matches
+                                    .iter()
+                                    .filter_map(|m| m.uri.as_ref())
+                                    .filter_map(|u| match (&u.exact, &u.prefix) {
+                                        (Some(e), _) => Some(StringMatch::Exact(e.clone())),
+                                        (None, Some(p)) => Some(StringMatch::Prefix(p.clone())),
+                                        _ => None,
+                                    })
+                                    .collect(),
+                                backends: self.istio_destinations(&h.route, &vns),
+                                redirect: h.redirect.as_ref().map(|r| Redirect {
+                                    code: r
+                                        .redirect_code
+                                        .and_then(|c| u16::try_from(c).ok())
+                                        .unwrap_or(301),
+                                    scheme: r.scheme.clone(),
+                                    authority: r.authority.clone(),
+                                    path: r.uri.clone(),
+                                }),
+                            })
+                            .collect();
+                        if rules.is_empty() {
+                            continue;
+                        }
+                        let ri = ir.routes.len();
+                        let first = vs
+                            .spec
+                            .http
+                            .iter()
+                            .flat_map(|h| h.route.iter())
+                            .cloned()
+                            .collect::<Vec<_>>();
+                        ir.routes.push(Route {
+                            name: label("http"),
+                            kind: RouteKind::Http,
+                            destination_subnets: Vec::new(),
+                            backends: Vec::new(),
+                            http: rules,
+                            maglev_table_size: maglev(&first),
+                        });
+                        for h in &hosts {
+                            if !listener.bindings.iter().any(|b| &b.host == h) {
+                                listener.bindings.push(Binding {
+                                    host: h.clone(),
+                                    route: ri,
+                                });
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            ir.listeners.push(listener);
+        }
+    }
+
+    fn gateway_api(
+        &mut self,
+        it: &Item,
+        spec: &gw::GatewaySpec,
+        ir: &mut Ir,
+        diags: &mut Vec<Diagnostic>,
+    ) {
+        let gns = it.object.meta().namespace().to_string();
+        let gname = it.object.meta().name.clone();
+        let explicit: Vec<IpAddr> = spec
+            .addresses
+            .iter()
+            .filter_map(|a| a.value.parse().ok())
+            .collect();
+        for (li, l) in spec.listeners.iter().enumerate() {
+            let Ok(port) = u16::try_from(l.port) else {
+                continue;
+            };
+            let (kind, protocol) = match (l.protocol.as_str(), l.tls.as_ref().map(|t| t.mode)) {
+                ("TCP", _) => (ListenerKind::Tcp, L4::Tcp),
+                ("UDP", _) => (ListenerKind::Udp, L4::Udp),
+                ("HTTP", _) => (ListenerKind::Http, L4::Tcp),
+                ("TLS", Some(gw::GatewayTlsMode::Passthrough)) => {
+                    (ListenerKind::TlsPassthrough, L4::Tcp)
+                }
+                _ => (ListenerKind::TlsTerminate, L4::Tcp),
+            };
+            let mut listener = Listener {
+                name: format!("Gateway {gns}/{gname} listeners[{li}] ({})", l.name),
+                addresses: self.addresses(&explicit),
+                port,
+                protocol,
+                kind,
+                tls: (kind == ListenerKind::TlsTerminate).then(|| TlsTerminate {
+                    mode: "Terminate".into(),
+                    certificates: l
+                        .tls
+                        .iter()
+                        .flat_map(|t| t.certificate_refs.iter())
+                        .map(|c| {
+                            format!(
+                                "{}/{}",
+                                c.namespace.clone().unwrap_or_else(|| gns.clone()),
+                                c.name
+                            )
+                        })
+                        .collect(),
+                    require_client_cert: false,
+                    http: l.protocol == "HTTPS",
+                }),
+                https_redirect: false,
+                bindings: Vec::new(),
+            };
+            let want_kind = match kind {
+                ListenerKind::Tcp | ListenerKind::Udp => "TCPRoute",
+                ListenerKind::TlsPassthrough | ListenerKind::TlsTerminate
+                    if l.protocol == "TLS" =>
+                {
+                    "TLSRoute"
+                }
+                _ => "",
+            };
+            for rit in self.items {
+                let (parents, hostnames, rules, route_kind) = match &rit.object {
+                    Object::TcpRoute(r) if want_kind == "TCPRoute" && kind == ListenerKind::Tcp => {
+                        (&r.spec.parent_refs, &[][..], &r.spec.rules, "TCPRoute")
+                    }
+                    Object::TlsRoute(r) if want_kind == "TLSRoute" => (
+                        &r.spec.parent_refs,
+                        &r.spec.hostnames[..],
+                        &r.spec.rules,
+                        "TLSRoute",
+                    ),
+                    _ => continue,
+                };
+                let rns = rit.object.meta().namespace().to_string();
+                let selects = parents.iter().any(|p| {
+                    p.kind.as_deref().unwrap_or("Gateway") == "Gateway"
+                        && p.namespace.clone().unwrap_or_else(|| rns.clone()) == gns
+                        && p.name == gname
+                        && p.section_name.as_ref().is_none_or(|s| *s == l.name)
+                        && p.port.is_none_or(|pp| pp == l.port)
+                });
+                if !selects {
+                    continue;
+                }
+                if !self.allowed(l, &gns, &rns, route_kind) {
+                    rit.reporter(diags).warn(
+                        &rit.path("spec.parentRefs"),
+                        format!("not attached to listener `{}` of Gateway {gns}/{gname}: allowedRoutes does not admit this route", l.name),
+                    );
+                    continue;
+                }
+                // Hostnames: intersection of listener and route hostnames.
+                let hosts: Vec<String> = match (&l.hostname, hostnames.is_empty()) {
+                    (None, true) => vec!["*".into()],
+                    (Some(lh), true) => vec![lh.to_ascii_lowercase()],
+                    (lh, false) => hostnames
+                        .iter()
+                        .filter_map(|rh| host_intersection(lh.as_deref().unwrap_or("*"), rh))
+                        .collect(),
+                };
+                if hosts.is_empty() {
+                    rit.reporter(diags).warn(
+                        &rit.path("spec.hostnames"),
+                        format!("no hostname intersects listener `{}` ({}) of Gateway {gns}/{gname}: not attached", l.name, l.hostname.as_deref().unwrap_or("*")),
+                    );
+                    continue;
+                }
+                let Some(rule) = rules.first() else { continue };
+                let backends: Vec<Backend> = rule
+                    .backend_refs
+                    .iter()
+                    .map(|b| {
+                        let bns = b.namespace.clone().unwrap_or_else(|| rns.clone());
+                        let w = b.weight.unwrap_or(1).clamp(0, validate::MAX_WEIGHT) as u32;
+                        let kind_ok = b.kind.as_deref().unwrap_or("Service") == "Service"
+                            && b.group.as_deref().unwrap_or("").is_empty();
+                        if !kind_ok {
+                            return Backend {
+                                name: format!("{bns}/{}", b.name),
+                                weight: w,
+                                target: BackendTarget::Invalid("unsupported backend kind".into()),
+                            };
+                        }
+                        if !self.index.grant_allows(
+                            "gateway.networking.k8s.io",
+                            route_kind,
+                            &rns,
+                            "",
+                            "Service",
+                            &bns,
+                            &b.name,
+                        ) {
+                            return Backend {
+                                name: format!("{bns}/{}", b.name),
+                                weight: w,
+                                target: BackendTarget::Invalid(
+                                    "cross-namespace reference not permitted by a ReferenceGrant"
+                                        .into(),
+                                ),
+                            };
+                        }
+                        self.backend(&bns, &b.name, b.port, b.port_name.as_deref(), None, w)
+                    })
+                    .collect();
+                let maglev = rule
+                    .backend_refs
+                    .first()
+                    .map(|b| {
+                        self.maglev_size_for(
+                            &b.namespace.clone().unwrap_or_else(|| rns.clone()),
+                            &b.name,
+                        )
+                    })
+                    .unwrap_or(self.default_maglev);
+                let ri = ir.routes.len();
+                ir.routes.push(Route {
+                    name: format!("{route_kind} {rns}/{}", rit.object.meta().name),
+                    kind: if route_kind == "TLSRoute" {
+                        RouteKind::Tls
+                    } else {
+                        RouteKind::Tcp
+                    },
+                    destination_subnets: Vec::new(),
+                    backends,
+                    http: Vec::new(),
+                    maglev_table_size: maglev,
+                });
+                for h in hosts {
+                    if listener.bindings.iter().any(|b| b.host == h) {
+                        rit.reporter(diags).warn(&rit.path("spec"), format!("host `{h}` on listener `{}` is already taken by an earlier route; this one is not attached for it", l.name));
+                        continue;
+                    }
+                    listener.bindings.push(Binding { host: h, route: ri });
+                }
+            }
+            ir.listeners.push(listener);
+        }
+    }
+
+    fn allowed(&self, l: &gw::Listener, gns: &str, rns: &str, route_kind: &str) -> bool {
+        let ar = l.allowed_routes.clone().unwrap_or_default();
+        if !ar.kinds.is_empty() && !ar.kinds.iter().any(|k| k.kind == route_kind) {
+            return false;
+        }
+        let ns = ar.namespaces.unwrap_or_default();
+        match ns.from {
+            gw::FromNamespaces::All => true,
+            gw::FromNamespaces::Same => gns == rns,
+            gw::FromNamespaces::Selector => {
+                let labels = self
+                    .index
+                    .get(Kind::Namespace, "", rns)
+                    .map(|i| {
+                        let mut l = i.object.meta().labels.clone();
+                        l.insert("kubernetes.io/metadata.name".into(), rns.to_string());
+                        l
+                    })
+                    .unwrap_or_else(|| {
+                        BTreeMap::from([("kubernetes.io/metadata.name".into(), rns.to_string())])
+                    });
+                ns.selector.is_some_and(|s| s.matches(&labels))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_matching_rules() {
+        assert!(host_matches("*.example.com", "a.example.com"));
+        assert!(host_matches("*.example.com", "a.b.example.com"));
+        assert!(!host_matches("*.example.com", "example.com"));
+        assert!(host_matches("*", "anything"));
+        assert!(host_matches("Foo.COM", "foo.com"));
+    }
+
+    #[test]
+    fn intersections() {
+        assert_eq!(host_intersection("*", "a.com").as_deref(), Some("a.com"));
+        assert_eq!(
+            host_intersection("*.a.com", "x.a.com").as_deref(),
+            Some("x.a.com")
+        );
+        assert_eq!(
+            host_intersection("*.a.com", "*.x.a.com").as_deref(),
+            Some("*.x.a.com")
+        );
+        assert_eq!(host_intersection("*.a.com", "a.com"), None);
+        assert_eq!(host_intersection("b.com", "a.com"), None);
+        assert_eq!(host_intersection("*.b.com", "*.a.com"), None);
+    }
+}

@@ -1,0 +1,242 @@
+//! One entry point for the whole control-plane pipeline: load -> validate -> IR, with
+//! every diagnostic collected; a summary for `sluice check`; JSON for `sluice tables`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+
+use crate::compile::build_ir;
+use crate::compile::ir::{BackendTarget, Ir, ListenerKind};
+use crate::diag::{Diagnostic, Severity};
+use crate::load::{self, Item, Loaded};
+use crate::model::Kind;
+use crate::validate;
+
+/// The outcome of compiling a configuration.
+#[derive(Debug)]
+pub struct Compiled {
+    /// Documents read.
+    pub documents: usize,
+    /// Objects decoded.
+    pub items: Vec<Item>,
+    /// Every error and warning, in the order found.
+    pub diagnostics: Vec<Diagnostic>,
+    /// The IR, when there were no errors.
+    pub ir: Option<Ir>,
+}
+
+impl Compiled {
+    /// The errors.
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics.iter().filter(|d| d.is_error())
+    }
+
+    /// The warnings.
+    pub fn warnings(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Warning)
+    }
+
+    /// The human summary printed by `sluice check`.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let mut counts: BTreeMap<Kind, usize> = BTreeMap::new();
+        for it in &self.items {
+            *counts.entry(it.object.kind()).or_default() += 1;
+        }
+        let _ = writeln!(
+            s,
+            "configuration OK: {} document(s), {} object(s)",
+            self.documents,
+            self.items.len()
+        );
+        let kinds: Vec<String> = Kind::ALL
+            .iter()
+            .filter_map(|k| counts.get(k).map(|n| format!("{} {n}", k.as_str())))
+            .collect();
+        let _ = writeln!(s, "objects: {}", kinds.join(", "));
+        if let Some(ir) = &self.ir {
+            let _ = writeln!(s, "listeners: {}", ir.listeners.len());
+            for l in &ir.listeners {
+                let addrs = if l.addresses.is_empty() {
+                    "*".to_string()
+                } else {
+                    l.addresses
+                        .iter()
+                        .map(IpAddr::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                let hosts: Vec<String> = l
+                    .bindings
+                    .iter()
+                    .map(|b| format!("{} -> {}", b.host, ir.routes[b.route].name))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "  {addrs}:{}/{} {} {}{}",
+                    l.port,
+                    serde_json::to_value(l.protocol)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                    serde_json::to_value(l.kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                    l.name,
+                    if hosts.is_empty() {
+                        String::new()
+                    } else {
+                        format!("\n    {}", hosts.join("\n    "))
+                    }
+                );
+            }
+            let backends: Vec<_> = ir
+                .routes
+                .iter()
+                .flat_map(|r| {
+                    r.backends
+                        .iter()
+                        .chain(r.http.iter().flat_map(|h| h.backends.iter()))
+                })
+                .collect();
+            let invalid = backends
+                .iter()
+                .filter(|b| matches!(b.target, BackendTarget::Invalid(_)))
+                .count();
+            let _ = writeln!(
+                s,
+                "routes: {}, backends: {} ({} invalid), workloads: {}, policies: {}",
+                ir.routes.len(),
+                backends.len(),
+                invalid,
+                ir.workloads.len(),
+                ir.policies.len()
+            );
+        }
+        let _ = writeln!(
+            s,
+            "warnings: {} (sluice check -v lists them)",
+            self.warnings().count()
+        );
+        s
+    }
+}
+
+/// Loads, validates and compiles the given sources.
+pub fn compile_paths(paths: &[PathBuf]) -> Compiled {
+    compile_loaded(load::load_paths(paths))
+}
+
+/// Validates and compiles what was loaded.
+pub fn compile_loaded(mut loaded: Loaded) -> Compiled {
+    validate::validate(&mut loaded);
+    let mut diagnostics = std::mem::take(&mut loaded.diagnostics);
+    let ir = if diagnostics.iter().any(Diagnostic::is_error) {
+        None
+    } else {
+        let ir = build_ir(&loaded.items, &mut diagnostics);
+        listener_conflicts(&ir, &loaded.items, &mut diagnostics);
+        (!diagnostics.iter().any(Diagnostic::is_error)).then_some(ir)
+    };
+    Compiled {
+        documents: loaded.documents,
+        items: loaded.items,
+        diagnostics,
+        ir,
+    }
+}
+
+/// Listeners of different gateways that share an address and port must agree: same
+/// kind, and for by-name kinds distinct host patterns; two catch-all TCP listeners on one
+/// address:port cannot be told apart.
+fn listener_conflicts(ir: &Ir, items: &[Item], out: &mut Vec<Diagnostic>) {
+    for (i, a) in ir.listeners.iter().enumerate() {
+        for b in &ir.listeners[..i] {
+            if a.port != b.port || a.protocol != b.protocol {
+                continue;
+            }
+            let overlap = a.addresses.is_empty()
+                || b.addresses.is_empty()
+                || a.addresses.iter().any(|x| b.addresses.contains(x));
+            if !overlap {
+                continue;
+            }
+            let message = if a.kind != b.kind {
+                let kind = |k: ListenerKind| {
+                    serde_json::to_value(k)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default()
+                };
+                Some(format!(
+                    "conflicting listeners on port {}: {} ({}) and {} ({}) share an address",
+                    a.port,
+                    a.name,
+                    kind(a.kind),
+                    b.name,
+                    kind(b.kind)
+                ))
+            } else if a.kind.inspects() {
+                a.bindings
+                    .iter()
+                    .find(|x| b.bindings.iter().any(|y| y.host == x.host))
+                    .map(|x| {
+                        format!(
+                            "conflicting listeners on port {}: host `{}` is bound by both {} and {}",
+                            a.port, x.host, a.name, b.name
+                        )
+                    })
+            } else {
+                Some(format!(
+                    "conflicting listeners on port {}: {} and {} both take every connection on a shared address",
+                    a.port, a.name, b.name
+                ))
+            };
+            if let Some(message) = message {
+                // Report at the later gateway's object.
+                let gw = items.iter().find(|it| {
+                    a.name.contains(&format!(
+                        "{}/{}",
+                        it.object.meta().namespace(),
+                        it.object.meta().name
+                    )) && matches!(it.object.kind(), Kind::Gateway | Kind::IstioGateway)
+                });
+                match gw {
+                    Some(it) => it.reporter(out).error(&it.path("spec"), message),
+                    None => out.push(Diagnostic {
+                        severity: Severity::Error,
+                        file: "<config>".into(),
+                        pos: Default::default(),
+                        object: None,
+                        path: None,
+                        message,
+                    }),
+                }
+            }
+        }
+    }
+}
+
+/// JSON for `sluice tables`: listeners and routes (or one route).
+pub fn tables_json(ir: &Ir, route: Option<&str>) -> Option<Value> {
+    match route {
+        Some(name) => ir
+            .routes
+            .iter()
+            .find(|r| r.name == name)
+            .and_then(|r| serde_json::to_value(r).ok()),
+        None => Some(json!({
+            "listeners": ir.listeners,
+            "routes": ir.routes,
+            "workloads": ir.workloads,
+            "nodes": ir.nodes,
+            "namespaces": ir.namespaces,
+        })),
+    }
+}

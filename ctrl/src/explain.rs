@@ -1,0 +1,359 @@
+//! `sluice explain`: trace one hypothetical connection through the compiled
+//! configuration and say what would happen to it, as JSON.
+//!
+//! Output keys: `verdict` (`forward`, `drop` or `reject`), `listener`, `route`,
+//! `backend` (`ip:port` or null), `backends` (the route's weighted candidates with their
+//! share), `policy` (NetworkPolicy's word; null until the policy engine fills it),
+//! `inspect` (what the first bytes said) and `reason`.
+
+use std::net::{IpAddr, SocketAddr};
+
+use serde_json::{json, Value};
+use sluice_dataplane::inspect::{self, Inspected};
+
+use crate::compile::host_matches;
+use crate::compile::ir::{BackendTarget, Ir, Listener, ListenerKind, Route, RouteKind, L4};
+
+/// One hypothetical connection.
+#[derive(Debug, Clone)]
+pub struct Query {
+    /// Transport.
+    pub proto: L4,
+    /// Client address and port.
+    pub src: SocketAddr,
+    /// Destination address and port.
+    pub dst: SocketAddr,
+    /// SNI the client sends (TLS listeners).
+    pub sni: Option<String>,
+    /// Host header the client sends (HTTP listeners).
+    pub http_host: Option<String>,
+    /// The first bytes the client sends, parsed as the dataplane parses them.
+    pub payload: Option<Vec<u8>>,
+}
+
+/// What the first bytes said, in a form the JSON and the router use.
+#[derive(Debug, Default)]
+struct Parsed {
+    json: Option<Value>,
+    sni: Option<String>,
+    http_host: Option<String>,
+    path: Option<String>,
+}
+
+fn inspect_payload(q: &Query) -> Parsed {
+    let mut p = Parsed {
+        sni: q.sni.as_ref().map(|s| s.to_ascii_lowercase()),
+        http_host: q.http_host.as_ref().map(|s| s.to_ascii_lowercase()),
+        ..Parsed::default()
+    };
+    if let Some(bytes) = &q.payload {
+        let json = match inspect::classify(bytes) {
+            Inspected::NeedMore { at_least } => {
+                json!({"result": "need-more", "at_least": at_least, "have": bytes.len()})
+            }
+            Inspected::Tls(hello) => {
+                let sni = hello.routing_name().map(|n| n.to_string());
+                p.sni = sni.clone().or(p.sni);
+                json!({
+                    "result": "hello",
+                    "sni": sni,
+                    "server_name": format!("{:?}", hello.server_name),
+                    "alpn": hello.alpn.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect::<Vec<_>>(),
+                    "supported_versions": hello.supported_versions.as_slice().iter().map(|v| format!("0x{v:04x}")).collect::<Vec<_>>(),
+                    "ech": hello.ech,
+                    "http_host": Value::Null,
+                })
+            }
+            Inspected::TlsMalformed(m) => json!({"result": "malformed", "why": m.to_string()}),
+            Inspected::Http(head) => {
+                let host = head.host.map(|h| h.to_string());
+                p.http_host = host.clone().or(p.http_host);
+                p.path = Some(head.path.to_string());
+                json!({"result": "http", "sni": Value::Null, "alpn": [], "http_host": host,
+                       "method": head.method, "path": head.path})
+            }
+            Inspected::H2Preface => {
+                json!({"result": "http", "h2_preface": true, "http_host": Value::Null})
+            }
+            Inspected::HttpMalformed(m) => json!({"result": "malformed", "why": format!("{m:?}")}),
+            Inspected::Unknown => json!({"result": "not-tls"}),
+        };
+        p.json = Some(json);
+    } else if p.sni.is_some() || p.http_host.is_some() {
+        p.json = Some(json!({
+            "result": if p.sni.is_some() { "hello" } else { "http" },
+            "sni": p.sni, "alpn": [], "http_host": p.http_host, "from": "flags",
+        }));
+    }
+    p
+}
+
+fn listener_json(l: &Listener) -> Value {
+    json!({
+        "name": l.name,
+        "kind": l.kind,
+        "port": l.port,
+        "protocol": l.protocol,
+        "addresses": l.addresses,
+    })
+}
+
+/// The most specific binding of a listener for a name: exact, then the longest
+/// wildcard suffix, then `*`.
+pub fn pick_binding<'a>(
+    l: &'a Listener,
+    name: Option<&str>,
+) -> Option<&'a crate::compile::ir::Binding> {
+    let name = name.map(str::to_ascii_lowercase);
+    let mut best: Option<(&crate::compile::ir::Binding, usize)> = None;
+    for b in &l.bindings {
+        let score = if b.host == "*" {
+            1
+        } else if let Some(n) = &name {
+            if !host_matches(&b.host, n) {
+                continue;
+            }
+            if b.host.starts_with('*') {
+                2 + b.host.len()
+            } else {
+                usize::MAX
+            }
+        } else {
+            continue;
+        };
+        if best.is_none_or(|(_, s)| score > s) {
+            best = Some((b, score));
+        }
+    }
+    best.map(|(b, _)| b)
+}
+
+fn backends_json(backends: &[crate::compile::ir::Backend]) -> Value {
+    let total: u64 = backends.iter().map(|b| u64::from(b.weight)).sum();
+    Value::Array(
+        backends
+            .iter()
+            .map(|b| {
+                let share = if total == 0 {
+                    0.0
+                } else {
+                    f64::from(b.weight) / total as f64
+                };
+                match &b.target {
+                    BackendTarget::Endpoints(e) => {
+                        json!({"name": b.name, "weight": b.weight, "share": share,
+                        "endpoints": e.iter().map(|a| a.to_string()).collect::<Vec<_>>()})
+                    }
+                    BackendTarget::Invalid(why) => {
+                        json!({"name": b.name, "weight": b.weight, "share": share,
+                        "invalid": why})
+                    }
+                }
+            })
+            .collect(),
+    )
+}
+
+/// Traces the connection and returns the JSON answer.
+pub fn explain(ir: &Ir, q: &Query) -> Value {
+    let parsed = inspect_payload(q);
+    let mut out = json!({
+        "connection": {
+            "proto": q.proto, "src": q.src.to_string(), "dst": q.dst.to_string(),
+        },
+        "verdict": "drop",
+        "listener": Value::Null,
+        "route": Value::Null,
+        "backend": Value::Null,
+        "backends": [],
+        "policy": Value::Null,
+        "inspect": parsed.json.clone().unwrap_or(Value::Null),
+        "reason": "",
+    });
+    let set = |out: &mut Value, k: &str, v: Value| out[k] = v;
+    let dst_ip: IpAddr = q.dst.ip();
+    let listener = ir.listeners.iter().find(|l| {
+        l.port == q.dst.port()
+            && l.protocol == q.proto
+            && (l.addresses.is_empty() || l.addresses.contains(&dst_ip))
+    });
+    let Some(l) = listener else {
+        let workload = ir.workloads.iter().find(|w| w.ip == dst_ip);
+        let reason = match workload {
+            Some(w) => format!(
+                "no listener on {}/{}; destination is workload {}/{}: routed traffic, decided by NetworkPolicy (not evaluated: the policy engine is not built yet)",
+                q.dst, proto_str(q.proto), w.namespace, w.pod
+            ),
+            None => format!("no listener on {}/{}", q.dst, proto_str(q.proto)),
+        };
+        set(&mut out, "reason", Value::String(reason));
+        return out;
+    };
+    set(&mut out, "listener", listener_json(l));
+    if l.https_redirect {
+        set(&mut out, "verdict", json!("reject"));
+        set(
+            &mut out,
+            "reason",
+            json!(format!(
+                "httpsRedirect: plain HTTP is answered with 301 to https://{}",
+                parsed.http_host.clone().unwrap_or_default()
+            )),
+        );
+        return out;
+    }
+    if l.kind == ListenerKind::TlsAutoPassthrough {
+        let reason = match parsed.sni.as_deref().and_then(decode_auto_passthrough) {
+            Some((port, subset, host)) => format!(
+                "AUTO_PASSTHROUGH: SNI names service {host} port {port}{}",
+                if subset.is_empty() {
+                    String::new()
+                } else {
+                    format!(" subset {subset}")
+                }
+            ),
+            None => "AUTO_PASSTHROUGH needs an SNI of the form outbound_.<port>_.<subset>_.<host>"
+                .into(),
+        };
+        set(&mut out, "verdict", json!("reject"));
+        set(&mut out, "reason", json!(reason));
+        return out;
+    }
+    let name = match l.kind {
+        ListenerKind::TlsPassthrough => parsed.sni.clone(),
+        ListenerKind::TlsTerminate => {
+            if l.tls.as_ref().is_some_and(|t| t.http) {
+                parsed.http_host.clone().or(parsed.sni.clone())
+            } else {
+                parsed.sni.clone()
+            }
+        }
+        ListenerKind::Http => parsed.http_host.clone(),
+        _ => None,
+    };
+    let binding = pick_binding(l, name.as_deref());
+    let Some(b) = binding else {
+        set(&mut out, "verdict", json!("reject"));
+        let reason = match (&name, l.kind.inspects()) {
+            (None, true) => "the listener routes by name and the connection names none (no SNI/Host); no catch-all route".to_string(),
+            (Some(n), _) => format!("no route of this listener matches `{n}`"),
+            (None, false) => "the listener has no route".to_string(),
+        };
+        set(&mut out, "reason", json!(reason));
+        return out;
+    };
+    let route: &Route = &ir.routes[b.route];
+    set(&mut out, "route", json!(route.name));
+    if !route.destination_subnets.is_empty()
+        && !route
+            .destination_subnets
+            .iter()
+            .any(|n| n.contains(&dst_ip))
+    {
+        set(&mut out, "verdict", json!("reject"));
+        set(
+            &mut out,
+            "reason",
+            json!(format!(
+                "{dst_ip} is outside the route's destinationSubnets"
+            )),
+        );
+        return out;
+    }
+    let backends = if route.kind == RouteKind::Http {
+        let path = parsed.path.clone().unwrap_or_else(|| "/".into());
+        match route
+            .http
+            .iter()
+            .find(|r| r.uri.is_empty() || r.uri.iter().any(|m| m.matches(&path)))
+        {
+            None => {
+                set(&mut out, "verdict", json!("reject"));
+                set(
+                    &mut out,
+                    "reason",
+                    json!(format!(
+                        "no http rule of {} matches path {path}",
+                        route.name
+                    )),
+                );
+                return out;
+            }
+            Some(rule) => {
+                if let Some(r) = &rule.redirect {
+                    set(&mut out, "verdict", json!("reject"));
+                    set(
+                        &mut out,
+                        "reason",
+                        json!(format!("redirect {} to {:?}", r.code, r)),
+                    );
+                    return out;
+                }
+                rule.backends.clone()
+            }
+        }
+    } else {
+        route.backends.clone()
+    };
+    set(&mut out, "backends", backends_json(&backends));
+    let valid_weight: u64 = backends
+        .iter()
+        .filter(|b| matches!(b.target, BackendTarget::Endpoints(_)))
+        .map(|b| u64::from(b.weight))
+        .sum();
+    if valid_weight == 0 {
+        set(&mut out, "verdict", json!("reject"));
+        set(
+            &mut out,
+            "reason",
+            json!(
+                "every backend of the route is invalid or has weight 0: connections are rejected"
+            ),
+        );
+        return out;
+    }
+    set(&mut out, "verdict", json!("forward"));
+    set(&mut out, "reason", json!(format!(
+        "listener {} -> route {}; the backend is one of `backends` by weight (the Maglev pick is not built yet)",
+        l.name, route.name
+    )));
+    out
+}
+
+fn proto_str(p: L4) -> &'static str {
+    match p {
+        L4::Tcp => "tcp",
+        L4::Udp => "udp",
+    }
+}
+
+/// Decodes Istio's AUTO_PASSTHROUGH SNI `outbound_.<port>_.<subset>_.<host>` into
+/// (port, subset, host).
+pub fn decode_auto_passthrough(sni: &str) -> Option<(u16, String, String)> {
+    let rest = sni.strip_prefix("outbound_.")?;
+    let (port, rest) = rest.split_once("_.")?;
+    let (subset, host) = rest.split_once("_.")?;
+    Some((port.parse().ok()?, subset.to_string(), host.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_passthrough_names() {
+        assert_eq!(
+            decode_auto_passthrough("outbound_.9080_.v1_.reviews.bookinfo.svc.cluster.local"),
+            Some((
+                9080,
+                "v1".into(),
+                "reviews.bookinfo.svc.cluster.local".into()
+            ))
+        );
+        assert_eq!(
+            decode_auto_passthrough("outbound_.443_._.a.b"),
+            Some((443, String::new(), "a.b".into()))
+        );
+        assert_eq!(decode_auto_passthrough("a.example.com"), None);
+    }
+}
