@@ -135,6 +135,7 @@ pub fn compile_paths(paths: &[PathBuf]) -> Compiled {
 
 /// Validates and compiles what was loaded.
 pub fn compile_loaded(mut loaded: Loaded) -> Compiled {
+    drop_identical_duplicates(&mut loaded);
     validate::validate(&mut loaded);
     let mut diagnostics = std::mem::take(&mut loaded.diagnostics);
     let ir = if diagnostics.iter().any(Diagnostic::is_error) {
@@ -150,6 +151,34 @@ pub fn compile_loaded(mut loaded: Loaded) -> Compiled {
         diagnostics,
         ir,
     }
+}
+
+/// The same object given twice with identical content (a Namespace that two example
+/// sets both declare, a manifest applied twice) is kept once, with a warning, as
+/// `kubectl apply` would; a differing duplicate stays and is an error in validation.
+fn drop_identical_duplicates(loaded: &mut Loaded) {
+    let mut kept: Vec<Item> = Vec::with_capacity(loaded.items.len());
+    for it in std::mem::take(&mut loaded.items) {
+        let same = kept.iter().find(|k| {
+            k.object.kind() == it.object.kind()
+                && k.object.meta().namespace() == it.object.meta().namespace()
+                && k.object.meta().name == it.object.meta().name
+                && k.object == it.object
+        });
+        match same {
+            Some(first) => {
+                let p = first.origin.locate(&first.base);
+                let msg = format!(
+                    "identical to {}:{}:{}; kept once",
+                    first.origin.file, p.line, p.col
+                );
+                it.reporter(&mut loaded.diagnostics)
+                    .warn(&it.path("metadata.name"), msg);
+            }
+            None => kept.push(it),
+        }
+    }
+    loaded.items = kept;
 }
 
 /// Listeners of different gateways that share an address and port must agree: same
