@@ -13,11 +13,20 @@
 //!   DPDK ethdev (feature `dpdk`), TAP, pcap, in-memory wire. The only module with
 //!   `unsafe` code.
 //!
+//! - [`pipeline`]: the per-burst packet stage the worker calls (ARP/ND, echo, neighbour
+//!   learning, routed forwarding in its first version) and its verdicts.
+//! - [`worker`]: pinned run-to-completion loops: burst rx, the pipeline, per-port tx
+//!   buffers, counters, clean stop.
+//! - [`stats`]: named drop reasons and per-worker counters.
+//!
 //! The dataplane never sees manifests, namespaces or selectors: only addresses,
 //! prefixes, ports, identities, host patterns and backends.
 
 pub mod inspect;
+pub mod pipeline;
 #[allow(unsafe_code)]
 pub mod port;
+pub mod stats;
 pub mod tables;
 pub mod wire;
+pub mod worker;

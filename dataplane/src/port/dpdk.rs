@@ -126,13 +126,12 @@ impl Eal {
         let Ok(pools) = self.pools.lock() else {
             return 0;
         };
-        pools
-            .values()
+        let mut n = 0u64;
+        for &p in pools.values() {
             // SAFETY: every stored pointer is a live mempool (pools are never freed).
-            .map(|&p| {
-                u64::from(unsafe { sys::rte_mempool_in_use_count(p as *const sys::rte_mempool) })
-            })
-            .sum()
+            n += u64::from(unsafe { sys::rte_mempool_in_use_count(p as *const sys::rte_mempool) });
+        }
+        n
     }
 }
 
@@ -368,10 +367,8 @@ pub fn open(name: &str, devargs: &str, queues: u16) -> Result<Opened, PortError>
 
     let mut info = sys::rte_eth_dev_info::default();
     // SAFETY: valid port id; info is writable.
-    check(
-        unsafe { sys::rte_eth_dev_info_get(port_id, &mut info) },
-        || format!("port {name}: dev_info"),
-    )?;
+    let rc = unsafe { sys::rte_eth_dev_info_get(port_id, &mut info) };
+    check(rc, || format!("port {name}: dev_info"))?;
     if queues > info.max_rx_queues || queues > info.max_tx_queues {
         return Err(PortError::Config(format!(
             "port {name}: {queues} queues asked, the device has {} rx / {} tx",
@@ -422,9 +419,8 @@ pub fn open(name: &str, devargs: &str, queues: u16) -> Result<Opened, PortError>
     // SAFETY: valid port; mac is writable.
     unsafe { sys::rte_eth_macaddr_get(port_id, &mut mac) };
     // SAFETY: configured port with every queue set up.
-    check(unsafe { sys::rte_eth_dev_start(port_id) }, || {
-        format!("port {name}: start")
-    })?;
+    let rc = unsafe { sys::rte_eth_dev_start(port_id) };
+    check(rc, || format!("port {name}: start"))?;
     let dev = Arc::new(DpdkDev {
         name: name.to_string(),
         port_id,

@@ -174,3 +174,33 @@ pub fn mac_from_name(name: &str) -> MacAddr {
     let b = h.to_be_bytes();
     MacAddr([0x02, b[1], b[2], b[3], b[4], b[5]])
 }
+
+/// The CPU's time-stamp counter (constant-rate on every x86-64 CPU DPDK supports); on
+/// other architectures, nanoseconds since the first call.
+#[inline]
+pub fn tsc() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC has no preconditions and touches no memory.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_nanos() as u64
+    }
+}
+
+/// Ticks of [`tsc`] per second, measured once against the monotonic clock (20 ms).
+pub fn tsc_hz() -> u64 {
+    static HZ: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *HZ.get_or_init(|| {
+        let (t0, c0) = (std::time::Instant::now(), tsc());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let (dt, dc) = (t0.elapsed(), tsc().wrapping_sub(c0));
+        ((dc as f64) / dt.as_secs_f64()).max(1.0) as u64
+    })
+}

@@ -1,0 +1,736 @@
+//! The per-packet stage the worker calls once per burst.
+//!
+//! [`Stage`] is the interface: a burst of received packets in, one [`Verdict`] per packet
+//! out (send on a port, or drop with a named reason). The worker does the I/O and the
+//! counting of verdicts; the stage only looks at and rewrites packets, so the same code runs
+//! on DPDK, TAP, pcap and in-memory ports, and later issues replace the stage.
+//!
+//! [`Forwarder`] is the first stage, a small router:
+//!
+//! - answers ARP requests and IPv6 neighbour solicitations for the port's addresses, and
+//!   learns neighbours from ARP and NDP into the shared [`NeighbourCache`];
+//! - answers ICMP and ICMPv6 echo requests to any of its addresses;
+//! - forwards other IP packets by the [`Fib`] (connected networks + static routes): next hop
+//!   resolved from the neighbour cache (a miss turns the packet into an ARP request or a
+//!   neighbour solicitation, rate-limited per address), TTL / hop limit decremented (IPv4
+//!   checksum updated incrementally), and ICMP time exceeded sent back when it runs out;
+//! - drops everything else under a [`DropReason`].
+//!
+//! Replies are built in the received buffer: no allocation, no copy beyond the quoted
+//! header of an ICMP error. Nothing here panics on any input (see the property test).
+
+pub mod fib;
+pub mod neigh;
+
+pub use fib::{Fib, IfAddr, NextHop, Route};
+pub use neigh::{Neighbour, NeighbourCache};
+
+use crate::port::Pkt;
+use crate::stats::{Counters, DropReason};
+use crate::wire::{
+    arp, checksum, ethernet, icmpv4, icmpv6, ip_proto, ipv4, ipv6, EtherType, MacAddr,
+};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+/// What to do with one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Send it on this port (index in configuration order).
+    Tx(usize),
+    /// Drop it, counting the reason.
+    Drop(DropReason),
+}
+
+/// What a stage may use besides the packets.
+#[derive(Debug)]
+pub struct Ctx<'a> {
+    /// Milliseconds on the worker's clock (real or virtual).
+    pub now_ms: u64,
+    /// The worker's counters (for packets replaced by a reply: the original is counted as
+    /// dropped here, the reply goes out under its verdict).
+    pub counters: &'a mut Counters,
+}
+
+/// A packet-processing stage.
+pub trait Stage: Send {
+    /// Decides every packet of a burst received on `in_port`; `verdicts[i]` is the fate of
+    /// `pkts[i]` (`verdicts` is at least as long as `pkts`).
+    fn process_burst(
+        &mut self,
+        in_port: usize,
+        pkts: &mut [Pkt],
+        verdicts: &mut [Verdict],
+        ctx: &mut Ctx<'_>,
+    );
+}
+
+/// One port as the pipeline sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortConf {
+    /// Port name (for messages).
+    pub name: String,
+    /// sluice's MAC on the port.
+    pub mac: MacAddr,
+    /// sluice's addresses on the port.
+    pub addrs: Vec<IfAddr>,
+}
+
+/// The forwarder's configuration: ports (in worker port order) and the FIB.
+#[derive(Debug, Clone)]
+pub struct ForwarderConfig {
+    /// Ports.
+    pub ports: Vec<PortConf>,
+    /// Forwarding table.
+    pub fib: Fib,
+}
+
+impl ForwarderConfig {
+    /// Builds the configuration, deriving the FIB from the ports' addresses and `routes`.
+    pub fn new(ports: Vec<PortConf>, routes: &[Route]) -> Result<ForwarderConfig, String> {
+        let addrs: Vec<Vec<IfAddr>> = ports.iter().map(|p| p.addrs.clone()).collect();
+        let fib = Fib::new(&addrs, routes)?;
+        Ok(ForwarderConfig { ports, fib })
+    }
+
+    fn v4_on(&self, port: usize) -> Option<Ipv4Addr> {
+        self.ports
+            .get(port)?
+            .addrs
+            .iter()
+            .find_map(|a| match a.addr {
+                IpAddr::V4(v) => Some(v),
+                IpAddr::V6(_) => None,
+            })
+    }
+
+    fn v6_on(&self, port: usize) -> Option<Ipv6Addr> {
+        self.ports
+            .get(port)?
+            .addrs
+            .iter()
+            .find_map(|a| match a.addr {
+                IpAddr::V6(v) => Some(v),
+                IpAddr::V4(_) => None,
+            })
+    }
+
+    fn is_ours(&self, ip: IpAddr) -> bool {
+        self.ports
+            .iter()
+            .any(|p| p.addrs.iter().any(|a| a.addr == ip))
+    }
+
+    fn is_ours_on(&self, port: usize, ip: IpAddr) -> bool {
+        self.ports
+            .get(port)
+            .is_some_and(|p| p.addrs.iter().any(|a| a.addr == ip))
+    }
+
+    /// Whether `ip` is the directed broadcast of a connected IPv4 network of `port`.
+    fn is_directed_broadcast(&self, port: usize, ip: Ipv4Addr) -> bool {
+        self.ports.get(port).is_some_and(|p| {
+            p.addrs.iter().any(|a| match a.addr {
+                IpAddr::V4(v) if a.prefix_len < 31 => {
+                    let host = u32::MAX >> a.prefix_len;
+                    u32::from(v) & !host == u32::from(ip) & !host && u32::from(ip) & host == host
+                }
+                _ => false,
+            })
+        })
+    }
+}
+
+/// The first pipeline stage: ARP/ND, echo, neighbour learning, routed forwarding.
+#[derive(Debug, Clone)]
+pub struct Forwarder {
+    conf: Arc<ForwarderConfig>,
+    neigh: Arc<NeighbourCache>,
+}
+
+const ETH: usize = ethernet::HEADER_LEN;
+const DEFAULT_TTL: u8 = 64;
+/// The most of the offending packet an ICMPv6 error quotes (RFC 4443 §2.4: the error
+/// must fit the minimum MTU of 1280).
+const ICMPV6_QUOTE_MAX: usize = 1280 - ipv6::HEADER_LEN - icmpv6::HEADER_LEN;
+
+impl Forwarder {
+    /// A forwarder over a shared configuration and neighbour cache (one per worker).
+    pub fn new(conf: Arc<ForwarderConfig>, neigh: Arc<NeighbourCache>) -> Forwarder {
+        Forwarder { conf, neigh }
+    }
+
+    /// The shared neighbour cache.
+    pub fn neighbours(&self) -> &Arc<NeighbourCache> {
+        &self.neigh
+    }
+
+    /// Decides one packet.
+    #[inline]
+    pub fn process(&self, in_port: usize, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
+        let Some(port) = self.conf.ports.get(in_port) else {
+            return Verdict::Drop(DropReason::BadPort);
+        };
+        let (dst, ethertype) = {
+            let Ok(f) = ethernet::Frame::new_checked(pkt.data()) else {
+                return Verdict::Drop(DropReason::EthTruncated);
+            };
+            (f.dst_addr(), f.ethertype())
+        };
+        let for_us =
+            dst == port.mac || dst.is_broadcast() || (dst.0[0] == 0x33 && dst.0[1] == 0x33);
+        if !for_us {
+            return Verdict::Drop(DropReason::NotForUs);
+        }
+        match ethertype {
+            EtherType::Arp => self.arp(in_port, pkt, ctx),
+            EtherType::Ipv4 => self.ipv4(in_port, pkt, ctx),
+            EtherType::Ipv6 => self.ipv6(in_port, pkt, ctx),
+            EtherType::Vlan => Verdict::Drop(DropReason::VlanUnsupported),
+            EtherType::Unknown(_) => Verdict::Drop(DropReason::UnknownEtherType),
+        }
+    }
+
+    fn arp(&self, in_port: usize, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
+        let repr =
+            match arp::Packet::new_checked(&pkt.data()[ETH..]).and_then(|p| arp::Repr::parse(&p)) {
+                Ok(r) => r,
+                Err(_) => return Verdict::Drop(DropReason::ArpMalformed),
+            };
+        let target_ours = self
+            .conf
+            .is_ours_on(in_port, IpAddr::V4(repr.target_protocol_addr));
+        let sender = repr.source_protocol_addr;
+        let sender_ok = !sender.is_unspecified()
+            && !sender.is_broadcast()
+            && !sender.is_multicast()
+            && repr.source_hardware_addr.is_unicast();
+        if target_ours && sender_ok {
+            self.neigh
+                .learn(IpAddr::V4(sender), repr.source_hardware_addr, ctx.now_ms);
+        }
+        match repr.operation {
+            arp::Operation::Request if target_ours => {
+                let mac = self.conf.ports[in_port].mac;
+                let reply = arp::Repr {
+                    operation: arp::Operation::Reply,
+                    source_hardware_addr: mac,
+                    source_protocol_addr: repr.target_protocol_addr,
+                    target_hardware_addr: repr.source_hardware_addr,
+                    target_protocol_addr: repr.source_protocol_addr,
+                };
+                if !pkt.set_len(ETH + arp::PACKET_LEN) {
+                    return Verdict::Drop(DropReason::NoRoom);
+                }
+                let d = pkt.data_mut();
+                let mut f = ethernet::Frame::new_unchecked(&mut d[..]);
+                f.set_dst_addr(repr.source_hardware_addr);
+                f.set_src_addr(mac);
+                reply.emit(&mut arp::Packet::new_unchecked(&mut d[ETH..]));
+                Verdict::Tx(in_port)
+            }
+            arp::Operation::Reply if target_ours => Verdict::Drop(DropReason::ArpReplyConsumed),
+            _ => Verdict::Drop(DropReason::ArpNotForUs),
+        }
+    }
+
+    fn ipv4(&self, in_port: usize, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
+        let (dst, total, proto, frag, ttl) = {
+            let Ok(ip) = ipv4::Packet::new_checked(&pkt.data()[ETH..]) else {
+                return Verdict::Drop(DropReason::Ipv4Malformed);
+            };
+            if ip.version() != 4 {
+                return Verdict::Drop(DropReason::Ipv4Malformed);
+            }
+            if !ip.verify_checksum() {
+                return Verdict::Drop(DropReason::Ipv4Checksum);
+            }
+            (
+                ip.dst_addr(),
+                usize::from(ip.total_len()),
+                ip.protocol(),
+                ip.is_fragment(),
+                ip.ttl(),
+            )
+        };
+        // Drop link padding so replies and forwarded packets carry only the datagram.
+        let _ = pkt.set_len(ETH + total);
+        if self.conf.is_ours(IpAddr::V4(dst)) {
+            if proto != ip_proto::ICMP || frag {
+                return Verdict::Drop(DropReason::LocalUnhandled);
+            }
+            return self.echo_v4(in_port, pkt);
+        }
+        if dst.is_broadcast()
+            || dst.is_multicast()
+            || dst.is_unspecified()
+            || self.conf.is_directed_broadcast(in_port, dst)
+        {
+            return Verdict::Drop(DropReason::IpMulticast);
+        }
+        if ttl <= 1 {
+            ctx.counters.drop(DropReason::TtlExceeded);
+            return self.time_exceeded_v4(in_port, pkt);
+        }
+        let Some(nh) = self.conf.fib.lookup(IpAddr::V4(dst)) else {
+            return Verdict::Drop(DropReason::NoRoute);
+        };
+        match self.neigh.lookup(nh.addr) {
+            Neighbour::Reachable(mac) => {
+                let Some(out) = self.conf.ports.get(nh.port) else {
+                    return Verdict::Drop(DropReason::BadPort);
+                };
+                let d = pkt.data_mut();
+                let mut f = ethernet::Frame::new_unchecked(&mut d[..]);
+                f.set_dst_addr(mac);
+                f.set_src_addr(out.mac);
+                ipv4::Packet::new_unchecked(&mut d[ETH..]).decrement_ttl();
+                Verdict::Tx(nh.port)
+            }
+            _ => self.resolve(nh, pkt, ctx),
+        }
+    }
+
+    fn echo_v4(&self, in_port: usize, pkt: &mut Pkt) -> Verdict {
+        let d = pkt.data_mut();
+        let (src_mac, src, dst, hl) = {
+            let f = ethernet::Frame::new_unchecked(&d[..]);
+            let ip = ipv4::Packet::new_unchecked(&d[ETH..]);
+            (
+                f.src_addr(),
+                ip.src_addr(),
+                ip.dst_addr(),
+                usize::from(ip.header_len()),
+            )
+        };
+        {
+            let ip = ipv4::Packet::new_unchecked(&d[ETH..]);
+            let Ok(icmp) = icmpv4::Packet::new_checked(ip.payload()) else {
+                return Verdict::Drop(DropReason::IcmpMalformed);
+            };
+            if !icmp.verify_checksum() {
+                return Verdict::Drop(DropReason::IcmpMalformed);
+            }
+            if icmp.msg_type() != icmpv4::msg_type::ECHO_REQUEST || icmp.msg_code() != 0 {
+                return Verdict::Drop(DropReason::IcmpUnhandled);
+            }
+        }
+        if !src_mac.is_unicast() || src.is_broadcast() || src.is_multicast() || src.is_unspecified()
+        {
+            return Verdict::Drop(DropReason::LocalUnhandled);
+        }
+        let mut f = ethernet::Frame::new_unchecked(&mut d[..]);
+        f.set_dst_addr(src_mac);
+        f.set_src_addr(self.conf.ports[in_port].mac);
+        let mut ip = ipv4::Packet::new_unchecked(&mut d[ETH..]);
+        ip.set_src_addr(dst);
+        ip.set_dst_addr(src);
+        ip.set_ttl(DEFAULT_TTL);
+        ip.fill_checksum();
+        let mut icmp = icmpv4::Packet::new_unchecked(ip.payload_mut());
+        let c = icmp.checksum();
+        icmp.set_type_code(icmpv4::msg_type::ECHO_REPLY, 0);
+        icmp.set_checksum(checksum::update16(
+            c,
+            u16::from(icmpv4::msg_type::ECHO_REQUEST) << 8,
+            u16::from(icmpv4::msg_type::ECHO_REPLY) << 8,
+        ));
+        let _ = hl;
+        Verdict::Tx(in_port)
+    }
+
+    /// Rewrites the packet into an ICMP time exceeded to its sender, out of `in_port`.
+    fn time_exceeded_v4(&self, in_port: usize, pkt: &mut Pkt) -> Verdict {
+        let Some(our) = self.conf.v4_on(in_port) else {
+            return Verdict::Drop(DropReason::TtlExceeded);
+        };
+        let (src_mac, src, hl, total, no_error) = {
+            let d = pkt.data();
+            let f = ethernet::Frame::new_unchecked(d);
+            let ip = ipv4::Packet::new_unchecked(&d[ETH..]);
+            // Never answer an ICMP error (or anything not a plain echo) with an error, nor a
+            // non-first fragment (RFC 1812 §4.3.2.7).
+            let no_error = ip.frag_offset() != 0
+                || (ip.protocol() == ip_proto::ICMP
+                    && ip
+                        .payload()
+                        .first()
+                        .is_none_or(|&t| t != icmpv4::msg_type::ECHO_REQUEST));
+            (
+                f.src_addr(),
+                ip.src_addr(),
+                usize::from(ip.header_len()),
+                usize::from(ip.total_len()),
+                no_error,
+            )
+        };
+        if no_error
+            || !src_mac.is_unicast()
+            || src.is_unspecified()
+            || src.is_broadcast()
+            || src.is_multicast()
+        {
+            return Verdict::Drop(DropReason::TtlExceeded);
+        }
+        let quote = (hl + 8).min(total);
+        let shift = ipv4::HEADER_LEN + icmpv4::HEADER_LEN;
+        if !pkt.set_len(ETH + shift + quote) {
+            return Verdict::Drop(DropReason::NoRoom);
+        }
+        let d = pkt.data_mut();
+        d.copy_within(ETH..ETH + quote, ETH + shift);
+        let mut f = ethernet::Frame::new_unchecked(&mut d[..]);
+        f.set_dst_addr(src_mac);
+        f.set_src_addr(self.conf.ports[in_port].mac);
+        f.set_ethertype(EtherType::Ipv4);
+        let repr = ipv4::Repr {
+            src_addr: our,
+            dst_addr: src,
+            protocol: ip_proto::ICMP,
+            payload_len: icmpv4::HEADER_LEN + quote,
+            ttl: DEFAULT_TTL,
+        };
+        let mut ip = ipv4::Packet::new_unchecked(&mut d[ETH..]);
+        repr.emit(&mut ip);
+        icmpv4::Repr::TimeExceeded {
+            code: 0,
+            data_len: quote,
+        }
+        .emit(&mut icmpv4::Packet::new_unchecked(ip.payload_mut()));
+        Verdict::Tx(in_port)
+    }
+
+    /// The next hop's MAC is unknown: turn the packet into a resolution request (if none is
+    /// pending) and count the original as dropped.
+    fn resolve(&self, nh: NextHop, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
+        if !self.neigh.mark_pending(nh.addr, ctx.now_ms) {
+            return Verdict::Drop(DropReason::NeighbourUnresolved);
+        }
+        let Some(out) = self.conf.ports.get(nh.port) else {
+            return Verdict::Drop(DropReason::BadPort);
+        };
+        let verdict = match nh.addr {
+            IpAddr::V4(target) => {
+                let Some(our) = self.conf.v4_on(nh.port) else {
+                    return Verdict::Drop(DropReason::NoRoute);
+                };
+                if !pkt.set_len(ETH + arp::PACKET_LEN) {
+                    return Verdict::Drop(DropReason::NoRoom);
+                }
+                let d = pkt.data_mut();
+                ethernet::Repr {
+                    src_addr: out.mac,
+                    dst_addr: MacAddr::BROADCAST,
+                    ethertype: EtherType::Arp,
+                }
+                .emit(&mut ethernet::Frame::new_unchecked(&mut d[..]));
+                arp::Repr {
+                    operation: arp::Operation::Request,
+                    source_hardware_addr: out.mac,
+                    source_protocol_addr: our,
+                    target_hardware_addr: MacAddr::ZERO,
+                    target_protocol_addr: target,
+                }
+                .emit(&mut arp::Packet::new_unchecked(&mut d[ETH..]));
+                Verdict::Tx(nh.port)
+            }
+            IpAddr::V6(target) => {
+                let Some(our) = self.conf.v6_on(nh.port) else {
+                    return Verdict::Drop(DropReason::NoRoute);
+                };
+                let sn = ipv6::solicited_node(target);
+                let ns = icmpv6::Repr::NeighborSolicit {
+                    target,
+                    source_ll: Some(out.mac),
+                };
+                let l4 = ns.buffer_len();
+                if !pkt.set_len(ETH + ipv6::HEADER_LEN + l4) {
+                    return Verdict::Drop(DropReason::NoRoom);
+                }
+                let d = pkt.data_mut();
+                ethernet::Repr {
+                    src_addr: out.mac,
+                    dst_addr: MacAddr::ipv6_multicast(sn),
+                    ethertype: EtherType::Ipv6,
+                }
+                .emit(&mut ethernet::Frame::new_unchecked(&mut d[..]));
+                let mut ip = ipv6::Packet::new_unchecked(&mut d[ETH..]);
+                ipv6::Repr {
+                    src_addr: our,
+                    dst_addr: sn,
+                    next_header: ip_proto::ICMPV6,
+                    payload_len: l4,
+                    hop_limit: 255,
+                }
+                .emit(&mut ip);
+                ns.emit(
+                    &mut icmpv6::Packet::new_unchecked(ip.payload_mut()),
+                    our,
+                    sn,
+                );
+                Verdict::Tx(nh.port)
+            }
+        };
+        ctx.counters.drop(DropReason::NeighbourUnresolved);
+        verdict
+    }
+
+    fn ipv6(&self, in_port: usize, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
+        let (src, dst, next, plen, hop) = {
+            let Ok(ip) = ipv6::Packet::new_checked(&pkt.data()[ETH..]) else {
+                return Verdict::Drop(DropReason::Ipv6Malformed);
+            };
+            if ip.version() != 6 {
+                return Verdict::Drop(DropReason::Ipv6Malformed);
+            }
+            (
+                ip.src_addr(),
+                ip.dst_addr(),
+                ip.next_header(),
+                usize::from(ip.payload_len()),
+                ip.hop_limit(),
+            )
+        };
+        let _ = pkt.set_len(ETH + ipv6::HEADER_LEN + plen);
+        if dst.is_multicast() {
+            let ours = self.conf.ports.get(in_port).is_some_and(|p| {
+                p.addrs.iter().any(|a| match a.addr {
+                    IpAddr::V6(v) => ipv6::solicited_node(v) == dst,
+                    IpAddr::V4(_) => false,
+                })
+            });
+            if next == ip_proto::ICMPV6
+                && (ours || dst == Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1))
+            {
+                return self.icmpv6_local(in_port, pkt, ctx, src, dst, hop, true);
+            }
+            return Verdict::Drop(DropReason::IpMulticast);
+        }
+        if self.conf.is_ours(IpAddr::V6(dst)) {
+            if next != ip_proto::ICMPV6 {
+                return Verdict::Drop(DropReason::LocalUnhandled);
+            }
+            return self.icmpv6_local(in_port, pkt, ctx, src, dst, hop, false);
+        }
+        if dst.is_unicast_link_local() || dst.is_unspecified() || src.is_unicast_link_local() {
+            // Link-local traffic is never routed (RFC 4291 §2.5.6).
+            return Verdict::Drop(DropReason::NoRoute);
+        }
+        if hop <= 1 {
+            ctx.counters.drop(DropReason::TtlExceeded);
+            return self.time_exceeded_v6(in_port, pkt);
+        }
+        let Some(nh) = self.conf.fib.lookup(IpAddr::V6(dst)) else {
+            return Verdict::Drop(DropReason::NoRoute);
+        };
+        match self.neigh.lookup(nh.addr) {
+            Neighbour::Reachable(mac) => {
+                let Some(out) = self.conf.ports.get(nh.port) else {
+                    return Verdict::Drop(DropReason::BadPort);
+                };
+                let d = pkt.data_mut();
+                let mut f = ethernet::Frame::new_unchecked(&mut d[..]);
+                f.set_dst_addr(mac);
+                f.set_src_addr(out.mac);
+                ipv6::Packet::new_unchecked(&mut d[ETH..]).set_hop_limit(hop - 1);
+                Verdict::Tx(nh.port)
+            }
+            _ => self.resolve(nh, pkt, ctx),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn icmpv6_local(
+        &self,
+        in_port: usize,
+        pkt: &mut Pkt,
+        ctx: &mut Ctx<'_>,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        hop: u8,
+        multicast: bool,
+    ) -> Verdict {
+        let port_mac = self.conf.ports[in_port].mac;
+        let (src_mac, repr) = {
+            let d = pkt.data();
+            let f = ethernet::Frame::new_unchecked(d);
+            let ip = ipv6::Packet::new_unchecked(&d[ETH..]);
+            let repr = match icmpv6::Packet::new_checked(ip.payload())
+                .and_then(|p| icmpv6::Repr::parse(&p, src, dst))
+            {
+                Ok(r) => r,
+                Err(crate::wire::Error::Unsupported) => {
+                    return Verdict::Drop(DropReason::IcmpUnhandled)
+                }
+                Err(_) => return Verdict::Drop(DropReason::IcmpMalformed),
+            };
+            (f.src_addr(), repr)
+        };
+        match repr {
+            icmpv6::Repr::EchoRequest {
+                ident,
+                seq_no,
+                data_len,
+            } if !multicast => {
+                if !src_mac.is_unicast() || src.is_multicast() || src.is_unspecified() {
+                    return Verdict::Drop(DropReason::LocalUnhandled);
+                }
+                let d = pkt.data_mut();
+                let mut f = ethernet::Frame::new_unchecked(&mut d[..]);
+                f.set_dst_addr(src_mac);
+                f.set_src_addr(port_mac);
+                let mut ip = ipv6::Packet::new_unchecked(&mut d[ETH..]);
+                ip.set_src_addr(dst);
+                ip.set_dst_addr(src);
+                ip.set_hop_limit(DEFAULT_TTL);
+                icmpv6::Repr::EchoReply {
+                    ident,
+                    seq_no,
+                    data_len,
+                }
+                .emit(
+                    &mut icmpv6::Packet::new_unchecked(ip.payload_mut()),
+                    dst,
+                    src,
+                );
+                Verdict::Tx(in_port)
+            }
+            icmpv6::Repr::NeighborSolicit { target, source_ll } => {
+                // RFC 4861 §7.1.1: hop limit 255, target ours.
+                if hop != 255 || !self.conf.is_ours_on(in_port, IpAddr::V6(target)) {
+                    return Verdict::Drop(DropReason::NdNotForUs);
+                }
+                let dad = src.is_unspecified();
+                if let (false, Some(mac)) = (dad, source_ll) {
+                    if mac.is_unicast() {
+                        self.neigh.learn(IpAddr::V6(src), mac, ctx.now_ms);
+                    }
+                }
+                let (reply_dst, reply_mac, flags) = if dad {
+                    let all = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+                    (
+                        all,
+                        MacAddr::ipv6_multicast(all),
+                        icmpv6::na_flags::OVERRIDE,
+                    )
+                } else {
+                    (
+                        src,
+                        source_ll.unwrap_or(src_mac),
+                        icmpv6::na_flags::SOLICITED | icmpv6::na_flags::OVERRIDE,
+                    )
+                };
+                let na = icmpv6::Repr::NeighborAdvert {
+                    flags,
+                    target,
+                    target_ll: Some(port_mac),
+                };
+                let l4 = na.buffer_len();
+                if !pkt.set_len(ETH + ipv6::HEADER_LEN + l4) {
+                    return Verdict::Drop(DropReason::NoRoom);
+                }
+                let d = pkt.data_mut();
+                ethernet::Repr {
+                    src_addr: port_mac,
+                    dst_addr: reply_mac,
+                    ethertype: EtherType::Ipv6,
+                }
+                .emit(&mut ethernet::Frame::new_unchecked(&mut d[..]));
+                let mut ip = ipv6::Packet::new_unchecked(&mut d[ETH..]);
+                ipv6::Repr {
+                    src_addr: target,
+                    dst_addr: reply_dst,
+                    next_header: ip_proto::ICMPV6,
+                    payload_len: l4,
+                    hop_limit: 255,
+                }
+                .emit(&mut ip);
+                na.emit(
+                    &mut icmpv6::Packet::new_unchecked(ip.payload_mut()),
+                    target,
+                    reply_dst,
+                );
+                Verdict::Tx(in_port)
+            }
+            icmpv6::Repr::NeighborAdvert {
+                target, target_ll, ..
+            } => {
+                if hop != 255 {
+                    return Verdict::Drop(DropReason::NdNotForUs);
+                }
+                if let Some(mac) = target_ll.filter(|m| m.is_unicast()) {
+                    if !target.is_multicast() && !target.is_unspecified() {
+                        self.neigh.learn(IpAddr::V6(target), mac, ctx.now_ms);
+                    }
+                }
+                Verdict::Drop(DropReason::NdAdvertConsumed)
+            }
+            _ => Verdict::Drop(DropReason::IcmpUnhandled),
+        }
+    }
+
+    fn time_exceeded_v6(&self, in_port: usize, pkt: &mut Pkt) -> Verdict {
+        let Some(our) = self.conf.v6_on(in_port) else {
+            return Verdict::Drop(DropReason::TtlExceeded);
+        };
+        let (src_mac, src, len, no_error) = {
+            let d = pkt.data();
+            let f = ethernet::Frame::new_unchecked(d);
+            let ip = ipv6::Packet::new_unchecked(&d[ETH..]);
+            let no_error = ip.next_header() == ip_proto::ICMPV6
+                && ip.payload().first().is_none_or(|&t| t < 128);
+            (f.src_addr(), ip.src_addr(), d.len() - ETH, no_error)
+        };
+        if no_error || !src_mac.is_unicast() || src.is_multicast() || src.is_unspecified() {
+            return Verdict::Drop(DropReason::TtlExceeded);
+        }
+        let quote = len.min(ICMPV6_QUOTE_MAX);
+        let shift = ipv6::HEADER_LEN + icmpv6::HEADER_LEN;
+        if !pkt.set_len(ETH + shift + quote) {
+            return Verdict::Drop(DropReason::NoRoom);
+        }
+        let d = pkt.data_mut();
+        d.copy_within(ETH..ETH + quote, ETH + shift);
+        let mut f = ethernet::Frame::new_unchecked(&mut d[..]);
+        f.set_dst_addr(src_mac);
+        f.set_src_addr(self.conf.ports[in_port].mac);
+        f.set_ethertype(EtherType::Ipv6);
+        let mut ip = ipv6::Packet::new_unchecked(&mut d[ETH..]);
+        ipv6::Repr {
+            src_addr: our,
+            dst_addr: src,
+            next_header: ip_proto::ICMPV6,
+            payload_len: icmpv6::HEADER_LEN + quote,
+            hop_limit: DEFAULT_TTL,
+        }
+        .emit(&mut ip);
+        icmpv6::Repr::TimeExceeded {
+            code: 0,
+            data_len: quote,
+        }
+        .emit(
+            &mut icmpv6::Packet::new_unchecked(ip.payload_mut()),
+            our,
+            src,
+        );
+        Verdict::Tx(in_port)
+    }
+}
+
+impl Stage for Forwarder {
+    #[inline]
+    fn process_burst(
+        &mut self,
+        in_port: usize,
+        pkts: &mut [Pkt],
+        verdicts: &mut [Verdict],
+        ctx: &mut Ctx<'_>,
+    ) {
+        for (p, v) in pkts.iter_mut().zip(verdicts.iter_mut()) {
+            *v = self.process(in_port, p, ctx);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

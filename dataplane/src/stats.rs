@@ -1,0 +1,297 @@
+//! Named drop reasons and per-worker counters.
+//!
+//! Every packet sluice drops is counted under one [`DropReason`]. Each worker counts into
+//! its own plain [`Counters`] (no atomics on the hot path) and publishes them every few
+//! hundred poll rounds into its cache-line-aligned [`SharedCounters`], which the control
+//! thread reads without disturbing the worker.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+macro_rules! drop_reasons {
+    ($($(#[doc = $doc:literal])* $name:ident => $text:literal,)*) => {
+        /// Why a packet was dropped.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        #[non_exhaustive]
+        pub enum DropReason {
+            $($(#[doc = $doc])* $name,)*
+        }
+
+        impl DropReason {
+            /// Every reason, in counter order.
+            pub const ALL: &'static [DropReason] = &[$(DropReason::$name,)*];
+            /// Number of reasons.
+            pub const COUNT: usize = [$(DropReason::$name,)*].len();
+
+            /// The reason's stable snake_case name (used in stats output).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(DropReason::$name => $text,)*
+                }
+            }
+        }
+    };
+}
+
+drop_reasons! {
+    /// Shorter than an Ethernet header.
+    EthTruncated => "eth_truncated",
+    /// Unicast to another MAC, or multicast sluice does not listen to.
+    NotForUs => "not_for_us",
+    /// 802.1Q tagged: ports are untagged.
+    VlanUnsupported => "vlan_unsupported",
+    /// An EtherType sluice does not handle.
+    UnknownEtherType => "unknown_ethertype",
+    /// An ARP packet too short or not Ethernet/IPv4.
+    ArpMalformed => "arp_malformed",
+    /// ARP for an address that is not ours (learning may still have happened).
+    ArpNotForUs => "arp_not_for_us",
+    /// ARP reply consumed after learning the neighbour.
+    ArpReplyConsumed => "arp_reply_consumed",
+    /// IPv4 header truncated, bad version or lengths.
+    Ipv4Malformed => "ipv4_malformed",
+    /// IPv4 header checksum wrong.
+    Ipv4Checksum => "ipv4_checksum",
+    /// IPv6 header truncated or bad version.
+    Ipv6Malformed => "ipv6_malformed",
+    /// ICMP/ICMPv6 truncated or with a bad checksum.
+    IcmpMalformed => "icmp_malformed",
+    /// An ICMP/ICMPv6 type sluice does not answer (to one of its addresses).
+    IcmpUnhandled => "icmp_unhandled",
+    /// A neighbour advertisement consumed after learning.
+    NdAdvertConsumed => "nd_advert_consumed",
+    /// A neighbour solicitation for an address that is not ours, or malformed NDP.
+    NdNotForUs => "nd_not_for_us",
+    /// Addressed to sluice but not something it answers (TCP/UDP to its own address,
+    /// fragments of pings, ...).
+    LocalUnhandled => "local_unhandled",
+    /// Broadcast or multicast IP traffic (not routed).
+    IpMulticast => "ip_multicast",
+    /// No route to the destination.
+    NoRoute => "no_route",
+    /// The next hop's MAC is unknown: the packet was turned into an ARP request / neighbour
+    /// solicitation (or dropped while one is pending).
+    NeighbourUnresolved => "neighbour_unresolved",
+    /// TTL or hop limit exhausted (an ICMP time exceeded was sent back).
+    TtlExceeded => "ttl_exceeded",
+    /// Routed back out of the port it came in on towards itself (a loop).
+    RouteLoop => "route_loop",
+    /// The port's tx queue did not take the packet.
+    TxFull => "tx_full",
+    /// The out port does not exist on this worker (configuration error).
+    BadPort => "bad_port",
+    /// The packet does not fit the buffer after a rewrite.
+    NoRoom => "no_room",
+}
+
+impl core::fmt::Display for DropReason {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Packets and bytes a worker moved through one port.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortCounters {
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Packets handed to the device.
+    pub tx_packets: u64,
+    /// Bytes handed to the device.
+    pub tx_bytes: u64,
+}
+
+/// A worker's counters (plain integers, owned by the worker).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counters {
+    /// Per port, in configuration order.
+    pub ports: Vec<PortCounters>,
+    /// Drops by reason, indexed by `DropReason as usize`.
+    pub drops: [u64; DropReason::COUNT],
+    /// Poll rounds that received nothing on any port.
+    pub empty_polls: u64,
+    /// Poll rounds that received something.
+    pub busy_polls: u64,
+    /// TSC cycles spent in busy rounds (rx, pipeline, tx).
+    pub busy_cycles: u64,
+    /// Packets processed in busy rounds (for cycles per packet).
+    pub packets: u64,
+}
+
+impl Counters {
+    /// Zeroed counters for `ports` ports.
+    pub fn new(ports: usize) -> Counters {
+        Counters {
+            ports: vec![PortCounters::default(); ports],
+            drops: [0; DropReason::COUNT],
+            empty_polls: 0,
+            busy_polls: 0,
+            busy_cycles: 0,
+            packets: 0,
+        }
+    }
+
+    /// Counts one drop.
+    #[inline]
+    pub fn drop(&mut self, r: DropReason) {
+        self.drops[r as usize] += 1;
+    }
+
+    /// Counts `n` drops.
+    #[inline]
+    pub fn drop_n(&mut self, r: DropReason, n: u64) {
+        self.drops[r as usize] += n;
+    }
+
+    /// Drops counted under `r`.
+    pub fn drops_of(&self, r: DropReason) -> u64 {
+        self.drops[r as usize]
+    }
+
+    /// All drops.
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    /// Adds another worker's counters (ports matched by index).
+    pub fn add(&mut self, o: &Counters) {
+        if self.ports.len() < o.ports.len() {
+            self.ports.resize(o.ports.len(), PortCounters::default());
+        }
+        for (a, b) in self.ports.iter_mut().zip(&o.ports) {
+            a.rx_packets += b.rx_packets;
+            a.rx_bytes += b.rx_bytes;
+            a.tx_packets += b.tx_packets;
+            a.tx_bytes += b.tx_bytes;
+        }
+        for (a, b) in self.drops.iter_mut().zip(o.drops.iter()) {
+            *a += b;
+        }
+        self.empty_polls += o.empty_polls;
+        self.busy_polls += o.busy_polls;
+        self.busy_cycles += o.busy_cycles;
+        self.packets += o.packets;
+    }
+
+    /// Average TSC cycles per packet in busy rounds (0 when nothing was processed).
+    pub fn cycles_per_packet(&self) -> f64 {
+        if self.packets == 0 {
+            0.0
+        } else {
+            self.busy_cycles as f64 / self.packets as f64
+        }
+    }
+}
+
+#[repr(align(64))]
+#[derive(Default)]
+struct AlignedU64(AtomicU64);
+
+/// A worker's published counters, read by the control thread. Each field sits on its own
+/// cache line group so the single writer does not share lines with other workers.
+#[repr(align(64))]
+pub struct SharedCounters {
+    ports: Box<[[AlignedU64; 4]]>,
+    drops: Box<[AlignedU64]>,
+    polls: [AlignedU64; 4],
+}
+
+impl core::fmt::Debug for SharedCounters {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SharedCounters").finish_non_exhaustive()
+    }
+}
+
+impl SharedCounters {
+    /// Zeroed shared counters for `ports` ports.
+    pub fn new(ports: usize) -> SharedCounters {
+        SharedCounters {
+            ports: (0..ports).map(|_| Default::default()).collect(),
+            drops: (0..DropReason::COUNT)
+                .map(|_| AlignedU64::default())
+                .collect(),
+            polls: Default::default(),
+        }
+    }
+
+    /// Stores a worker's counters (single writer: plain relaxed stores).
+    pub fn publish(&self, c: &Counters) {
+        for (s, p) in self.ports.iter().zip(&c.ports) {
+            s[0].0.store(p.rx_packets, Relaxed);
+            s[1].0.store(p.rx_bytes, Relaxed);
+            s[2].0.store(p.tx_packets, Relaxed);
+            s[3].0.store(p.tx_bytes, Relaxed);
+        }
+        for (s, d) in self.drops.iter().zip(c.drops.iter()) {
+            s.0.store(*d, Relaxed);
+        }
+        self.polls[0].0.store(c.empty_polls, Relaxed);
+        self.polls[1].0.store(c.busy_polls, Relaxed);
+        self.polls[2].0.store(c.busy_cycles, Relaxed);
+        self.polls[3].0.store(c.packets, Relaxed);
+    }
+
+    /// Reads the last published counters.
+    pub fn snapshot(&self) -> Counters {
+        let mut c = Counters::new(self.ports.len());
+        for (p, s) in c.ports.iter_mut().zip(self.ports.iter()) {
+            p.rx_packets = s[0].0.load(Relaxed);
+            p.rx_bytes = s[1].0.load(Relaxed);
+            p.tx_packets = s[2].0.load(Relaxed);
+            p.tx_bytes = s[3].0.load(Relaxed);
+        }
+        for (d, s) in c.drops.iter_mut().zip(self.drops.iter()) {
+            *d = s.0.load(Relaxed);
+        }
+        c.empty_polls = self.polls[0].0.load(Relaxed);
+        c.busy_polls = self.polls[1].0.load(Relaxed);
+        c.busy_cycles = self.polls[2].0.load(Relaxed);
+        c.packets = self.polls[3].0.load(Relaxed);
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_snake_case() {
+        let mut seen = std::collections::HashSet::new();
+        for r in DropReason::ALL {
+            assert!(seen.insert(r.name()));
+            assert!(r
+                .name()
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+        }
+        assert_eq!(DropReason::ALL.len(), DropReason::COUNT);
+        assert_eq!(
+            DropReason::ALL[DropReason::TxFull as usize],
+            DropReason::TxFull
+        );
+    }
+
+    #[test]
+    fn publish_snapshot_and_add() {
+        let mut c = Counters::new(2);
+        c.ports[1].rx_packets = 5;
+        c.drop(DropReason::NoRoute);
+        c.drop_n(DropReason::TxFull, 3);
+        c.busy_cycles = 1000;
+        c.packets = 10;
+        let s = SharedCounters::new(2);
+        s.publish(&c);
+        let got = s.snapshot();
+        assert_eq!(got, c);
+        assert_eq!(got.cycles_per_packet(), 100.0);
+        let mut sum = Counters::new(2);
+        sum.add(&got);
+        sum.add(&got);
+        assert_eq!(sum.drops_of(DropReason::TxFull), 6);
+        assert_eq!(sum.total_drops(), 8);
+        assert_eq!(sum.ports[1].rx_packets, 10);
+    }
+}

@@ -1,0 +1,394 @@
+//! Pinned run-to-completion workers.
+//!
+//! A worker owns one queue of every port (queue index = worker index) and a [`Stage`].
+//! Each poll round it receives a burst of up to [`BURST`] packets from each port, hands the
+//! burst to the stage, and moves each packet by its verdict into that port's tx buffer or
+//! drops it under its reason. A tx buffer is flushed when full, at the end of a round that
+//! did not saturate rx, and at the latest every [`FLUSH_US`] microseconds; what the device
+//! does not take is freed and counted (`tx_full`).
+//!
+//! Counters are plain integers owned by the worker and published to its
+//! [`SharedCounters`] every [`PUBLISH_ROUNDS`] rounds and when it stops. No allocation,
+//! lock or syscall happens per packet (TAP's read/write aside, which is the device).
+
+use crate::pipeline::{Ctx, Stage, Verdict};
+use crate::port::{self, Burst, Queue, BURST};
+use crate::stats::{Counters, DropReason, SharedCounters};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Publish counters every this many poll rounds.
+pub const PUBLISH_ROUNDS: u64 = 256;
+/// Longest time a packet waits in a tx buffer, in microseconds.
+pub const FLUSH_US: u64 = 100;
+
+/// What a worker does when there is nothing to receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idle {
+    /// Busy-poll (DPDK ports: lowest latency, one core at 100%).
+    Spin,
+    /// After `after` empty rounds in a row, sleep, doubling from 1 µs up to `max`
+    /// (TAP/pcap ports: the kernel is on the other side anyway).
+    Sleep {
+        /// Empty rounds before the first sleep.
+        after: u32,
+        /// Longest sleep.
+        max: Duration,
+    },
+}
+
+/// A worker's settings (plain data; `sluice-ctrl` fills it from the Appliance).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerConfig {
+    /// Worker index (= the queue index it polls on every port).
+    pub id: usize,
+    /// CPU core to pin to (`None`: not pinned).
+    pub core: Option<usize>,
+    /// Idle policy.
+    pub idle: Idle,
+}
+
+/// A worker: its queues, its stage, its tx buffers and counters.
+pub struct Worker<S: Stage> {
+    cfg: WorkerConfig,
+    queues: Vec<Box<dyn Queue>>,
+    stage: S,
+    rx: Burst,
+    tx: Vec<Burst>,
+    verdicts: [Verdict; BURST],
+    counters: Counters,
+    shared: Arc<SharedCounters>,
+    rounds: u64,
+    tsc_per_ms: u64,
+    flush_ticks: u64,
+    last_flush: u64,
+    start_tsc: u64,
+    discarded_seen: u64,
+}
+
+impl<S: Stage> core::fmt::Debug for Worker<S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Worker")
+            .field("cfg", &self.cfg)
+            .field("ports", &self.queues.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Stage> Worker<S> {
+    /// A worker polling `queues` (index = port index as the stage knows it).
+    pub fn new(cfg: WorkerConfig, queues: Vec<Box<dyn Queue>>, stage: S) -> Worker<S> {
+        let n = queues.len();
+        let hz = port::tsc_hz();
+        let now = port::tsc();
+        Worker {
+            cfg,
+            queues,
+            stage,
+            rx: Burst::new(),
+            tx: (0..n).map(|_| Burst::new()).collect(),
+            verdicts: [Verdict::Drop(DropReason::BadPort); BURST],
+            counters: Counters::new(n),
+            shared: Arc::new(SharedCounters::new(n)),
+            rounds: 0,
+            tsc_per_ms: (hz / 1000).max(1),
+            flush_ticks: (hz / 1_000_000).max(1) * FLUSH_US,
+            last_flush: now,
+            start_tsc: now,
+            discarded_seen: 0,
+        }
+    }
+
+    /// The counters this worker publishes.
+    pub fn shared_counters(&self) -> Arc<SharedCounters> {
+        self.shared.clone()
+    }
+
+    /// The worker's own (unpublished, current) counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The stage.
+    pub fn stage(&self) -> &S {
+        &self.stage
+    }
+
+    /// Milliseconds since the worker was created, on the TSC.
+    pub fn now_ms(&self) -> u64 {
+        port::tsc().wrapping_sub(self.start_tsc) / self.tsc_per_ms
+    }
+
+    /// One poll round over every port at time `now_ms` (the worker's clock, or a virtual
+    /// one in simulations). Returns the number of packets received.
+    pub fn poll_once(&mut self, now_ms: u64) -> usize {
+        let t0 = port::tsc();
+        let mut total = 0usize;
+        let mut saturated = false;
+        for pi in 0..self.queues.len() {
+            let n = self.queues[pi].rx_burst(&mut self.rx);
+            if n == 0 {
+                continue;
+            }
+            saturated |= n == BURST;
+            total += n;
+            let pc = &mut self.counters.ports[pi];
+            pc.rx_packets += n as u64;
+            pc.rx_bytes += self
+                .rx
+                .as_slice()
+                .iter()
+                .map(|p| p.len() as u64)
+                .sum::<u64>();
+            let mut ctx = Ctx {
+                now_ms,
+                counters: &mut self.counters,
+            };
+            self.stage
+                .process_burst(pi, self.rx.as_mut_slice(), &mut self.verdicts, &mut ctx);
+            let Self {
+                rx,
+                tx,
+                verdicts,
+                queues,
+                counters,
+                ..
+            } = self;
+            for (p, v) in rx.drain().zip(verdicts.iter()) {
+                match *v {
+                    Verdict::Tx(out) if out < tx.len() => {
+                        if tx[out].is_full() {
+                            flush_port(&mut queues[out], &mut tx[out], out, counters);
+                        }
+                        // Cannot fail: just flushed if it was full.
+                        let _ = tx[out].push(p);
+                    }
+                    Verdict::Tx(_) => counters.drop(DropReason::BadPort),
+                    Verdict::Drop(r) => counters.drop(r),
+                }
+            }
+        }
+        let now = port::tsc();
+        if !saturated || now.wrapping_sub(self.last_flush) >= self.flush_ticks {
+            self.flush();
+            self.last_flush = now;
+        }
+        if total == 0 {
+            self.counters.empty_polls += 1;
+        } else {
+            self.counters.busy_polls += 1;
+            self.counters.packets += total as u64;
+            self.counters.busy_cycles += port::tsc().wrapping_sub(t0);
+        }
+        self.rounds += 1;
+        if self.rounds.is_multiple_of(PUBLISH_ROUNDS) {
+            self.publish();
+        }
+        total
+    }
+
+    /// Sends every tx buffer now.
+    pub fn flush(&mut self) {
+        for (i, (q, b)) in self.queues.iter_mut().zip(self.tx.iter_mut()).enumerate() {
+            if !b.is_empty() {
+                flush_port(q, b, i, &mut self.counters);
+            }
+        }
+    }
+
+    /// Publishes the counters to the shared copy.
+    pub fn publish(&mut self) {
+        // Packets a queue discarded itself (foreign buffers it could not copy) are drops
+        // too: fold them in as `tx_full`.
+        let d: u64 = self.queues.iter().map(|q| q.discarded()).sum();
+        if d > self.discarded_seen {
+            self.counters
+                .drop_n(DropReason::TxFull, d - self.discarded_seen);
+            self.discarded_seen = d;
+        }
+        self.shared.publish(&self.counters);
+    }
+
+    /// Runs until `stop` is set: pins the thread, registers it with DPDK when the EAL is
+    /// up, polls, and on stop flushes, publishes and returns its buffers (by dropping
+    /// them). Returns the final counters.
+    pub fn run(mut self, stop: &AtomicBool) -> Counters {
+        if let Some(core) = self.cfg.core {
+            if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+                eprintln!(
+                    "sluice: worker {}: could not pin to core {core}",
+                    self.cfg.id
+                );
+            }
+        }
+        #[cfg(feature = "dpdk")]
+        let _lcore = port::dpdk::register_thread();
+        let mut empty_run = 0u32;
+        let mut sleep = Duration::from_micros(1);
+        while !stop.load(Ordering::Relaxed) {
+            let now = self.now_ms();
+            if self.poll_once(now) > 0 {
+                empty_run = 0;
+                sleep = Duration::from_micros(1);
+                continue;
+            }
+            if let Idle::Sleep { after, max } = self.cfg.idle {
+                empty_run = empty_run.saturating_add(1);
+                if empty_run >= after {
+                    std::thread::sleep(sleep);
+                    sleep = (sleep * 2).min(max);
+                }
+            }
+        }
+        self.flush();
+        self.publish();
+        self.counters.clone()
+    }
+}
+
+#[inline]
+fn flush_port(q: &mut Box<dyn Queue>, b: &mut Burst, port: usize, c: &mut Counters) {
+    let bytes: u64 = b.as_slice().iter().map(|p| p.len() as u64).sum();
+    let sent = q.tx_burst(b);
+    let left_bytes: u64 = b.as_slice().iter().map(|p| p.len() as u64).sum();
+    let pc = &mut c.ports[port];
+    pc.tx_packets += sent as u64;
+    pc.tx_bytes += bytes - left_bytes;
+    let left = b.clear();
+    if left > 0 {
+        c.drop_n(DropReason::TxFull, left as u64);
+    }
+}
+
+/// Starts `worker` on a new thread named `sluice-wN`; it runs until `stop` is set.
+pub fn spawn<S: Stage + 'static>(
+    worker: Worker<S>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<Counters>> {
+    std::thread::Builder::new()
+        .name(format!("sluice-w{}", worker.cfg.id))
+        .spawn(move || worker.run(&stop))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::port::{mem, Pool};
+
+    /// Sends every packet out of the other port (0 <-> 1), drops those starting with 0xdd.
+    struct Cross;
+    impl Stage for Cross {
+        fn process_burst(
+            &mut self,
+            in_port: usize,
+            pkts: &mut [port::Pkt],
+            v: &mut [Verdict],
+            _: &mut Ctx<'_>,
+        ) {
+            for (p, v) in pkts.iter().zip(v.iter_mut()) {
+                *v = if p.data().first() == Some(&0xdd) {
+                    Verdict::Drop(DropReason::NoRoute)
+                } else {
+                    Verdict::Tx(1 - in_port)
+                };
+            }
+        }
+    }
+
+    #[test]
+    fn moves_counts_and_returns_every_buffer() {
+        let pool = Pool::new(256);
+        let (mut outside_a, inside_a) = mem::pair("ext-a", "a", 1, 64);
+        let (inside_b, mut outside_b) = mem::pair("b", "ext-b", 1, 16);
+        let queues = vec![
+            inside_a.queues.into_iter().next().unwrap(),
+            inside_b.queues.into_iter().next().unwrap(),
+        ];
+        let mut w = Worker::new(
+            WorkerConfig {
+                id: 0,
+                core: None,
+                idle: Idle::Spin,
+            },
+            queues,
+            Cross,
+        );
+        let mut b = Burst::new();
+        for i in 0..40u8 {
+            let first = if i % 10 == 0 { 0xdd } else { i };
+            b.push(pool.alloc_copy(&[first; 64]).unwrap())
+                .unwrap_or_else(|_| panic!());
+            if b.is_full() {
+                outside_a.queues[0].tx_burst(&mut b);
+            }
+        }
+        outside_a.queues[0].tx_burst(&mut b);
+        assert!(b.is_empty());
+        // Two rounds: 32 then 8 packets. The b-side ring holds only 16.
+        assert_eq!(w.poll_once(0), 32);
+        let mut got = Burst::new();
+        let n1 = outside_b.queues[0].rx_burst(&mut got);
+        got.clear();
+        assert_eq!(w.poll_once(0), 8);
+        let n2 = outside_b.queues[0].rx_burst(&mut got);
+        got.clear();
+        let c = w.counters().clone();
+        assert_eq!(c.ports[0].rx_packets, 40);
+        assert_eq!(c.ports[0].rx_bytes, 40 * 64);
+        assert_eq!(c.drops_of(DropReason::NoRoute), 4);
+        assert_eq!(c.ports[1].tx_packets as usize, n1 + n2);
+        assert_eq!(c.ports[1].tx_packets + c.drops_of(DropReason::TxFull), 36);
+        assert!(
+            c.drops_of(DropReason::TxFull) > 0,
+            "a 16-deep ring cannot take 28 at once"
+        );
+        w.publish();
+        assert_eq!(w.shared_counters().snapshot(), c);
+        assert_eq!(w.poll_once(0), 0);
+        assert_eq!(w.counters().empty_polls, 1);
+        drop(w);
+        assert_eq!(pool.in_use(), 0, "every buffer went back to the pool");
+    }
+
+    #[test]
+    fn threaded_run_stops_cleanly() {
+        let pool = Pool::new(64);
+        let (mut ext, int) = mem::pair("ext", "int", 1, 64);
+        let (int2, _ext2) = mem::pair("int2", "ext2", 1, 64);
+        let queues = vec![
+            int.queues.into_iter().next().unwrap(),
+            int2.queues.into_iter().next().unwrap(),
+        ];
+        let w = Worker::new(
+            WorkerConfig {
+                id: 0,
+                core: Some(0),
+                idle: Idle::Sleep {
+                    after: 10,
+                    max: Duration::from_millis(1),
+                },
+            },
+            queues,
+            Cross,
+        );
+        let shared = w.shared_counters();
+        let stop = Arc::new(AtomicBool::new(false));
+        let h = spawn(w, stop.clone()).unwrap();
+        let mut b = Burst::new();
+        for _ in 0..10 {
+            b.push(pool.alloc_copy(&[1; 60]).unwrap())
+                .unwrap_or_else(|_| panic!());
+        }
+        ext.queues[0].tx_burst(&mut b);
+        let t0 = std::time::Instant::now();
+        while shared.snapshot().ports[0].rx_packets < 10 && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        stop.store(true, Ordering::Relaxed);
+        let c = h.join().unwrap();
+        assert_eq!(c.ports[0].rx_packets, 10);
+        assert_eq!(c.ports[1].tx_packets, 10);
+        assert_eq!(shared.snapshot(), c);
+    }
+}
