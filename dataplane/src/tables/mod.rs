@@ -1,1 +1,4 @@
 //! Compiled, immutable tables and their lookups. Built by `sluice-ctrl`, read here.
+
+pub mod hostname;
+pub mod hosts;
