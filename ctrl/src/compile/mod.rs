@@ -825,13 +825,8 @@ impl Ctx<'_> {
                             };
                         }
                         if !self.index.grant_allows(
-                            "gateway.networking.k8s.io",
-                            route_kind,
-                            &rns,
-                            "",
-                            "Service",
-                            &bns,
-                            &b.name,
+                            ("gateway.networking.k8s.io", route_kind, &rns),
+                            ("", "Service", &bns, &b.name),
                         ) {
                             return Backend {
                                 name: format!("{bns}/{}", b.name),

@@ -1,0 +1,234 @@
+//! The `sluice` binary as a user runs it: exit codes, error format, explain's JSON.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn sluice(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("run sluice")
+}
+
+fn configs(rel: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../configs")
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let p = dir.join(name);
+    std::fs::write(&p, contents).expect("write");
+    p
+}
+
+fn explain(args: &[&str]) -> Value {
+    let out = sluice(&[&["explain"], args].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+#[test]
+fn check_configs_succeeds_with_a_summary() {
+    let out = sluice(&["check", "-c", &configs("")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("configuration OK"), "{stdout}");
+    assert!(stdout.contains("listeners:"), "{stdout}");
+    assert!(stdout.contains("Appliance 1"), "{stdout}");
+}
+
+#[test]
+fn check_reports_every_error_located_and_exits_1() {
+    let bad = temp_file(
+        "bad.yaml",
+        b"apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec:\n  servers:\n  - port: {number: 70000, name: p, protocol: TCPX}\n    hosts: [\"*\"]\n",
+    );
+    let out = sluice(&["check", "-c", &bad.display().to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let file = bad.display().to_string();
+    assert!(
+        stderr.contains(&format!(
+            "{file}:6:12: Gateway.networking.istio.io ns/g: spec.servers[0].port.number: port 70000 is out of range"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("spec.servers[0].port.protocol: unknown protocol `TCPX`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("2 error(s)"), "{stderr}");
+}
+
+#[test]
+fn check_reads_stdin() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["check", "-c", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n")
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Namespace 1"));
+}
+
+#[test]
+fn missing_file_is_an_error_not_a_panic() {
+    let out = sluice(&["check", "-c", "/nonexistent/sluice.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/nonexistent/sluice.yaml:1:1: cannot read")
+    );
+}
+
+#[test]
+fn explain_tcp_route_lists_weighted_backends() {
+    let v = explain(&[
+        "-c",
+        &configs("demo"),
+        "--proto",
+        "tcp",
+        "--src",
+        "10.77.0.1:40000",
+        "--dst",
+        "10.77.0.10:7000",
+    ]);
+    for key in [
+        "verdict", "listener", "route", "backend", "policy", "inspect", "reason",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}: {v}");
+    }
+    assert_eq!(v["verdict"], "forward");
+    assert_eq!(v["route"], "TCPRoute demo/echo");
+    assert_eq!(v["backends"][0]["share"], 0.75);
+    assert_eq!(v["backends"][1]["endpoints"][0], "10.78.0.12:7000");
+}
+
+#[test]
+fn explain_sni_picks_the_route_and_rejects_unknown_names() {
+    let base = [
+        "-c",
+        &configs("demo"),
+        "--src",
+        "10.77.0.1:40000",
+        "--dst",
+        "10.77.0.10:8443",
+    ];
+    let v = explain(&[&base[..], &["--sni", "Beta.Demo.Sluice.Dev"]].concat());
+    assert_eq!(v["route"], "TLSRoute demo/beta");
+    assert_eq!(v["backends"][0]["endpoints"][0], "10.78.0.22:8443");
+    let v = explain(&[&base[..], &["--sni", "gamma.demo.sluice.dev"]].concat());
+    assert_eq!(v["verdict"], "reject");
+    assert_eq!(v["route"], Value::Null);
+    let v = explain(&base);
+    assert_eq!(v["verdict"], "reject", "no SNI and no catch-all");
+}
+
+#[test]
+fn explain_parses_a_payload_file() {
+    let req = temp_file(
+        "req.http",
+        b"GET /api/v1 HTTP/1.1\r\nHost: WWW.demo.sluice.dev:8080\r\nUser-Agent: t\r\n\r\n",
+    );
+    let v = explain(&[
+        "-c",
+        &configs("demo"),
+        "--src",
+        "10.77.0.1:40000",
+        "--dst",
+        "10.77.0.10:8080",
+        "--payload-file",
+        &req.display().to_string(),
+    ]);
+    assert_eq!(v["inspect"]["result"], "http");
+    assert_eq!(v["inspect"]["http_host"], "www.demo.sluice.dev");
+    assert_eq!(v["route"], "VirtualService demo/web http");
+    assert_eq!(v["backends"][0]["name"], "demo/echo-a:7000", "{v}");
+    let junk = temp_file("junk.bin", b"\x00\x01\x02SSH-2.0\r\n");
+    let v = explain(&[
+        "-c",
+        &configs("demo"),
+        "--src",
+        "10.77.0.1:40000",
+        "--dst",
+        "10.77.0.10:8443",
+        "--payload-file",
+        &junk.display().to_string(),
+    ]);
+    assert_eq!(v["inspect"]["result"], "not-tls");
+    assert_eq!(v["verdict"], "reject");
+}
+
+#[test]
+fn explain_without_listener_drops() {
+    let v = explain(&[
+        "-c",
+        &configs("demo"),
+        "--proto",
+        "udp",
+        "--src",
+        "10.77.0.1:40000",
+        "--dst",
+        "10.77.0.10:7000",
+    ]);
+    assert_eq!(v["verdict"], "drop");
+    assert_eq!(v["listener"], Value::Null);
+}
+
+#[test]
+fn tables_dump_and_route_filter() {
+    let out = sluice(&[
+        "tables",
+        "-c",
+        &configs("gateway-api"),
+        "--route",
+        "TCPRoute data/postgres",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["backends"][0]["weight"], 70);
+    let out = sluice(&["tables", "-c", &configs("gateway-api"), "--route", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn every_command_has_help() {
+    for cmd in [
+        &["--help"][..],
+        &["check", "--help"],
+        &["explain", "--help"],
+        &["tables", "--help"],
+    ] {
+        let out = sluice(cmd);
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stdout).contains("Usage"));
+    }
+}
