@@ -1,1 +1,13 @@
 //! `sluice-tests`: shared helpers for the integration tests in `tests/tests/`.
+//!
+//! - [`sim`]: the simulation harness: smoltcp hosts on in-memory wires (a `phy::Device`
+//!   over the in-memory port), a virtual clock, a seeded fault injector (drop, duplicate,
+//!   reorder, corrupt), and sluice's worker stepped on the same clock.
+//! - [`apps`]: small applications on smoltcp sockets: a TCP client, an echo server, a tiny
+//!   HTTP server and client, ping.
+//! - [`sys`]: guards for kernel resources the tests create (TAP devices, network
+//!   namespaces, child processes) that clean up on drop, also when a test fails.
+
+pub mod apps;
+pub mod sim;
+pub mod sys;
