@@ -11,8 +11,11 @@ use std::net::{IpAddr, SocketAddr};
 use serde_json::{json, Value};
 use sluice_dataplane::inspect::{self, Inspected};
 
-use crate::compile::host_matches;
-use crate::compile::ir::{BackendTarget, Ir, Listener, ListenerKind, Route, RouteKind, L4};
+use sluice_dataplane::tables::hosts::HostMatcher;
+
+use crate::compile::ir::{
+    BackendTarget, Binding, Ir, Listener, ListenerKind, Route, RouteKind, L4,
+};
 
 /// One hypothetical connection.
 #[derive(Debug, Clone)]
@@ -98,34 +101,11 @@ fn listener_json(l: &Listener) -> Value {
     })
 }
 
-/// The most specific binding of a listener for a name: exact, then the longest
-/// wildcard suffix, then `*`.
-pub fn pick_binding<'a>(
-    l: &'a Listener,
-    name: Option<&str>,
-) -> Option<&'a crate::compile::ir::Binding> {
-    let name = name.map(str::to_ascii_lowercase);
-    let mut best: Option<(&crate::compile::ir::Binding, usize)> = None;
-    for b in &l.bindings {
-        let score = if b.host == "*" {
-            1
-        } else if let Some(n) = &name {
-            if !host_matches(&b.host, n) {
-                continue;
-            }
-            if b.host.starts_with('*') {
-                2 + b.host.len()
-            } else {
-                usize::MAX
-            }
-        } else {
-            continue;
-        };
-        if best.is_none_or(|(_, s)| score > s) {
-            best = Some((b, score));
-        }
-    }
-    best.map(|(b, _)| b)
+/// The most specific binding of a listener for a name (exact, then the longest wildcard
+/// suffix, then `*`), found with the dataplane's own compiled host matcher.
+pub fn pick_binding<'a>(l: &'a Listener, name: Option<&str>) -> Option<&'a Binding> {
+    let matcher = HostMatcher::from_strs(l.bindings.iter().map(|b| (b.host.as_str(), b))).ok()?;
+    matcher.lookup(name.unwrap_or("").as_bytes()).copied()
 }
 
 fn backends_json(backends: &[crate::compile::ir::Backend]) -> Value {

@@ -28,6 +28,7 @@ use crate::model::meta::{IntOrString, LabelSelector};
 use crate::model::{Kind, Object};
 use crate::validate::{self, Index};
 use ir::*;
+use sluice_dataplane::tables::hostname;
 
 /// Maglev table size used when neither a DestinationRule nor the Appliance sets one.
 pub const DEFAULT_MAGLEV_TABLE_SIZE: u64 = 65537;
@@ -135,41 +136,18 @@ struct Ctx<'a> {
     virtual_addresses: Vec<IpAddr>,
 }
 
-/// Whether a host pattern (`*`, `*.suffix`, exact) matches a concrete name.
-pub fn host_matches(pattern: &str, name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    let pattern = pattern.to_ascii_lowercase();
-    if pattern == "*" {
-        return true;
+/// Istio's binding of a VirtualService host to a Gateway server host: they bind when
+/// they overlap (`host.Name.Matches`), and the route serves the more specific of the two.
+pub fn istio_bound_host(server_host: &str, vs_host: &str) -> Option<String> {
+    if !hostname::istio_matches(server_host, vs_host) {
+        return None;
     }
-    match pattern.strip_prefix('*') {
-        Some(suffix) => name.len() > suffix.len() && name.ends_with(suffix),
-        None => pattern == name,
-    }
-}
-
-/// Istio's host intersection: two patterns intersect when either matches the other.
-/// Returns the more specific of the two.
-pub fn host_intersection(a: &str, b: &str) -> Option<String> {
-    let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());
-    if host_matches(&a, b.trim_start_matches("*.")) && (!b.starts_with('*') || a == "*") {
-        return Some(b);
-    }
-    if host_matches(&b, a.trim_start_matches("*.")) && (!a.starts_with('*') || b == "*") {
-        return Some(a);
-    }
-    if a.starts_with('*') && b.starts_with('*') {
-        // both wildcards: the longer suffix, if it lies under the shorter one
-        let (long, short) = if a.len() >= b.len() {
-            (&a, &b)
-        } else {
-            (&b, &a)
-        };
-        if short == "*" || long.ends_with(&short[1..]) {
-            return Some(long.clone());
-        }
-    }
-    None
+    let narrowed = if hostname::istio_subset_of(vs_host, server_host) {
+        vs_host
+    } else {
+        server_host
+    };
+    Some(narrowed.to_ascii_lowercase())
 }
 
 impl Ctx<'_> {
@@ -521,7 +499,7 @@ impl Ctx<'_> {
                         continue;
                     }
                     for vh in &vs.spec.hosts {
-                        if let Some(h) = host_intersection(sh, vh) {
+                        if let Some(h) = istio_bound_host(sh, vh) {
                             if !hosts.contains(&h) {
                                 hosts.push(h);
                             }
@@ -560,7 +538,7 @@ impl Ctx<'_> {
                                 }
                                 for sni in &m.sni_hosts {
                                     for h in &hosts {
-                                        if let Some(x) = host_intersection(h, sni) {
+                                        if let Some(x) = istio_bound_host(h, sni) {
                                             snis.push((x, m.destination_subnets.clone()));
                                         }
                                     }
@@ -793,14 +771,13 @@ impl Ctx<'_> {
                     continue;
                 }
                 // Hostnames: intersection of listener and route hostnames.
-                let hosts: Vec<String> = match (&l.hostname, hostnames.is_empty()) {
-                    (None, true) => vec!["*".into()],
-                    (Some(lh), true) => vec![lh.to_ascii_lowercase()],
-                    (lh, false) => hostnames
-                        .iter()
-                        .filter_map(|rh| host_intersection(lh.as_deref().unwrap_or("*"), rh))
-                        .collect(),
-                };
+                let route_hosts: Vec<&str> = hostnames.iter().map(String::as_str).collect();
+                let hosts: Vec<String> =
+                    match hostname::narrow_route_hostnames(l.hostname.as_deref(), &route_hosts) {
+                        Some(h) if h.is_empty() => vec!["*".into()],
+                        Some(h) => h.iter().map(|h| h.to_ascii_lowercase()).collect(),
+                        None => Vec::new(),
+                    };
                 if hosts.is_empty() {
                     rit.reporter(diags).warn(
                         &rit.path("spec.hostnames"),
@@ -907,27 +884,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn host_matching_rules() {
-        assert!(host_matches("*.example.com", "a.example.com"));
-        assert!(host_matches("*.example.com", "a.b.example.com"));
-        assert!(!host_matches("*.example.com", "example.com"));
-        assert!(host_matches("*", "anything"));
-        assert!(host_matches("Foo.COM", "foo.com"));
-    }
-
-    #[test]
-    fn intersections() {
-        assert_eq!(host_intersection("*", "a.com").as_deref(), Some("a.com"));
+    fn istio_binding_narrows_to_the_more_specific_host() {
+        assert_eq!(istio_bound_host("*", "a.com").as_deref(), Some("a.com"));
         assert_eq!(
-            host_intersection("*.a.com", "x.a.com").as_deref(),
+            istio_bound_host("*.a.com", "x.a.com").as_deref(),
             Some("x.a.com")
         );
         assert_eq!(
-            host_intersection("*.a.com", "*.x.a.com").as_deref(),
+            istio_bound_host("x.a.com", "*.a.com").as_deref(),
+            Some("x.a.com")
+        );
+        assert_eq!(
+            istio_bound_host("*.a.com", "*.x.a.com").as_deref(),
             Some("*.x.a.com")
         );
-        assert_eq!(host_intersection("*.a.com", "a.com"), None);
-        assert_eq!(host_intersection("b.com", "a.com"), None);
-        assert_eq!(host_intersection("*.b.com", "*.a.com"), None);
+        assert_eq!(istio_bound_host("b.com", "a.com"), None);
+        assert_eq!(istio_bound_host("*.b.com", "*.a.com"), None);
     }
 }
