@@ -95,7 +95,7 @@ fn two_workers_share_the_load_without_duplicates() {
 
     let mut seen = HashSet::new();
     let mut dups = 0u32;
-    let mut drain =
+    let drain =
         |sink: &mut sluice_dataplane::port::Opened, seen: &mut HashSet<u32>, dups: &mut u32| {
             let mut b = Burst::new();
             for q in sink.queues.iter_mut() {
