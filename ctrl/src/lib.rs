@@ -10,11 +10,15 @@
 //! - [`compile`]: the resolved IR (listeners, routes, backends, workloads, policies).
 //! - [`config`]: load -> validate -> IR in one call, summaries and table dumps.
 //! - [`explain`]: trace one hypothetical connection (`sluice explain`).
+//! - [`run`]: `sluice run`: the Appliance translated into ports and pinned workers.
+//! - [`api`]: the admin socket of a running instance and `sluice ctl`, its client.
 
+pub mod api;
 pub mod compile;
 pub mod config;
 pub mod diag;
 pub mod explain;
 pub mod load;
 pub mod model;
+pub mod run;
 pub mod validate;

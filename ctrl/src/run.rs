@@ -1,0 +1,561 @@
+//! `sluice run`: ports and pinned workers from the Appliance manifest.
+//!
+//! The Appliance (`sluice.dev/v1alpha1`) is translated into the dataplane's plain
+//! configuration ([`RunPlan`]): ports ([`PortKind`]) with their addresses, one worker per
+//! core, static routes, EAL arguments and the admin socket. Without an Appliance sluice
+//! runs the embedded default ([`DEFAULT_APPLIANCE`]): one TAP port `sl0` where sluice is
+//! `10.77.0.2/24` and `fd77::2/64`; the kernel's side of the TAP device gets `10.77.0.1/24`
+//! and `fd77::1/64`, so `ping 10.77.0.2` works right away.
+//!
+//! While running it prints one line per second (pps and bit rate per port, drops by
+//! reason) unless `--quiet`, serves the same counters on the admin socket
+//! (`sluice ctl stats`), and stops cleanly on SIGINT/SIGTERM: workers flush their tx
+//! buffers, publish their counters and return every buffer.
+
+use crate::api::{self, Snapshot};
+use crate::config;
+use crate::model::appliance::ApplianceSpec;
+use crate::model::Object;
+use sluice_dataplane::pipeline::{
+    Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Route,
+};
+use sluice_dataplane::port::{self, Opened, Pool, PortKind};
+use sluice_dataplane::stats::{Counters, SharedCounters};
+use sluice_dataplane::worker::{self, Idle, Worker, WorkerConfig};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The admin socket when the Appliance names none.
+pub const DEFAULT_ADMIN_SOCKET: &str = "/run/sluice/admin.sock";
+
+/// The embedded default, used when no Appliance is given: one TAP port.
+pub const DEFAULT_APPLIANCE: &str = r#"
+apiVersion: sluice.dev/v1alpha1
+kind: Appliance
+metadata: {name: default}
+spec:
+  cores: [0]
+  ports:
+  - name: sl0
+    tap: {name: sl0}
+    addresses: [10.77.0.2/24, "fd77::2/64"]
+"#;
+
+/// Addresses the embedded default gives the kernel's side of `sl0`.
+pub const DEFAULT_PEER_ADDRESSES: [&str; 2] = ["10.77.0.1/24", "fd77::1/64"];
+
+/// `sluice run` arguments.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RunArgs {
+    /// Manifest files or directories (`-` for stdin). Without an Appliance among them,
+    /// the embedded default is used (TAP port `sl0`, sluice at 10.77.0.2/24, fd77::2/64).
+    #[arg(short = 'c', long = "config", num_args = 1..)]
+    pub config: Vec<PathBuf>,
+    /// Do not print the once-per-second summary.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Admin socket path (overrides the Appliance's `admin.socket`).
+    #[arg(long)]
+    pub admin_socket: Option<PathBuf>,
+    /// Stop by itself after this many seconds (default: run until SIGINT/SIGTERM).
+    #[arg(long)]
+    pub duration: Option<f64>,
+}
+
+/// One port of the plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortPlan {
+    /// Name.
+    pub name: String,
+    /// Backend.
+    pub kind: PortKind,
+    /// sluice's addresses on it.
+    pub addrs: Vec<IfAddr>,
+}
+
+/// What `sluice run` starts, translated from the Appliance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunPlan {
+    /// Ports in order.
+    pub ports: Vec<PortPlan>,
+    /// One worker per core.
+    pub cores: Vec<usize>,
+    /// Static routes.
+    pub routes: Vec<Route>,
+    /// EAL arguments (only used when a DPDK port exists).
+    pub eal: Vec<String>,
+    /// Admin socket.
+    pub admin_socket: PathBuf,
+    /// Whether this is the embedded default (its TAP peer gets addresses).
+    pub is_default: bool,
+}
+
+fn parse_cidr(s: &str) -> Result<IfAddr, String> {
+    let (a, l) = s
+        .split_once('/')
+        .ok_or_else(|| format!("address {s:?} needs a prefix length (10.77.0.2/24)"))?;
+    let addr: IpAddr = a.parse().map_err(|_| format!("address {s:?}: bad IP"))?;
+    let prefix_len: u8 = l
+        .parse()
+        .map_err(|_| format!("address {s:?}: bad prefix length"))?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    if prefix_len > max {
+        return Err(format!("address {s:?}: prefix length over {max}"));
+    }
+    Ok(IfAddr { addr, prefix_len })
+}
+
+impl RunPlan {
+    /// Translates an Appliance spec.
+    pub fn from_appliance(spec: &ApplianceSpec, is_default: bool) -> Result<RunPlan, String> {
+        if spec.ports.is_empty() {
+            return Err("the Appliance has no ports".into());
+        }
+        let cores: Vec<usize> = if spec.cores.is_empty() {
+            vec![0]
+        } else {
+            spec.cores.iter().map(|&c| c as usize).collect()
+        };
+        let workers = cores.len() as u16;
+        let mut ports = Vec::new();
+        for p in &spec.ports {
+            let kinds = [p.tap.is_some(), p.dpdk.is_some(), p.pcap.is_some()];
+            if kinds.iter().filter(|&&k| k).count() != 1 {
+                return Err(format!(
+                    "port {}: give exactly one of tap, dpdk, pcap",
+                    p.name
+                ));
+            }
+            if let Some(q) = p.queues {
+                if q != workers {
+                    return Err(format!(
+                        "port {}: queues {q} must equal the number of cores ({workers}): each worker polls one queue of every port",
+                        p.name
+                    ));
+                }
+            }
+            let kind = if let Some(t) = &p.tap {
+                PortKind::Tap {
+                    ifname: t.name.clone(),
+                }
+            } else if let Some(d) = &p.dpdk {
+                PortKind::Dpdk {
+                    devargs: d.devargs.clone(),
+                }
+            } else if let Some(c) = &p.pcap {
+                if workers > 1 {
+                    return Err(format!(
+                        "port {}: a pcap port has one queue; use one core",
+                        p.name
+                    ));
+                }
+                PortKind::Pcap {
+                    rx: c.rx.as_ref().map(PathBuf::from),
+                    tx: c.tx.as_ref().map(PathBuf::from),
+                }
+            } else {
+                unreachable!("checked above")
+            };
+            let addrs = p
+                .addresses
+                .iter()
+                .map(|a| parse_cidr(a).map_err(|e| format!("port {}: {e}", p.name)))
+                .collect::<Result<Vec<_>, _>>()?;
+            ports.push(PortPlan {
+                name: p.name.clone(),
+                kind,
+                addrs,
+            });
+        }
+        let mut routes = Vec::new();
+        for r in &spec.routes {
+            let to = parse_cidr(&r.to).map_err(|e| format!("route: {e}"))?;
+            let via: IpAddr = r
+                .via
+                .parse()
+                .map_err(|_| format!("route to {}: bad next hop {:?}", r.to, r.via))?;
+            routes.push(Route {
+                to: to.addr,
+                prefix_len: to.prefix_len,
+                via,
+            });
+        }
+        Ok(RunPlan {
+            ports,
+            cores,
+            routes,
+            eal: spec.eal.clone(),
+            admin_socket: spec
+                .admin
+                .as_ref()
+                .and_then(|a| a.socket.as_ref())
+                .map_or_else(|| PathBuf::from(DEFAULT_ADMIN_SOCKET), PathBuf::from),
+            is_default,
+        })
+    }
+
+    /// The EAL arguments: the Appliance's, plus `--vdev` for each DPDK port given by vdev
+    /// devargs (`net_...`), so the EAL creates them.
+    pub fn eal_args(&self) -> Vec<String> {
+        let mut a = self.eal.clone();
+        for p in &self.ports {
+            if let PortKind::Dpdk { devargs } = &p.kind {
+                if devargs.starts_with("net_") && !a.iter().any(|x| x == devargs) {
+                    a.push("--vdev".into());
+                    a.push(devargs.clone());
+                }
+            }
+        }
+        a
+    }
+}
+
+/// Reads the configuration and returns the plan (the Appliance's, or the default).
+pub fn plan(args: &RunArgs) -> Result<RunPlan, String> {
+    let mut spec = None;
+    if !args.config.is_empty() {
+        let c = config::compile_paths(&args.config);
+        let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
+        if !errors.is_empty() {
+            return Err(errors.join("\n"));
+        }
+        spec = c.items.iter().find_map(|it| match &it.object {
+            Object::Appliance(a) => Some(a.spec.clone()),
+            _ => None,
+        });
+    }
+    let mut plan = match spec {
+        Some(s) => RunPlan::from_appliance(&s, false)?,
+        None => RunPlan::from_appliance(&default_spec()?, true)?,
+    };
+    if let Some(p) = &args.admin_socket {
+        plan.admin_socket = p.clone();
+    }
+    Ok(plan)
+}
+
+fn default_spec() -> Result<ApplianceSpec, String> {
+    let mut loaded = crate::load::Loaded::default();
+    crate::load::load_str("<embedded default>", DEFAULT_APPLIANCE, &mut loaded);
+    let c = config::compile_loaded(loaded);
+    c.items
+        .iter()
+        .find_map(|it| match &it.object {
+            Object::Appliance(a) => Some(a.spec.clone()),
+            _ => None,
+        })
+        .ok_or_else(|| "the embedded default Appliance does not decode".into())
+}
+
+/// Runs the dataplane until SIGINT/SIGTERM (or `--duration`). Prints errors itself.
+pub fn run(args: &RunArgs) -> ExitCode {
+    match run_inner(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice run: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What the admin API and the summary read.
+pub(crate) struct Running {
+    pub(crate) ports: Vec<(String, Arc<dyn port::Port>)>,
+    pub(crate) workers: Vec<(usize, usize, Arc<SharedCounters>)>,
+    pub(crate) neighbours: Arc<NeighbourCache>,
+    pub(crate) started: Instant,
+}
+
+impl Running {
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        Snapshot::take(self)
+    }
+}
+
+fn open_port(p: &PortPlan, queues: u16, pool: &Pool) -> Result<Opened, String> {
+    let r = match &p.kind {
+        PortKind::Tap { ifname } => port::tap::open(&p.name, ifname, queues, pool),
+        PortKind::Pcap { rx, tx } => port::pcap::open(&p.name, rx.as_deref(), tx.as_deref(), pool),
+        #[cfg(feature = "dpdk")]
+        PortKind::Dpdk { devargs } => port::dpdk::open(&p.name, devargs, queues),
+        #[cfg(not(feature = "dpdk"))]
+        PortKind::Dpdk { .. } => Err(port::PortError::NoDpdk(p.name.clone())),
+    };
+    r.map_err(|e| format!("port {}: {e}", p.name))
+}
+
+fn run_inner(args: &RunArgs) -> Result<(), String> {
+    let plan = plan(args)?;
+    let workers_n = plan.cores.len();
+    let has_dpdk = plan
+        .ports
+        .iter()
+        .any(|p| matches!(p.kind, PortKind::Dpdk { .. }));
+    if has_dpdk {
+        #[cfg(feature = "dpdk")]
+        port::dpdk::init(&plan.eal_args()).map_err(|e| e.to_string())?;
+        #[cfg(not(feature = "dpdk"))]
+        return Err("this build has no DPDK backend (rebuild with the `dpdk` feature)".into());
+    }
+    let pool = Pool::new((plan.ports.len() * workers_n * 1024).max(4096));
+    let mut opened = Vec::new();
+    for p in &plan.ports {
+        opened.push(open_port(p, workers_n as u16, &pool)?);
+    }
+    if plan.is_default {
+        configure_default_peer(&plan);
+    }
+    let port_confs: Vec<PortConf> = plan
+        .ports
+        .iter()
+        .zip(&opened)
+        .map(|(p, o)| PortConf {
+            name: p.name.clone(),
+            mac: o.port.mac(),
+            addrs: p.addrs.clone(),
+        })
+        .collect();
+    let conf = Arc::new(ForwarderConfig::new(port_confs, &plan.routes)?);
+    let neighbours = Arc::new(NeighbourCache::new(4096));
+    let ports: Vec<(String, Arc<dyn port::Port>)> = opened
+        .iter()
+        .map(|o| (o.port.name().to_string(), o.port.clone()))
+        .collect();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| format!("signal handler: {e}"))?;
+    }
+
+    let mut per_worker: Vec<Vec<Box<dyn port::Queue>>> =
+        (0..workers_n).map(|_| Vec::new()).collect();
+    for o in opened {
+        for (w, q) in o.queues.into_iter().enumerate() {
+            if let Some(v) = per_worker.get_mut(w) {
+                v.push(q);
+            }
+        }
+    }
+    let idle = if plan
+        .ports
+        .iter()
+        .all(|p| matches!(p.kind, PortKind::Dpdk { .. }))
+    {
+        Idle::Spin
+    } else {
+        Idle::Sleep {
+            after: 256,
+            max: Duration::from_micros(500),
+        }
+    };
+    let mut handles = Vec::new();
+    let mut shared = Vec::new();
+    for (id, queues) in per_worker.into_iter().enumerate() {
+        let core = plan.cores[id];
+        let w = Worker::new(
+            WorkerConfig {
+                id,
+                core: Some(core),
+                idle,
+            },
+            queues,
+            Forwarder::new(conf.clone(), neighbours.clone()),
+        );
+        shared.push((id, core, w.shared_counters()));
+        handles.push(worker::spawn(w, stop.clone()).map_err(|e| format!("worker {id}: {e}"))?);
+    }
+    let running = Arc::new(Running {
+        ports,
+        workers: shared,
+        neighbours,
+        started: Instant::now(),
+    });
+    let admin = api::serve(&plan.admin_socket, running.clone(), stop.clone())
+        .map_err(|e| format!("admin socket {}: {e}", plan.admin_socket.display()))?;
+
+    if !args.quiet {
+        let addrs: Vec<String> = plan
+            .ports
+            .iter()
+            .map(|p| {
+                let a: Vec<String> = p
+                    .addrs
+                    .iter()
+                    .map(|a| format!("{}/{}", a.addr, a.prefix_len))
+                    .collect();
+                format!("{} ({})", p.name, a.join(", "))
+            })
+            .collect();
+        println!(
+            "sluice: {} worker(s) on core(s) {:?}; ports: {}; admin socket {}",
+            workers_n,
+            plan.cores,
+            addrs.join("; "),
+            plan.admin_socket.display()
+        );
+        if plan.is_default {
+            println!(
+                "sluice: embedded default; the kernel side of sl0 is {} — try `ping 10.77.0.2`",
+                DEFAULT_PEER_ADDRESSES.join(", ")
+            );
+        }
+    }
+    let deadline = args
+        .duration
+        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    let mut last = running.snapshot();
+    let mut last_t = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            stop.store(true, Ordering::Relaxed);
+            break;
+        }
+        if last_t.elapsed() >= Duration::from_secs(1) {
+            let now = running.snapshot();
+            if !args.quiet {
+                println!(
+                    "{}",
+                    now.summary_line(&last, last_t.elapsed().as_secs_f64())
+                );
+            }
+            last = now;
+            last_t = Instant::now();
+        }
+    }
+    let mut total = Counters::new(running.ports.len());
+    for h in handles {
+        match h.join() {
+            Ok(c) => total.add(&c),
+            Err(_) => eprintln!("sluice: a worker panicked"),
+        }
+    }
+    let _ = admin.join();
+    if !args.quiet {
+        let fin = running.snapshot();
+        println!("sluice: stopped; {}", fin.totals_line());
+    }
+    Ok(())
+}
+
+/// Gives the kernel's side of the default TAP port its documented addresses (best effort:
+/// the user may have configured it already).
+fn configure_default_peer(plan: &RunPlan) {
+    let Some(PortPlan {
+        kind: PortKind::Tap { ifname },
+        ..
+    }) = plan.ports.first()
+    else {
+        return;
+    };
+    for a in DEFAULT_PEER_ADDRESSES {
+        let fam = if a.contains(':') { "-6" } else { "-4" };
+        let _ = std::process::Command::new("ip")
+            .args([fam, "addr", "replace", a, "dev", ifname])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_plan_is_one_tap_port() {
+        let p = plan(&RunArgs::default()).unwrap();
+        assert!(p.is_default);
+        assert_eq!(p.cores, vec![0]);
+        assert_eq!(p.ports.len(), 1);
+        assert_eq!(
+            p.ports[0].kind,
+            PortKind::Tap {
+                ifname: "sl0".into()
+            }
+        );
+        assert_eq!(
+            p.ports[0].addrs,
+            vec![
+                IfAddr {
+                    addr: "10.77.0.2".parse().unwrap(),
+                    prefix_len: 24
+                },
+                IfAddr {
+                    addr: "fd77::2".parse().unwrap(),
+                    prefix_len: 64
+                },
+            ]
+        );
+        assert_eq!(p.admin_socket, PathBuf::from(DEFAULT_ADMIN_SOCKET));
+    }
+
+    #[test]
+    fn appliance_translation() {
+        let y = r#"
+apiVersion: sluice.dev/v1alpha1
+kind: Appliance
+metadata: {name: edge}
+spec:
+  cores: [0, 1]
+  ports:
+  - name: outside
+    dpdk: {devargs: "net_tap0,iface=x"}
+    addresses: [10.77.0.2/24]
+  - name: inside
+    dpdk: {devargs: "0000:3b:00.0"}
+    addresses: [10.78.0.2/24, "fd78::2/64"]
+  routes: [{to: 0.0.0.0/0, via: 10.77.0.1}]
+  eal: ["--no-huge", "-m", "512"]
+  admin: {socket: /tmp/x.sock}
+"#;
+        let mut loaded = crate::load::Loaded::default();
+        crate::load::load_str("t.yaml", y, &mut loaded);
+        let c = config::compile_loaded(loaded);
+        let spec = c
+            .items
+            .iter()
+            .find_map(|it| match &it.object {
+                Object::Appliance(a) => Some(a.spec.clone()),
+                _ => None,
+            })
+            .unwrap();
+        let p = RunPlan::from_appliance(&spec, false).unwrap();
+        assert_eq!(p.cores, vec![0, 1]);
+        assert_eq!(
+            p.routes,
+            vec![Route {
+                to: "0.0.0.0".parse().unwrap(),
+                prefix_len: 0,
+                via: "10.77.0.1".parse().unwrap()
+            }]
+        );
+        assert_eq!(p.admin_socket, PathBuf::from("/tmp/x.sock"));
+        assert_eq!(
+            p.eal_args(),
+            ["--no-huge", "-m", "512", "--vdev", "net_tap0,iface=x"]
+                .map(String::from)
+                .to_vec()
+        );
+        let mut bad = spec.clone();
+        bad.ports[0].queues = Some(3);
+        assert!(RunPlan::from_appliance(&bad, false)
+            .unwrap_err()
+            .contains("queues 3"));
+        let mut bad = spec.clone();
+        bad.ports[0].addresses = vec!["10.0.0.1".into()];
+        assert!(RunPlan::from_appliance(&bad, false)
+            .unwrap_err()
+            .contains("prefix length"));
+        let mut bad = spec;
+        bad.ports[0].tap = Some(crate::model::appliance::TapPort { name: "t".into() });
+        assert!(RunPlan::from_appliance(&bad, false)
+            .unwrap_err()
+            .contains("exactly one"));
+    }
+}
