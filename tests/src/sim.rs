@@ -281,6 +281,7 @@ pub struct Host {
 
 impl Host {
     /// A host with `addrs`, default gateways `gw4`/`gw6`, on `queue`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         mac: [u8; 6],
         addrs: &[IpCidr],
@@ -395,11 +396,11 @@ impl Sim {
         for (i, l) in links.iter().enumerate() {
             let (host_end, sluice_end) = mem::pair(&format!("host-{}", l.name), &l.name, 1, 1024);
             let gw4 = l.addrs.iter().find_map(|a| match a.addr {
-                IpAddr::V4(v) => Some(smoltcp::wire::Ipv4Address::from(v)),
+                IpAddr::V4(v) => Some(v),
                 IpAddr::V6(_) => None,
             });
             let gw6 = l.addrs.iter().find_map(|a| match a.addr {
-                IpAddr::V6(v) => Some(smoltcp::wire::Ipv6Address::from(v)),
+                IpAddr::V6(v) => Some(v),
                 IpAddr::V4(_) => None,
             });
             let hmac = [0x02, 0xaa, 0, 0, 0, i as u8 + 1];
@@ -478,8 +479,8 @@ impl Sim {
     /// An address of sluice as a smoltcp address.
     pub fn addr(ip: IpAddr) -> IpAddress {
         match ip {
-            IpAddr::V4(v) => IpAddress::Ipv4(v.into()),
-            IpAddr::V6(v) => IpAddress::Ipv6(v.into()),
+            IpAddr::V4(v) => IpAddress::Ipv4(v),
+            IpAddr::V6(v) => IpAddress::Ipv6(v),
         }
     }
 }

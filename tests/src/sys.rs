@@ -25,13 +25,39 @@ pub fn must(cmd: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// A name unique to this process and call (`prefix` + pid + counter), at most 15 bytes so
-/// it fits an interface name.
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A name unique to this process and call (`prefix` + pid + counter) that fits an
+/// interface name (15 bytes): keep `prefix` to 4 bytes or fewer.
 pub fn unique_name(prefix: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let s = format!("{prefix}{:x}{n}", std::process::id() % 0xfffff);
-    s.chars().take(15).collect()
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let s = format!("{prefix}{:x}{n:x}", std::process::id() % 0xfffff);
+    assert!(
+        s.len() <= 15,
+        "interface name {s:?} too long: shorten the prefix"
+    );
+    s
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+#[derive(Debug)]
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    /// Creates `<tmp>/<prefix>-<pid>-<n>`.
+    pub fn new(prefix: &str) -> TempDir {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("{prefix}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Whether the test can create network devices (root with CAP_NET_ADMIN and /dev/net/tun).

@@ -1,0 +1,217 @@
+//! `sluice run` on TAP ports with the kernel on the other side: the test creates the peer
+//! side (address, network namespace), pings sluice with the system `ping`, checks that
+//! `ip neigh` shows sluice's MAC, reads the counters with `sluice ctl stats`, and stops
+//! sluice with SIGTERM. Every device, namespace and process is cleaned up on drop.
+
+use sluice_dataplane::port::mac_from_name;
+use sluice_tests::sys::{can_admin_net, must, run, unique_name, ChildGuard, Netns, TempDir};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice-run");
+
+fn require_root() {
+    assert!(
+        can_admin_net(),
+        "TAP tests need root (CAP_NET_ADMIN), /dev/net/tun and iproute2; CI runs as root"
+    );
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+struct Sluice {
+    child: ChildGuard,
+    socket: PathBuf,
+    _dir: TempDir,
+}
+
+fn start(config: Option<&str>) -> Sluice {
+    let dir = TempDir::new("sluice-tap");
+    let socket = dir.0.join("admin.sock");
+    let mut cmd = Command::new(BIN);
+    cmd.arg("run").arg("--admin-socket").arg(&socket);
+    if let Some(c) = config {
+        let f = dir.0.join("appliance.yaml");
+        std::fs::write(&f, c).unwrap();
+        cmd.arg("-c").arg(&f);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = ChildGuard(cmd.spawn().expect("start sluice"));
+    let s = Sluice {
+        child,
+        socket,
+        _dir: dir,
+    };
+    wait_for("the admin socket", Duration::from_secs(20), || {
+        s.socket.exists()
+    });
+    s
+}
+
+impl Sluice {
+    fn ctl_stats(&self) -> serde_json::Value {
+        let o = Command::new(BIN)
+            .args(["ctl", "--socket"])
+            .arg(&self.socket)
+            .args(["stats", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "ctl: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).expect("ctl stats prints JSON")
+    }
+
+    /// SIGTERM, then the exit status and stdout.
+    fn stop(mut self) -> String {
+        must("kill", &["-TERM", &self.child.0.id().to_string()]);
+        let t = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "sluice did not stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut out = String::new();
+        if let Some(mut o) = self.child.0.stdout.take() {
+            use std::io::Read;
+            let _ = o.read_to_string(&mut out);
+        }
+        let mut err = String::new();
+        if let Some(mut e) = self.child.0.stderr.take() {
+            use std::io::Read;
+            let _ = e.read_to_string(&mut err);
+        }
+        assert!(status.success(), "sluice exited with {status}: {err}");
+        assert!(
+            !self.socket.exists() || !Path::new(&self.socket).exists(),
+            "admin socket removed"
+        );
+        out
+    }
+}
+
+fn link_exists(name: &str) -> bool {
+    run("ip", &["link", "show", "dev", name]).status.success()
+}
+
+#[test]
+fn pings_sluice_on_a_tap_port_in_a_netns() {
+    require_root();
+    let tap = unique_name("slt");
+    let cfg = format!(
+        "apiVersion: sluice.dev/v1alpha1\nkind: Appliance\nmetadata: {{name: t}}\nspec:\n  cores: [0]\n  ports:\n  - name: edge\n    tap: {{name: {tap}}}\n    addresses: [10.99.0.2/24, \"fd99::2/64\"]\n"
+    );
+    let s = start(Some(&cfg));
+    wait_for("the TAP device", Duration::from_secs(10), || {
+        link_exists(&tap)
+    });
+    let ns = Netns::new("sltn");
+    must("ip", &["link", "set", &tap, "netns", &ns.name]);
+    ns.exec(&["ip", "addr", "add", "10.99.0.1/24", "dev", &tap]);
+    ns.exec(&[
+        "ip",
+        "-6",
+        "addr",
+        "add",
+        "fd99::1/64",
+        "dev",
+        &tap,
+        "nodad",
+    ]);
+    ns.exec(&["ip", "link", "set", &tap, "up"]);
+
+    let out = ns.try_exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.99.0.2"]);
+    assert!(
+        out.status.success(),
+        "ping: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = ns.try_exec(&["ping", "-6", "-c", "3", "-i", "0.2", "-W", "2", "fd99::2"]);
+    assert!(
+        out.status.success(),
+        "ping -6: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let mac = mac_from_name(&tap).to_string();
+    let neigh = ns.exec(&["ip", "neigh", "show", "10.99.0.2", "dev", &tap]);
+    assert!(
+        neigh.contains(&mac),
+        "ip neigh shows sluice's MAC {mac}: {neigh}"
+    );
+    let neigh6 = ns.exec(&["ip", "-6", "neigh", "show", "fd99::2", "dev", &tap]);
+    assert!(
+        neigh6.contains(&mac),
+        "ip -6 neigh shows sluice's MAC {mac}: {neigh6}"
+    );
+
+    // Counters are published every few hundred poll rounds: wait for them.
+    let mut v = s.ctl_stats();
+    wait_for("published counters", Duration::from_secs(10), || {
+        v = s.ctl_stats();
+        v["ports"][0]["workers"]["tx_packets"].as_u64().unwrap_or(0) >= 8
+    });
+    let p = &v["ports"][0];
+    assert_eq!(p["name"], "edge");
+    assert_eq!(p["mac"], mac.as_str());
+    assert!(
+        p["workers"]["rx_packets"].as_u64().unwrap() >= 8,
+        "6 echo requests + ARP + NS: {v}"
+    );
+    assert!(p["device"]["rx_packets"].as_u64().unwrap() >= 8);
+    let out = s.stop();
+    assert!(out.contains("sluice: stopped"), "{out}");
+    assert!(!link_exists(&tap), "the TAP device is gone with sluice");
+}
+
+#[test]
+fn embedded_default_answers_ping_on_sl0() {
+    require_root();
+    assert!(
+        !link_exists("sl0"),
+        "sl0 already exists: is another sluice running?"
+    );
+    let s = start(None);
+    wait_for("sl0", Duration::from_secs(10), || link_exists("sl0"));
+    // sluice gives the kernel side 10.77.0.1/24 itself (embedded default).
+    wait_for("the kernel side address", Duration::from_secs(10), || {
+        String::from_utf8_lossy(&run("ip", &["-4", "addr", "show", "dev", "sl0"]).stdout)
+            .contains("10.77.0.1/24")
+    });
+    let out = run(
+        "ping",
+        &["-c", "3", "-i", "0.2", "-W", "2", "-I", "sl0", "10.77.0.2"],
+    );
+    assert!(
+        out.status.success(),
+        "ping 10.77.0.2: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let human = Command::new(BIN)
+        .args(["ctl", "--socket"])
+        .arg(&s.socket)
+        .arg("stats")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.contains("port sl0"), "{text}");
+    let out = s.stop();
+    assert!(out.contains("embedded default"), "{out}");
+    assert!(!link_exists("sl0"));
+}
