@@ -2,3 +2,6 @@
 
 pub mod hostname;
 pub mod hosts;
+pub mod ipcache;
+pub mod lpm;
+pub mod policy;

@@ -1,0 +1,530 @@
+//! Longest-prefix match over IPv4 and IPv6 addresses, built once and read many times.
+//!
+//! Both tables are multibit tries with controlled prefix expansion (DPDK's `rte_lpm`
+//! family): a 2^16-entry root indexed by the top 16 bits, then 256-entry groups, one per
+//! further 8 bits. IPv4 is therefore DIR-16-8-8: at most three dependent loads, and the
+//! 256 KiB root stays in L2 where DIR-24-8's 64 MiB first level would not. IPv6 uses the
+//! same trie (16 + 14 x 8 bits) for prefixes up to /127 and keeps host routes (/128, what
+//! pods are) in an open-addressing hash table, probed first: a /128 is always the longest
+//! match, and sparse host addresses would otherwise cost up to fourteen groups each.
+//!
+//! Entries are `u32`: `0` is "no route", bit 31 marks a pointer to a group, anything else
+//! is a value plus one. Values are therefore limited to [`MAX_VALUE`].
+//!
+//! Building sorts the prefixes by length and writes the shorter ones first, so a longer
+//! prefix only ever overwrites (or pushes into a new group) what a shorter one wrote.
+//! Lookups never allocate and never panic.
+
+use thiserror::Error;
+
+/// The largest value a table can hold.
+pub const MAX_VALUE: u32 = (1 << 31) - 2;
+
+const EMPTY: u32 = 0;
+const GROUP: u32 = 1 << 31;
+const ROOT_BITS: u32 = 16;
+const ROOT_SIZE: usize = 1 << ROOT_BITS;
+const STRIDE: u32 = 8;
+const GROUP_SIZE: usize = 1 << STRIDE;
+/// At most 2^31 - 1 group indices fit the pointer encoding; far more than memory allows.
+const MAX_GROUPS: usize = (1 << 23) - 1;
+
+/// Why a table could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum LpmError {
+    /// The prefix length exceeds the address width.
+    #[error("prefix length {len} is longer than the address ({width} bits)")]
+    PrefixTooLong {
+        /// The length given.
+        len: u8,
+        /// The address width.
+        width: u8,
+    },
+    /// The value does not fit the entry encoding.
+    #[error("value {0} exceeds the largest storable value {MAX_VALUE}")]
+    ValueTooLarge(u32),
+    /// The same prefix was given twice (with the same or another value).
+    #[error("prefix {0} is given twice")]
+    Duplicate(String),
+    /// The trie would need more groups than the encoding can address.
+    #[error("the prefixes need more than {MAX_GROUPS} trie groups")]
+    TooManyGroups,
+}
+
+/// The trie shared by both families. `width` is 32 or 128; keys sit in the low bits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Trie {
+    width: u32,
+    root: Box<[u32; ROOT_SIZE]>,
+    groups: Vec<u32>,
+}
+
+impl Trie {
+    fn new(width: u32) -> Self {
+        let root: Box<[u32; ROOT_SIZE]> = match vec![EMPTY; ROOT_SIZE].into_boxed_slice().try_into()
+        {
+            Ok(r) => r,
+            Err(_) => unreachable!("a vector of ROOT_SIZE converts to an array of ROOT_SIZE"),
+        };
+        Trie {
+            width,
+            root,
+            groups: Vec::new(),
+        }
+    }
+
+    /// The index bits of `key` for the stride ending `consumed + STRIDE` bits from the top.
+    fn group_index(&self, key: u128, consumed: u32) -> usize {
+        ((key >> (self.width - consumed - STRIDE)) & 0xff) as usize
+    }
+
+    fn new_group(&mut self, fill: u32) -> Result<u32, LpmError> {
+        let g = self.groups.len() / GROUP_SIZE;
+        if g >= MAX_GROUPS {
+            return Err(LpmError::TooManyGroups);
+        }
+        self.groups.resize(self.groups.len() + GROUP_SIZE, fill);
+        Ok(GROUP | g as u32)
+    }
+
+    /// Writes one prefix. Callers insert in ascending length order, so the range written
+    /// never contains a group pointer (a pointer is created only by a longer prefix).
+    fn insert(&mut self, key: u128, len: u32, encoded: u32) -> Result<(), LpmError> {
+        let top = ((key >> (self.width - ROOT_BITS)) & 0xffff) as usize;
+        if len <= ROOT_BITS {
+            let span = 1usize << (ROOT_BITS - len);
+            let base = top & !(span - 1);
+            for e in &mut self.root[base..base + span] {
+                debug_assert!(*e & GROUP == 0);
+                *e = encoded;
+            }
+            return Ok(());
+        }
+        // Descend, creating groups that inherit what the shorter prefixes wrote.
+        let mut consumed = ROOT_BITS;
+        let mut slot = self.root[top];
+        if slot & GROUP == 0 {
+            let g = self.new_group(slot)?;
+            self.root[top] = g;
+            slot = g;
+        }
+        loop {
+            let g = (slot & !GROUP) as usize * GROUP_SIZE;
+            let idx = self.group_index(key, consumed);
+            if len <= consumed + STRIDE {
+                let span = 1usize << (consumed + STRIDE - len);
+                let base = idx & !(span - 1);
+                for e in &mut self.groups[g + base..g + base + span] {
+                    debug_assert!(*e & GROUP == 0);
+                    *e = encoded;
+                }
+                return Ok(());
+            }
+            let cur = self.groups[g + idx];
+            slot = if cur & GROUP == 0 {
+                let n = self.new_group(cur)?;
+                self.groups[g + idx] = n;
+                n
+            } else {
+                cur
+            };
+            consumed += STRIDE;
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        (ROOT_SIZE + self.groups.len()) * std::mem::size_of::<u32>()
+    }
+}
+
+#[inline]
+fn decode(e: u32) -> Option<u32> {
+    if e == EMPTY {
+        None
+    } else {
+        Some(e - 1)
+    }
+}
+
+/// Normalises, checks and sorts `(key, len, value)` by ascending length; rejects
+/// duplicates. Returns the largest value seen.
+fn prepare(prefixes: &mut [(u128, u8, u32)], width: u32) -> Result<Option<u32>, LpmError> {
+    let mut max = None;
+    for p in prefixes.iter_mut() {
+        if u32::from(p.1) > width {
+            return Err(LpmError::PrefixTooLong {
+                len: p.1,
+                width: width as u8,
+            });
+        }
+        if p.2 > MAX_VALUE {
+            return Err(LpmError::ValueTooLarge(p.2));
+        }
+        // Clear host bits so that two spellings of one prefix are one prefix.
+        let host = width - u32::from(p.1);
+        if host >= 128 {
+            p.0 = 0;
+        } else {
+            p.0 = (p.0 >> host) << host;
+        }
+        max = max.max(Some(p.2));
+    }
+    prefixes.sort_unstable_by_key(|p| (p.1, p.0));
+    if let Some(w) = prefixes
+        .windows(2)
+        .find(|w| w[0].0 == w[1].0 && w[0].1 == w[1].1)
+    {
+        return Err(LpmError::Duplicate(format!("{:#x}/{}", w[0].0, w[0].1)));
+    }
+    Ok(max)
+}
+
+/// IPv4 longest-prefix match (DIR-16-8-8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lpm4 {
+    trie: Trie,
+    prefixes: usize,
+    max_value: Option<u32>,
+}
+
+impl Lpm4 {
+    /// Builds the table from `(address, prefix length, value)`; host bits are ignored.
+    pub fn new(prefixes: impl IntoIterator<Item = (u32, u8, u32)>) -> Result<Self, LpmError> {
+        let mut list: Vec<(u128, u8, u32)> = prefixes
+            .into_iter()
+            .map(|(a, l, v)| (u128::from(a), l, v))
+            .collect();
+        let max_value = prepare(&mut list, 32)?;
+        let mut trie = Trie::new(32);
+        for &(key, len, value) in &list {
+            trie.insert(key, u32::from(len), value + 1)?;
+        }
+        Ok(Lpm4 {
+            trie,
+            prefixes: list.len(),
+            max_value,
+        })
+    }
+
+    /// The value of the longest prefix containing `addr` (host byte order).
+    #[inline]
+    pub fn lookup(&self, addr: u32) -> Option<u32> {
+        let mut e = self.trie.root[(addr >> 16) as usize];
+        if e & GROUP != 0 {
+            let g = ((e & !GROUP) as usize) << STRIDE;
+            e = self
+                .trie
+                .groups
+                .get(g | ((addr >> 8) & 0xff) as usize)
+                .copied()
+                .unwrap_or(EMPTY);
+            if e & GROUP != 0 {
+                let g = ((e & !GROUP) as usize) << STRIDE;
+                e = self
+                    .trie
+                    .groups
+                    .get(g | (addr & 0xff) as usize)
+                    .copied()
+                    .unwrap_or(EMPTY);
+            }
+        }
+        decode(e)
+    }
+
+    /// Number of prefixes stored.
+    pub fn len(&self) -> usize {
+        self.prefixes
+    }
+
+    /// Whether the table holds no prefix.
+    pub fn is_empty(&self) -> bool {
+        self.prefixes == 0
+    }
+
+    /// The largest value stored, if any.
+    pub fn max_value(&self) -> Option<u32> {
+        self.max_value
+    }
+
+    /// Bytes of lookup memory (root and groups).
+    pub fn memory_bytes(&self) -> usize {
+        self.trie.bytes()
+    }
+}
+
+/// Exact-match table of IPv6 host addresses (open addressing, linear probing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HostTable {
+    keys: Box<[u128]>,
+    values: Box<[u32]>,
+    shift: u32,
+}
+
+const HOST_EMPTY: u32 = u32::MAX;
+
+#[inline]
+fn host_hash(key: u128, shift: u32) -> usize {
+    let folded = (key as u64) ^ ((key >> 64) as u64).rotate_left(29);
+    (folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize
+}
+
+impl HostTable {
+    fn new(hosts: &[(u128, u32)]) -> Self {
+        // Load factor at most 1/2; at least 16 slots so the shift stays below 64.
+        let cap = (hosts.len() * 2).next_power_of_two().max(16);
+        let shift = 64 - cap.trailing_zeros();
+        let mut keys = vec![0u128; cap].into_boxed_slice();
+        let mut values = vec![HOST_EMPTY; cap].into_boxed_slice();
+        for &(k, v) in hosts {
+            let mut i = host_hash(k, shift);
+            while values[i] != HOST_EMPTY {
+                i = (i + 1) & (cap - 1);
+            }
+            keys[i] = k;
+            values[i] = v;
+        }
+        HostTable {
+            keys,
+            values,
+            shift,
+        }
+    }
+
+    #[inline]
+    fn get(&self, key: u128) -> Option<u32> {
+        let mask = self.keys.len() - 1;
+        let mut i = host_hash(key, self.shift);
+        loop {
+            let v = *self.values.get(i)?;
+            if v == HOST_EMPTY {
+                return None;
+            }
+            if self.keys.get(i) == Some(&key) {
+                return Some(v);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.keys.len() * (std::mem::size_of::<u128>() + std::mem::size_of::<u32>())
+    }
+}
+
+/// IPv6 longest-prefix match: a host-route hash in front of a 16-8-...-8 trie.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lpm6 {
+    hosts: HostTable,
+    trie: Trie,
+    prefixes: usize,
+    max_value: Option<u32>,
+}
+
+impl Lpm6 {
+    /// Builds the table from `(address, prefix length, value)`; host bits are ignored.
+    pub fn new(prefixes: impl IntoIterator<Item = (u128, u8, u32)>) -> Result<Self, LpmError> {
+        let mut list: Vec<(u128, u8, u32)> = prefixes.into_iter().collect();
+        let max_value = prepare(&mut list, 128)?;
+        let mut trie = Trie::new(128);
+        let mut hosts = Vec::new();
+        for &(key, len, value) in &list {
+            if len == 128 {
+                hosts.push((key, value));
+            } else {
+                trie.insert(key, u32::from(len), value + 1)?;
+            }
+        }
+        Ok(Lpm6 {
+            hosts: HostTable::new(&hosts),
+            trie,
+            prefixes: list.len(),
+            max_value,
+        })
+    }
+
+    /// The value of the longest prefix containing `addr`.
+    #[inline]
+    pub fn lookup(&self, addr: u128) -> Option<u32> {
+        if let Some(v) = self.hosts.get(addr) {
+            return Some(v);
+        }
+        let mut e = self.trie.root[(addr >> 112) as usize];
+        let mut consumed = ROOT_BITS;
+        while e & GROUP != 0 && consumed < 128 {
+            let g = ((e & !GROUP) as usize) << STRIDE;
+            let idx = ((addr >> (128 - consumed - STRIDE)) & 0xff) as usize;
+            e = self.trie.groups.get(g | idx).copied().unwrap_or(EMPTY);
+            consumed += STRIDE;
+        }
+        decode(e)
+    }
+
+    /// Number of prefixes stored.
+    pub fn len(&self) -> usize {
+        self.prefixes
+    }
+
+    /// Whether the table holds no prefix.
+    pub fn is_empty(&self) -> bool {
+        self.prefixes == 0
+    }
+
+    /// The largest value stored, if any.
+    pub fn max_value(&self) -> Option<u32> {
+        self.max_value
+    }
+
+    /// Bytes of lookup memory (host hash, root and groups).
+    pub fn memory_bytes(&self) -> usize {
+        self.hosts.bytes() + self.trie.bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn v4(s: &str) -> u32 {
+        u32::from(s.parse::<std::net::Ipv4Addr>().expect("addr"))
+    }
+
+    fn v6(s: &str) -> u128 {
+        u128::from(s.parse::<std::net::Ipv6Addr>().expect("addr"))
+    }
+
+    #[test]
+    fn ipv4_longest_wins_at_every_level() {
+        let t = Lpm4::new([
+            (v4("0.0.0.0"), 0, 1),
+            (v4("10.0.0.0"), 8, 2),
+            (v4("10.1.0.0"), 16, 3),
+            (v4("10.1.2.0"), 24, 4),
+            (v4("10.1.2.128"), 25, 5),
+            (v4("10.1.2.200"), 32, 6),
+            (v4("10.1.3.0"), 20, 7),
+        ])
+        .expect("build");
+        assert_eq!(t.lookup(v4("192.0.2.1")), Some(1));
+        assert_eq!(t.lookup(v4("10.200.0.1")), Some(2));
+        assert_eq!(t.lookup(v4("10.1.99.9")), Some(3));
+        assert_eq!(t.lookup(v4("10.1.2.1")), Some(4));
+        assert_eq!(t.lookup(v4("10.1.2.129")), Some(5));
+        assert_eq!(t.lookup(v4("10.1.2.200")), Some(6));
+        assert_eq!(t.lookup(v4("10.1.2.201")), Some(5));
+        // 10.1.3.0/20 is really 10.1.0.0/20 after clearing host bits: it covers
+        // 10.1.0.0-10.1.15.255 except the longer 10.1.2.0/24.
+        assert_eq!(t.lookup(v4("10.1.3.1")), Some(7));
+        assert_eq!(t.lookup(v4("10.1.16.1")), Some(3));
+        assert_eq!(t.len(), 7);
+        assert_eq!(t.max_value(), Some(7));
+    }
+
+    #[test]
+    fn ipv4_without_default_misses() {
+        let t = Lpm4::new([(v4("192.168.0.0"), 16, 9)]).expect("build");
+        assert_eq!(t.lookup(v4("192.168.255.255")), Some(9));
+        assert_eq!(t.lookup(v4("192.169.0.0")), None);
+        assert_eq!(t.lookup(0), None);
+    }
+
+    #[test]
+    fn duplicates_and_bad_input_are_rejected() {
+        assert!(matches!(
+            Lpm4::new([(v4("10.0.0.0"), 8, 1), (v4("10.9.9.9"), 8, 2)]),
+            Err(LpmError::Duplicate(_))
+        ));
+        assert_eq!(
+            Lpm4::new([(0, 33, 1)]),
+            Err(LpmError::PrefixTooLong { len: 33, width: 32 })
+        );
+        assert_eq!(
+            Lpm4::new([(0, 1, MAX_VALUE + 1)]),
+            Err(LpmError::ValueTooLarge(MAX_VALUE + 1))
+        );
+        assert!(Lpm6::new([(0, 129, 1)]).is_err());
+    }
+
+    #[test]
+    fn ipv6_hosts_and_prefixes() {
+        let t = Lpm6::new([
+            (0, 0, 1),
+            (v6("2001:db8::"), 32, 2),
+            (v6("2001:db8:bad::"), 48, 3),
+            (v6("2001:db8:bad::1"), 128, 4),
+            (v6("2001:db8:bad::fe"), 127, 5),
+            (v6("fd00::"), 8, 6),
+        ])
+        .expect("build");
+        assert_eq!(t.lookup(v6("::1")), Some(1));
+        assert_eq!(t.lookup(v6("2001:db8:1::1")), Some(2));
+        assert_eq!(t.lookup(v6("2001:db8:bad::2")), Some(3));
+        assert_eq!(t.lookup(v6("2001:db8:bad::1")), Some(4));
+        assert_eq!(t.lookup(v6("2001:db8:bad::ff")), Some(5));
+        assert_eq!(t.lookup(v6("2001:db8:bad::fe")), Some(5));
+        assert_eq!(t.lookup(v6("2001:db8:bad::fd")), Some(3));
+        assert_eq!(t.lookup(v6("fd12:3456::1")), Some(6));
+        assert_eq!(t.lookup(v6("fe80::1")), Some(1));
+    }
+
+    /// Naive longest match over the prefix list.
+    fn naive(list: &[(u128, u8, u32)], width: u32, addr: u128) -> Option<u32> {
+        list.iter()
+            .filter(|(k, l, _)| {
+                let host = width - u32::from(*l);
+                host >= 128 || (k >> host) == (addr >> host)
+            })
+            .max_by_key(|(_, l, _)| *l)
+            .map(|(_, _, v)| *v)
+    }
+
+    fn dedup(list: Vec<(u128, u8, u32)>, width: u32) -> Vec<(u128, u8, u32)> {
+        let mut seen = std::collections::BTreeSet::new();
+        list.into_iter()
+            .filter(|(k, l, _)| {
+                let host = width - u32::from(*l);
+                let k = if host >= 128 { 0 } else { (k >> host) << host };
+                seen.insert((k, *l))
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn ipv4_matches_naive(
+            raw in proptest::collection::vec((any::<u32>(), 0u8..=32, 0u32..1000), 0..40),
+            probes in proptest::collection::vec(any::<u32>(), 64),
+        ) {
+            // Cluster the prefixes so that they nest and overlap often.
+            let list = dedup(raw.into_iter().map(|(a, l, v)| (u128::from(a & 0xff0f_f0ff), l, v)).collect(), 32);
+            let t = Lpm4::new(list.iter().map(|&(a, l, v)| (a as u32, l, v))).expect("build");
+            for p in probes {
+                let p = p & 0xff0f_f0ff;
+                prop_assert_eq!(t.lookup(p), naive(&list, 32, u128::from(p)));
+            }
+            for &(a, _, _) in &list {
+                prop_assert_eq!(t.lookup(a as u32), naive(&list, 32, a));
+            }
+        }
+
+        #[test]
+        fn ipv6_matches_naive(
+            raw in proptest::collection::vec((any::<u128>(), 0u8..=128, 0u32..1000), 0..40),
+            probes in proptest::collection::vec(any::<u128>(), 64),
+        ) {
+            let squash = |a: u128| a & 0xffff_0000_0000_00ff_0000_0000_0000_f00f;
+            let list = dedup(raw.into_iter().map(|(a, l, v)| (squash(a), l, v)).collect(), 128);
+            let t = Lpm6::new(list.clone()).expect("build");
+            for p in probes {
+                let p = squash(p);
+                prop_assert_eq!(t.lookup(p), naive(&list, 128, p));
+            }
+            for &(a, _, _) in &list {
+                prop_assert_eq!(t.lookup(a), naive(&list, 128, a));
+            }
+        }
+    }
+}
