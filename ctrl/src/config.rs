@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
+use sluice_dataplane::tables::maglev::Pick;
 
 use crate::compile::build_ir;
 use crate::compile::ir::{BackendTarget, Ir, ListenerKind};
@@ -252,14 +253,34 @@ fn listener_conflicts(ir: &Ir, items: &[Item], out: &mut Vec<Diagnostic>) {
     }
 }
 
-/// JSON for `sluice tables`: listeners and routes (or one route).
+/// JSON for `sluice tables`: listeners and routes; with a route name, that route's
+/// Maglev table as a list of `ip:port` or `"reject"` (for an HTTP route, one list per
+/// rule).
 pub fn tables_json(ir: &Ir, route: Option<&str>) -> Option<Value> {
     match route {
-        Some(name) => ir
-            .routes
-            .iter()
-            .find(|r| r.name == name)
-            .and_then(|r| serde_json::to_value(r).ok()),
+        Some(name) => {
+            let r = ir.routes.iter().find(|r| r.name == name)?;
+            let table = |backends: &[crate::compile::ir::Backend]| -> Value {
+                match crate::compile::backends::maglev_table(backends, r.maglev_table_size) {
+                    Ok(t) => Value::Array(
+                        t.slots()
+                            .map(|p| match p {
+                                Pick::Backend(a) => Value::String(a.to_string()),
+                                Pick::Reject => Value::String("reject".into()),
+                            })
+                            .collect(),
+                    ),
+                    Err(e) => json!({ "error": e.to_string() }),
+                }
+            };
+            if r.kind == crate::compile::ir::RouteKind::Http {
+                Some(Value::Array(
+                    r.http.iter().map(|h| table(&h.backends)).collect(),
+                ))
+            } else {
+                Some(table(&r.backends))
+            }
+        }
         None => Some(json!({
             "listeners": ir.listeners,
             "routes": ir.routes,

@@ -2,8 +2,9 @@
 //! configuration and say what would happen to it, as JSON.
 //!
 //! Output keys: `verdict` (`forward`, `drop` or `reject`), `listener`, `route`,
-//! `backend` (`ip:port` or null), `backends` (the route's weighted candidates with their
-//! share), `policy` (NetworkPolicy's word; null until the policy engine fills it),
+//! `backend` (`ip:port` or null: the Maglev pick for this 5-tuple, with the same flow
+//! hash and table the dataplane uses), `backends` (the route's weighted candidates with
+//! their share), `policy` (NetworkPolicy's word; null until the policy engine fills it),
 //! `inspect` (what the first bytes said) and `reason`.
 
 use std::net::{IpAddr, SocketAddr};
@@ -12,7 +13,9 @@ use serde_json::{json, Value};
 use sluice_dataplane::inspect::{self, Inspected};
 
 use sluice_dataplane::tables::hosts::HostMatcher;
+use sluice_dataplane::tables::maglev::{flow_hash, Pick};
 
+use crate::compile::backends::maglev_table;
 use crate::compile::ir::{
     BackendTarget, Binding, Ir, Listener, ListenerKind, Route, RouteKind, L4,
 };
@@ -292,12 +295,54 @@ pub fn explain(ir: &Ir, q: &Query) -> Value {
         );
         return out;
     }
-    set(&mut out, "verdict", json!("forward"));
-    set(&mut out, "reason", json!(format!(
-        "listener {} -> route {}; the backend is one of `backends` by weight (the Maglev pick is not built yet)",
-        l.name, route.name
-    )));
+    let table = match maglev_table(&backends, route.maglev_table_size) {
+        Ok(t) => t,
+        Err(e) => {
+            set(&mut out, "verdict", json!("reject"));
+            set(
+                &mut out,
+                "reason",
+                json!(format!("the route's Maglev table cannot be built: {e}")),
+            );
+            return out;
+        }
+    };
+    let hash = flow_hash(q.src, q.dst, proto_number(q.proto));
+    match table.pick(hash) {
+        Pick::Backend(a) => {
+            set(&mut out, "verdict", json!("forward"));
+            set(&mut out, "backend", json!(a.to_string()));
+            set(
+                &mut out,
+                "reason",
+                json!(format!(
+                    "listener {} -> route {} -> Maglev slot {} of {} -> {a}",
+                    l.name,
+                    route.name,
+                    hash % table.size() as u64,
+                    table.size()
+                )),
+            );
+        }
+        Pick::Reject => {
+            set(&mut out, "verdict", json!("reject"));
+            set(&mut out, "reason", json!(format!(
+                "listener {} -> route {} -> Maglev slot {} belongs to an invalid backend: connection rejected (TCP RST / ICMP port unreachable)",
+                l.name,
+                route.name,
+                hash % table.size() as u64
+            )));
+        }
+    }
     out
+}
+
+/// IANA protocol number of a listener transport.
+fn proto_number(p: L4) -> u8 {
+    match p {
+        L4::Tcp => 6,
+        L4::Udp => 17,
+    }
 }
 
 fn proto_str(p: L4) -> &'static str {

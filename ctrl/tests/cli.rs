@@ -124,6 +124,11 @@ fn explain_tcp_route_lists_weighted_backends() {
     }
     assert_eq!(v["verdict"], "forward");
     assert_eq!(v["route"], "TCPRoute demo/echo");
+    let backend = v["backend"].as_str().expect("a backend");
+    assert!(
+        ["10.78.0.11:7000", "10.78.0.12:7000"].contains(&backend),
+        "{v}"
+    );
     assert_eq!(v["backends"][0]["share"], 0.75);
     assert_eq!(v["backends"][1]["endpoints"][0], "10.78.0.12:7000");
 }
@@ -214,7 +219,17 @@ fn tables_dump_and_route_filter() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(v["backends"][0]["weight"], 70);
+    let slots = v.as_array().expect("a list of slots");
+    assert_eq!(slots.len(), 65537);
+    let count = |s: &str| slots.iter().filter(|x| *x == s).count() as f64 / 65537.0;
+    assert!((count("10.91.0.5:5432") - 0.70).abs() < 0.002);
+    assert!((count("10.91.0.6:5432") - 0.15).abs() < 0.002);
+    assert!((count("10.91.0.7:5432") - 0.15).abs() < 0.002);
+    assert_eq!(
+        count("reject"),
+        0.0,
+        "the weight-0 canary gets nothing, rejects nothing"
+    );
     let out = sluice(&["tables", "-c", &configs("gateway-api"), "--route", "nope"]);
     assert_eq!(out.status.code(), Some(1));
 }
@@ -231,4 +246,100 @@ fn every_command_has_help() {
         assert!(out.status.success());
         assert!(String::from_utf8_lossy(&out.stdout).contains("Usage"));
     }
+}
+
+#[test]
+fn explain_backend_is_the_maglev_slot_of_the_flow_hash() {
+    let out = sluice(&[
+        "tables",
+        "-c",
+        &configs("demo"),
+        "--route",
+        "TCPRoute demo/echo",
+    ]);
+    assert!(out.status.success());
+    let table: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let table = table.as_array().expect("slots");
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    for port in 40000..40064u16 {
+        let src = format!("10.77.0.1:{port}");
+        let v = explain(&[
+            "-c",
+            &configs("demo"),
+            "--src",
+            &src,
+            "--dst",
+            "10.77.0.10:7000",
+        ]);
+        let hash = sluice_dataplane::tables::maglev::flow_hash(
+            src.parse().expect("src"),
+            "10.77.0.10:7000".parse().expect("dst"),
+            6,
+        );
+        let slot = &table[(hash % table.len() as u64) as usize];
+        assert_eq!(&v["backend"], slot, "{v}");
+        *seen
+            .entry(slot.as_str().unwrap_or("").to_string())
+            .or_default() += 1;
+    }
+    assert_eq!(seen.len(), 2, "both backends are used: {seen:?}");
+}
+
+#[test]
+fn explain_rejects_the_share_of_an_invalid_backend() {
+    // pg-canary has weight 0: never picked. Make a route with an invalid backend of
+    // weight 80 next to a valid one of weight 20: about 80% of flows are rejected.
+    let cfg = temp_file(
+        "reject.yaml",
+        br#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: g, namespace: default}
+spec:
+  gatewayClassName: sluice
+  addresses: [{value: 192.0.2.1}]
+  listeners: [{name: t, port: 9000, protocol: TCP}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: r, namespace: default}
+spec:
+  parentRefs: [{name: g}]
+  rules:
+  - backendRefs:
+    - {name: ok, port: 9000, weight: 20}
+    - {name: ghost, port: 9000, weight: 80}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: ok, namespace: default}
+spec: {selector: {app: ok}, ports: [{port: 9000}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: ok-0, namespace: default, labels: {app: ok}}
+status: {podIP: 10.0.0.9}
+"#,
+    );
+    let cfg = cfg.display().to_string();
+    let mut rejected = 0;
+    for port in 30000..30200u16 {
+        let v = explain(&[
+            "-c",
+            &cfg,
+            "--src",
+            &format!("198.51.100.1:{port}"),
+            "--dst",
+            "192.0.2.1:9000",
+        ]);
+        match v["verdict"].as_str() {
+            Some("reject") => {
+                rejected += 1;
+                assert_eq!(v["backend"], Value::Null);
+            }
+            Some("forward") => assert_eq!(v["backend"], "10.0.0.9:9000"),
+            other => panic!("{other:?}: {v}"),
+        }
+    }
+    let share = f64::from(rejected) / 200.0;
+    assert!((0.7..=0.9).contains(&share), "rejected share {share}");
 }

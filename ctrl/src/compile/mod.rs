@@ -15,6 +15,7 @@
 //!   TLSRoute hostnames are narrowed to their intersection with the listener hostname,
 //!   and a route without any intersection is not attached (warning).
 
+pub mod backends;
 pub mod ir;
 
 use std::collections::BTreeMap;

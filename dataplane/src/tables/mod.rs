@@ -4,4 +4,5 @@ pub mod hostname;
 pub mod hosts;
 pub mod ipcache;
 pub mod lpm;
+pub mod maglev;
 pub mod policy;
