@@ -18,6 +18,9 @@
 //! - [`worker`]: pinned run-to-completion loops: burst rx, the pipeline, per-port tx
 //!   buffers, counters, clean stop.
 //! - [`stats`]: named drop reasons and per-worker counters.
+//! - [`rcu`]: snapshot publication with quiescent-state reclamation: one pointer, a
+//!   load and a store per burst on the worker, frees only on the control thread. Holds
+//!   `unsafe` blocks (each allowed and justified locally).
 //!
 //! The dataplane never sees manifests, namespaces or selectors: only addresses,
 //! prefixes, ports, identities, host patterns and backends.
@@ -26,6 +29,7 @@ pub mod inspect;
 pub mod pipeline;
 #[allow(unsafe_code)]
 pub mod port;
+pub mod rcu;
 pub mod stats;
 pub mod tables;
 pub mod wire;
