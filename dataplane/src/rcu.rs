@@ -370,14 +370,17 @@ mod tests {
         let live = Arc::new(AtomicUsize::new(0));
         let mut p = Publisher::new((tracked(0, &live), [0u64; 16]), 4);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let total_reads = Arc::new(AtomicUsize::new(0));
         let mut handles = Vec::new();
         for _ in 0..3 {
             let mut r = p.reader().expect("reader");
             let stop = Arc::clone(&stop);
+            let total_reads = Arc::clone(&total_reads);
             handles.push(std::thread::spawn(move || {
                 let mut reads = 0u64;
                 let mut last = 0;
                 while !stop.load(SeqCst) {
+                    total_reads.fetch_add(1, SeqCst);
                     let (g, (t, payload)) = r.read();
                     assert!(g >= last, "generations never go back");
                     last = g;
@@ -388,11 +391,17 @@ mod tests {
                 reads
             }));
         }
-        for n in 1..=5000u64 {
+        // Publish while the readers read: at least 5000 swaps, and on until the readers
+        // have read 20000 times between them (the machine may start them late).
+        let mut n = 0u64;
+        while n < 5000 || total_reads.load(SeqCst) < 20_000 {
+            n += 1;
             p.publish((tracked(n, &live), [n; 16]));
             if n % 64 == 0 {
                 p.reclaim();
+                std::thread::yield_now();
             }
+            assert!(n < 50_000_000, "readers never ran");
         }
         stop.store(true, SeqCst);
         let reads: u64 = handles.into_iter().map(|h| h.join().expect("reader")).sum();
