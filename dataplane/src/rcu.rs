@@ -397,7 +397,7 @@ mod tests {
         while n < 5000 || total_reads.load(SeqCst) < 20_000 {
             n += 1;
             p.publish((tracked(n, &live), [n; 16]));
-            if n % 64 == 0 {
+            if n.is_multiple_of(64) {
                 p.reclaim();
                 std::thread::yield_now();
             }
