@@ -27,6 +27,8 @@ pub struct Compiled {
     pub diagnostics: Vec<Diagnostic>,
     /// The IR, when there were no errors.
     pub ir: Option<Ir>,
+    /// The compiled NetworkPolicy tables, when there were no errors.
+    pub policy: Option<crate::compile::policy::CompiledPolicy>,
 }
 
 impl Compiled {
@@ -120,6 +122,20 @@ impl Compiled {
                 ir.policies.len()
             );
         }
+        if let Some(p) = &self.policy {
+            let st = &p.stats;
+            let _ = writeln!(
+                s,
+                "policy: {} identities ({} workload groups, {} address classes), {} prefixes, {} ingress / {} egress entries, {} KiB",
+                st.identities,
+                st.workload_groups,
+                st.address_classes,
+                st.prefixes,
+                st.ingress_entries,
+                st.egress_entries,
+                st.memory_bytes / 1024
+            );
+        }
         let _ = writeln!(
             s,
             "warnings: {} (sluice check -v lists them)",
@@ -146,11 +162,54 @@ pub fn compile_loaded(mut loaded: Loaded) -> Compiled {
         listener_conflicts(&ir, &loaded.items, &mut diagnostics);
         (!diagnostics.iter().any(Diagnostic::is_error)).then_some(ir)
     };
+    let policy = ir
+        .as_ref()
+        .and_then(|ir| compile_policy(ir, &loaded.items, &mut diagnostics));
+    let ir = ir.filter(|_| policy.is_some());
     Compiled {
         documents: loaded.documents,
         items: loaded.items,
         diagnostics,
         ir,
+        policy,
+    }
+}
+
+/// Compiles NetworkPolicy into tables; a cap overflow is an error located at the
+/// Appliance's `spec.limits.<cap>` (or at the configuration when there is none).
+fn compile_policy(
+    ir: &Ir,
+    items: &[Item],
+    out: &mut Vec<Diagnostic>,
+) -> Option<crate::compile::policy::CompiledPolicy> {
+    use crate::compile::policy::{self, PolicyCompileError};
+    let appliance = items.iter().find(|it| it.object.kind() == Kind::Appliance);
+    let config_level = |severity: Severity, message: String| Diagnostic {
+        severity,
+        file: "<config>".into(),
+        pos: Default::default(),
+        object: None,
+        path: None,
+        message,
+    };
+    match policy::compile(ir) {
+        Ok(c) => {
+            for w in &c.warnings {
+                out.push(config_level(Severity::Warning, format!("policy: {w}")));
+            }
+            Some(c)
+        }
+        Err(errors) => {
+            for e in errors {
+                match (&e, appliance) {
+                    (PolicyCompileError::OverCap { cap, .. }, Some(it)) => it
+                        .reporter(out)
+                        .error(&it.path(&format!("spec.limits.{cap}")), e.to_string()),
+                    _ => out.push(config_level(Severity::Error, e.to_string())),
+                }
+            }
+            None
+        }
     }
 }
 

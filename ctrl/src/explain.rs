@@ -4,7 +4,9 @@
 //! Output keys: `verdict` (`forward`, `drop` or `reject`), `listener`, `route`,
 //! `backend` (`ip:port` or null: the Maglev pick for this 5-tuple, with the same flow
 //! hash and table the dataplane uses), `backends` (the route's weighted candidates with
-//! their share), `policy` (NetworkPolicy's word; null until the policy engine fills it),
+//! their share), `policy` (NetworkPolicy's word on client -> destination, or client ->
+//! the picked backend: `{"verdict": "allow"|"deny", "egress", "ingress", "reason"}`
+//! naming the policy and rule that allowed each direction or the direction that denied),
 //! `inspect` (what the first bytes said) and `reason`.
 
 use std::net::{IpAddr, SocketAddr};
@@ -160,15 +162,52 @@ pub fn explain(ir: &Ir, q: &Query) -> Value {
             && l.protocol == q.proto
             && (l.addresses.is_empty() || l.addresses.contains(&dst_ip))
     });
+    let compiled_policy = crate::compile::policy::compile(ir);
+    let policy_of = |src: IpAddr, dst: SocketAddr| -> Value {
+        match &compiled_policy {
+            Ok(c) => crate::compile::policy::explain::explain_connection(
+                ir,
+                c,
+                src,
+                dst.ip(),
+                proto_number(q.proto),
+                dst.port(),
+            ),
+            Err(e) => json!({"verdict": Value::Null, "error":
+                e.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("; ")}),
+        }
+    };
     let Some(l) = listener else {
         let workload = ir.workloads.iter().find(|w| w.ip == dst_ip);
-        let reason = match workload {
-            Some(w) => format!(
-                "no listener on {}/{}; destination is workload {}/{}: routed traffic, decided by NetworkPolicy (not evaluated: the policy engine is not built yet)",
-                q.dst, proto_str(q.proto), w.namespace, w.pod
+        let src_workload = ir.workloads.iter().find(|w| w.ip == q.src.ip());
+        let policy = policy_of(q.src.ip(), q.dst);
+        let allowed = policy["verdict"] == "allow";
+        let reason = match (workload, src_workload) {
+            (None, None) => format!(
+                "no listener on {}/{} and neither end is a workload",
+                q.dst,
+                proto_str(q.proto)
             ),
-            None => format!("no listener on {}/{}", q.dst, proto_str(q.proto)),
+            (w, _) => {
+                let what = match w {
+                    Some(w) => format!("destination is workload {}/{}", w.namespace, w.pod),
+                    None => "source is a workload".to_string(),
+                };
+                set(
+                    &mut out,
+                    "verdict",
+                    json!(if allowed { "forward" } else { "drop" }),
+                );
+                format!(
+                    "no listener on {}/{}; {what}: routed traffic, {} by NetworkPolicy: {}",
+                    q.dst,
+                    proto_str(q.proto),
+                    if allowed { "allowed" } else { "dropped" },
+                    policy["reason"].as_str().unwrap_or_default()
+                )
+            }
         };
+        set(&mut out, "policy", policy);
         set(&mut out, "reason", Value::String(reason));
         return out;
     };
@@ -310,19 +349,33 @@ pub fn explain(ir: &Ir, q: &Query) -> Value {
     let hash = flow_hash(q.src, q.dst, proto_number(q.proto));
     match table.pick(hash) {
         Pick::Backend(a) => {
-            set(&mut out, "verdict", json!("forward"));
+            // NetworkPolicy applies to the client -> picked backend connection.
+            let policy = policy_of(q.src.ip(), a);
+            let allowed = policy["verdict"] == "allow";
+            set(
+                &mut out,
+                "verdict",
+                json!(if allowed { "forward" } else { "drop" }),
+            );
             set(&mut out, "backend", json!(a.to_string()));
             set(
                 &mut out,
                 "reason",
                 json!(format!(
-                    "listener {} -> route {} -> Maglev slot {} of {} -> {a}",
+                    "listener {} -> route {} -> Maglev slot {} of {} -> {a}; {}: {}",
                     l.name,
                     route.name,
                     hash % table.size() as u64,
-                    table.size()
+                    table.size(),
+                    if allowed {
+                        "NetworkPolicy allows it"
+                    } else {
+                        "dropped by NetworkPolicy"
+                    },
+                    policy["reason"].as_str().unwrap_or_default()
                 )),
             );
+            set(&mut out, "policy", policy);
         }
         Pick::Reject => {
             set(&mut out, "verdict", json!("reject"));

@@ -17,6 +17,7 @@
 
 pub mod backends;
 pub mod ir;
+pub mod policy;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};

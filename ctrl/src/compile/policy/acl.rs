@@ -1,0 +1,445 @@
+//! The compiled policy as ordered 5-tuple ACLs (DPDK `rte_acl`, ClassBench format), to
+//! compare sluice's lookups with `dpdk-test-acl` on the same decisions.
+//!
+//! An ACL has no identity indirection: every rule is `(source prefix, destination
+//! prefix, protocol, destination port range) -> action`, first match wins. The export
+//! produces one rule list per direction, because a connection needs egress allowed at
+//! its source *and* ingress allowed at its destination, and a single first-match list
+//! cannot express that conjunction without a cross product:
+//!
+//! - egress: for every egress entry `(profile P, peer key K, protocol, ranges)` an allow
+//!   rule per (prefix of the addresses whose identity has egress profile P) x (prefix of
+//!   the addresses whose identity carries key K) x range; then, per isolated source
+//!   prefix, a deny-all rule; no match means not isolated: allow.
+//! - ingress: first, allow from each node's addresses to the isolated pods on that node;
+//!   then the entries (source = key K, destination = profile P); then deny-all per
+//!   isolated destination prefix; no match: allow.
+//!
+//! Address sets are exact: the ipcache is flattened into disjoint intervals, the
+//! intervals of a set are merged and cut into the fewest prefixes. A configuration whose
+//! pods of one workload group have scattered addresses exports one rule per address pair
+//! (the cross product identity tables avoid); the benchmark allocates pod addresses per
+//! namespace so that the ACL stays comparable in size.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
+use sluice_dataplane::tables::policy::{
+    Direction, IdentityEntry, PeerKind, PortRange, ProtoClass, NONE, PEER_KINDS,
+};
+
+use super::CompiledPolicy;
+
+/// Port ranges per protocol class of one `(profile, peer)`.
+type ProtoRanges = Vec<(ProtoClass, Vec<PortRange>)>;
+
+/// Address family of an export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// IPv4.
+    V4,
+    /// IPv6.
+    V6,
+}
+
+/// One ACL rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclRule {
+    /// Source prefix.
+    pub src: IpNet,
+    /// Destination prefix.
+    pub dst: IpNet,
+    /// IP protocol, or `None` for any.
+    pub proto: Option<u8>,
+    /// Destination ports.
+    pub dport: PortRange,
+    /// Allow (true) or deny.
+    pub allow: bool,
+}
+
+/// An ordered rule list for one direction; no match means allow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclRules {
+    /// The direction this list decides.
+    pub direction: Direction,
+    /// Rules, first match wins.
+    pub rules: Vec<AclRule>,
+}
+
+impl AclRules {
+    /// The index of the first rule matching, as `rte_acl` returns it.
+    pub fn classify(&self, src: IpAddr, dst: IpAddr, proto: u8, dport: u16) -> Option<usize> {
+        self.rules.iter().position(|r| {
+            r.src.contains(&src)
+                && r.dst.contains(&dst)
+                && r.proto.is_none_or(|p| p == proto)
+                && r.dport.contains(dport)
+        })
+    }
+
+    /// Whether the list allows the tuple.
+    pub fn allows(&self, src: IpAddr, dst: IpAddr, proto: u8, dport: u16) -> bool {
+        self.classify(src, dst, proto, dport)
+            .is_none_or(|i| self.rules[i].allow)
+    }
+
+    /// The ClassBench rule file `dpdk-test-acl --rulesf` reads:
+    /// `@src/len dst/len 0 : 65535 lo : hi proto/mask`, one rule per line.
+    pub fn classbench(&self) -> String {
+        let mut s = String::with_capacity(self.rules.len() * 64);
+        for r in &self.rules {
+            let (p, m) = match r.proto {
+                Some(p) => (p, 0xff),
+                None => (0, 0),
+            };
+            let _ = writeln!(
+                s,
+                "@{} {} 0 : 65535 {} : {} {}/0x{:02x}",
+                r.src, r.dst, r.dport.lo, r.dport.hi, p, m
+            );
+        }
+        s
+    }
+}
+
+/// The whole address space of a family as `[lo, hi]`.
+fn space(f: Family) -> (u128, u128) {
+    match f {
+        Family::V4 => (0, u128::from(u32::MAX)),
+        Family::V6 => (0, u128::MAX),
+    }
+}
+
+fn range_of(n: &IpNet) -> (u128, u128) {
+    match n {
+        IpNet::V4(n) => (
+            u128::from(u32::from(n.network())),
+            u128::from(u32::from(n.broadcast())),
+        ),
+        IpNet::V6(n) => (u128::from(n.network()), u128::from(n.broadcast())),
+    }
+}
+
+/// The ipcache of one family as disjoint, sorted `(lo, hi, identity)` intervals.
+fn flatten(prefixes: &[(IpNet, u32)], f: Family) -> Vec<(u128, u128, u32)> {
+    let mut list: Vec<(u128, u128, u32)> = prefixes
+        .iter()
+        .filter(|(n, _)| {
+            matches!(
+                (n, f),
+                (IpNet::V4(_), Family::V4) | (IpNet::V6(_), Family::V6)
+            )
+        })
+        .map(|(n, id)| {
+            let (lo, hi) = range_of(n);
+            (lo, hi, *id)
+        })
+        .collect();
+    // Outer prefixes first at equal start.
+    list.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    let mut out: Vec<(u128, u128, u32)> = Vec::new();
+    let emit = |lo: u128, hi: u128, id: u32, out: &mut Vec<(u128, u128, u32)>| {
+        if lo > hi {
+            return;
+        }
+        match out.last_mut() {
+            Some(last) if last.2 == id && last.1.checked_add(1) == Some(lo) => last.1 = hi,
+            _ => out.push((lo, hi, id)),
+        }
+    };
+    // Stack of (hi, id); `cursor` is the first address not yet emitted (None: done).
+    let mut stack: Vec<(u128, u32)> = Vec::new();
+    let mut cursor: Option<u128> = Some(space(f).0);
+    for (lo, hi, id) in list {
+        while let Some(&(thi, tid)) = stack.last() {
+            if thi >= lo {
+                break;
+            }
+            if let Some(c) = cursor {
+                emit(c, thi, tid, &mut out);
+            }
+            cursor = thi.checked_add(1);
+            stack.pop();
+        }
+        if let (Some(&(_, tid)), Some(c)) = (stack.last(), cursor) {
+            if c < lo {
+                emit(c, lo - 1, tid, &mut out);
+            }
+        }
+        cursor = Some(lo);
+        stack.push((hi, id));
+    }
+    while let Some((thi, tid)) = stack.pop() {
+        if let Some(c) = cursor {
+            if c <= thi {
+                emit(c, thi, tid, &mut out);
+                cursor = thi.checked_add(1);
+            }
+        }
+    }
+    out
+}
+
+/// Cuts `[lo, hi]` into the fewest prefixes.
+fn to_prefixes(mut lo: u128, hi: u128, f: Family, out: &mut Vec<IpNet>) {
+    let width: u32 = match f {
+        Family::V4 => 32,
+        Family::V6 => 128,
+    };
+    loop {
+        // Largest block aligned at `lo` that fits in [lo, hi].
+        let mut bits = if lo == 0 {
+            width
+        } else {
+            lo.trailing_zeros().min(width)
+        };
+        while bits > 0 {
+            let size_minus_1 = if bits >= 128 {
+                u128::MAX
+            } else {
+                (1u128 << bits) - 1
+            };
+            if lo.checked_add(size_minus_1).is_some_and(|e| e <= hi) {
+                break;
+            }
+            bits -= 1;
+        }
+        let len = (width - bits) as u8;
+        let n = match f {
+            Family::V4 => {
+                IpNet::V4(ipnet::Ipv4Net::new(Ipv4Addr::from(lo as u32), len).unwrap_or_default())
+            }
+            Family::V6 => {
+                IpNet::V6(ipnet::Ipv6Net::new(Ipv6Addr::from(lo), len).unwrap_or_default())
+            }
+        };
+        out.push(n);
+        let size_minus_1 = if bits >= 128 {
+            u128::MAX
+        } else {
+            (1u128 << bits) - 1
+        };
+        match lo.checked_add(size_minus_1).and_then(|e| e.checked_add(1)) {
+            Some(next) if next <= hi => lo = next,
+            _ => break,
+        }
+    }
+}
+
+/// Exact prefix covers of identity-defined address sets.
+struct Sets {
+    intervals: Vec<(u128, u128, u32)>,
+    family: Family,
+}
+
+impl Sets {
+    fn cover(&self, pred: impl Fn(u32) -> bool) -> Vec<IpNet> {
+        let mut merged: Vec<(u128, u128)> = Vec::new();
+        for &(lo, hi, id) in &self.intervals {
+            if !pred(id) {
+                continue;
+            }
+            match merged.last_mut() {
+                Some(last) if last.1.checked_add(1) == Some(lo) => last.1 = hi,
+                _ => merged.push((lo, hi)),
+            }
+        }
+        let mut out = Vec::new();
+        for (lo, hi) in merged {
+            to_prefixes(lo, hi, self.family, &mut out);
+        }
+        out
+    }
+}
+
+fn any_net(f: Family) -> IpNet {
+    match f {
+        Family::V4 => IpNet::V4(ipnet::Ipv4Net::default()),
+        Family::V6 => IpNet::V6(ipnet::Ipv6Net::default()),
+    }
+}
+
+/// Exports one family's policy as two ordered rule lists: `(egress, ingress)`.
+pub fn export(c: &CompiledPolicy, family: Family) -> (AclRules, AclRules) {
+    let ids: &[IdentityEntry] = c.tables.identities();
+    let sets = Sets {
+        intervals: flatten(&c.info.prefixes, family),
+        family,
+    };
+    let any = any_net(family);
+    let mut key_cover: HashMap<(usize, u32), Vec<IpNet>> = HashMap::new();
+    let mut cover_of_key = |kind: PeerKind, key: u32| -> Vec<IpNet> {
+        let k = kind as usize;
+        key_cover
+            .entry((k, key))
+            .or_insert_with(|| {
+                sets.cover(|id| {
+                    ids.get(id as usize)
+                        .is_some_and(|e| k < PEER_KINDS && e.peer[k] == key)
+                })
+            })
+            .clone()
+    };
+    let mut out = Vec::new();
+    for (direction, table) in [
+        (Direction::Egress, c.tables.egress()),
+        (Direction::Ingress, c.tables.ingress()),
+    ] {
+        let profile_of = |e: &IdentityEntry| match direction {
+            Direction::Egress => e.egress,
+            Direction::Ingress => e.ingress,
+        };
+        let mut rules = Vec::new();
+        if direction == Direction::Ingress {
+            for n in 0..c.info.nodes.len() as u32 {
+                let srcs = sets.cover(|id| ids.get(id as usize).is_some_and(|e| e.node_of == n));
+                let dsts = sets.cover(|id| {
+                    ids.get(id as usize)
+                        .is_some_and(|e| e.runs_on == n && e.ingress != NONE)
+                });
+                for s in &srcs {
+                    for d in &dsts {
+                        rules.push(AclRule {
+                            src: *s,
+                            dst: *d,
+                            proto: None,
+                            dport: PortRange::ALL,
+                            allow: true,
+                        });
+                    }
+                }
+            }
+        }
+        // Entries grouped by (profile, kind, key): a group with class Other came from a
+        // rule without ports and is all-protocol, all-port.
+        let mut grouped: BTreeMap<(u32, PeerKind, u32), ProtoRanges> = BTreeMap::new();
+        for (profile, kind, key, proto, ranges) in table.entries() {
+            grouped
+                .entry((profile, kind, key))
+                .or_default()
+                .push((proto, ranges));
+        }
+        let mut profile_cover: HashMap<u32, Vec<IpNet>> = HashMap::new();
+        for ((profile, kind, key), protos) in grouped {
+            let locals = profile_cover
+                .entry(profile)
+                .or_insert_with(|| {
+                    sets.cover(|id| {
+                        ids.get(id as usize)
+                            .is_some_and(|e| profile_of(e) == profile)
+                    })
+                })
+                .clone();
+            if locals.is_empty() {
+                continue;
+            }
+            let peers = cover_of_key(kind, key);
+            let all_protocols = protos.iter().any(|(p, _)| *p == ProtoClass::Other);
+            let items: Vec<(Option<u8>, PortRange)> = if all_protocols {
+                vec![(None, PortRange::ALL)]
+            } else {
+                protos
+                    .iter()
+                    .flat_map(|(p, rs)| rs.iter().map(move |r| (p.ip_proto(), *r)))
+                    .collect()
+            };
+            for l in &locals {
+                for p in &peers {
+                    for &(proto, dport) in &items {
+                        let (src, dst) = match direction {
+                            Direction::Egress => (*l, *p),
+                            Direction::Ingress => (*p, *l),
+                        };
+                        rules.push(AclRule {
+                            src,
+                            dst,
+                            proto,
+                            dport,
+                            allow: true,
+                        });
+                    }
+                }
+            }
+        }
+        let isolated = sets.cover(|id| ids.get(id as usize).is_some_and(|e| profile_of(e) != NONE));
+        for l in isolated {
+            let (src, dst) = match direction {
+                Direction::Egress => (l, any),
+                Direction::Ingress => (any, l),
+            };
+            rules.push(AclRule {
+                src,
+                dst,
+                proto: None,
+                dport: PortRange::ALL,
+                allow: false,
+            });
+        }
+        out.push(AclRules { direction, rules });
+    }
+    let ingress = out.pop().unwrap_or(AclRules {
+        direction: Direction::Ingress,
+        rules: Vec::new(),
+    });
+    let egress = out.pop().unwrap_or(AclRules {
+        direction: Direction::Egress,
+        rules: Vec::new(),
+    });
+    (egress, ingress)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(s: &str) -> IpNet {
+        s.parse().expect("net")
+    }
+
+    #[test]
+    fn flatten_gives_disjoint_cover() {
+        let p = vec![
+            (n("0.0.0.0/0"), 0),
+            (n("10.0.0.0/8"), 1),
+            (n("10.0.0.5/32"), 2),
+            (n("10.0.0.6/32"), 2),
+            (n("10.255.255.255/32"), 3),
+            (n("255.255.255.255/32"), 4),
+        ];
+        let f = flatten(&p, Family::V4);
+        assert_eq!(
+            f,
+            vec![
+                (0, 0x09ff_ffff, 0),
+                (0x0a00_0000, 0x0a00_0004, 1),
+                (0x0a00_0005, 0x0a00_0006, 2),
+                (0x0a00_0007, 0x0aff_fffe, 1),
+                (0x0aff_ffff, 0x0aff_ffff, 3),
+                (0x0b00_0000, 0xffff_fffe, 0),
+                (0xffff_ffff, 0xffff_ffff, 4),
+            ]
+        );
+        let f6 = flatten(&[(n("::/0"), 7), (n("ffff::/16"), 8)], Family::V6);
+        assert_eq!(f6.len(), 2);
+        assert_eq!(f6[1], (0xffff_u128 << 112, u128::MAX, 8));
+    }
+
+    #[test]
+    fn ranges_cut_into_fewest_prefixes() {
+        let mut out = Vec::new();
+        to_prefixes(0x0a00_0005, 0x0a00_0010, Family::V4, &mut out);
+        let s: Vec<String> = out.iter().map(|n| n.to_string()).collect();
+        assert_eq!(
+            s,
+            ["10.0.0.5/32", "10.0.0.6/31", "10.0.0.8/29", "10.0.0.16/32"]
+        );
+        let mut out = Vec::new();
+        to_prefixes(0, u128::from(u32::MAX), Family::V4, &mut out);
+        assert_eq!(out, vec![n("0.0.0.0/0")]);
+        let mut out = Vec::new();
+        to_prefixes(0, u128::MAX, Family::V6, &mut out);
+        assert_eq!(out, vec![n("::/0")]);
+    }
+}
