@@ -7,6 +7,8 @@
 //!   icmp, tcp and udp headers.
 //! - [`inspect`]: first-payload parsers (TLS ClientHello, HTTP/1 request head) used to
 //!   route a connection by SNI or Host.
+//! - [`flow`]: the per-worker flow table: both directions' 5-tuples to one entry, TCP/UDP
+//!   state, timing wheel, fixed capacity.
 //! - [`tables`]: compiled, immutable lookup tables (ipcache, policy, listeners, host
 //!   matcher, backend sets) bundled in one snapshot.
 //! - [`port`]: the `Port`/`Queue` abstraction over owned packet buffers and its backends:
@@ -25,6 +27,7 @@
 //! The dataplane never sees manifests, namespaces or selectors: only addresses,
 //! prefixes, ports, identities, host patterns and backends.
 
+pub mod flow;
 pub mod inspect;
 pub mod pipeline;
 #[allow(unsafe_code)]

@@ -1,0 +1,600 @@
+//! The per-worker flow table: connection tracking for forwarded flows.
+//!
+//! A flow is two [`Tuple`]s, as in Linux conntrack: the *original* direction as the
+//! client sent it (client -> virtual address) and the *reply* direction as the backend
+//! will send it (backend -> sluice's SNAT address, or backend -> client in transparent
+//! mode). The NAT rewrite is implied by the pair: a packet matching `orig` leaves with
+//! `src = reply.dst, dst = reply.src`; a packet matching `reply` leaves with
+//! `src = orig.dst, dst = orig.src`. So one entry is reachable from both directions'
+//! 5-tuples, and flows record the backend itself (never an index into a table), which is
+//! what lets established flows survive table swaps.
+//!
+//! - **Memory**: capacity fixed at [`FlowTable::new`]; no allocation afterwards. An entry
+//!   is 92 bytes ([`Flow`]); the index is open addressing with linear probing and
+//!   backward-shift deletion (no tombstones, so a long-running table does not degrade),
+//!   8 bytes a slot, two keys per flow, load at most 1/2.
+//! - **Full**: [`FlowTable::insert`] fails with [`InsertError::Full`]; existing flows are
+//!   untouched (the caller drops the packet and counts it).
+//! - **Timers**: a hashed timing wheel of one-second ticks with lazy re-arming: a packet
+//!   only writes its flow's `expires`; when the wheel reaches a flow whose `expires` moved
+//!   on, the flow is re-filed, otherwise it expires. Per packet that is one store in the
+//!   flow's own cache line; per tick, work in proportion to the flows filed in that slot.
+//!   A flow is filed at most 64 s ahead, so long timeouts are re-filed every minute and a
+//!   flow whose timeout shrinks (or that is removed) is recycled within a minute.
+//! - **TCP**: the states and timeouts of Linux conntrack (SYN_SENT 120 s, SYN_RECV 60 s,
+//!   ESTABLISHED 5 days, FIN_WAIT 120 s, CLOSE_WAIT 60 s, LAST_ACK 30 s, TIME_WAIT 120 s,
+//!   CLOSE 10 s), configurable ([`Timeouts`]); UDP 30 s unreplied, 120 s once replied.
+
+mod tcp;
+
+pub use tcp::{TcpFlags, TcpState};
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+/// One direction of a flow: addresses (IPv4 stored IPv4-mapped), ports and protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Tuple {
+    /// Source address (16 bytes; IPv4 as `::ffff:a.b.c.d`).
+    pub src: [u8; 16],
+    /// Destination address.
+    pub dst: [u8; 16],
+    /// Source port (ICMP: identifier).
+    pub sport: u16,
+    /// Destination port.
+    pub dport: u16,
+    /// IP protocol number.
+    pub proto: u8,
+}
+
+fn octets(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    }
+}
+
+fn ip_of(o: [u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(o);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+impl Tuple {
+    /// A tuple from socket addresses.
+    pub fn new(src: SocketAddr, dst: SocketAddr, proto: u8) -> Tuple {
+        Tuple {
+            src: octets(src.ip()),
+            dst: octets(dst.ip()),
+            sport: src.port(),
+            dport: dst.port(),
+            proto,
+        }
+    }
+
+    /// Source address and port.
+    pub fn source(&self) -> SocketAddr {
+        SocketAddr::new(ip_of(self.src), self.sport)
+    }
+
+    /// Destination address and port.
+    pub fn destination(&self) -> SocketAddr {
+        SocketAddr::new(ip_of(self.dst), self.dport)
+    }
+
+    /// The same tuple seen from the other side.
+    pub fn reversed(&self) -> Tuple {
+        Tuple {
+            src: self.dst,
+            dst: self.src,
+            sport: self.dport,
+            dport: self.sport,
+            proto: self.proto,
+        }
+    }
+
+    fn hash(&self, seed: u64) -> u64 {
+        // FxHash-style multiply-rotate over the 37 key bytes: fast, and seeded per
+        // table so that crafted tuples cannot be aimed at one bucket across restarts.
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let mut h = seed;
+        let mut mix = |v: u64| h = (h.rotate_left(5) ^ v).wrapping_mul(K);
+        mix(u64::from_le_bytes(
+            self.src[..8].try_into().unwrap_or([0; 8]),
+        ));
+        mix(u64::from_le_bytes(
+            self.src[8..].try_into().unwrap_or([0; 8]),
+        ));
+        mix(u64::from_le_bytes(
+            self.dst[..8].try_into().unwrap_or([0; 8]),
+        ));
+        mix(u64::from_le_bytes(
+            self.dst[8..].try_into().unwrap_or([0; 8]),
+        ));
+        mix(u64::from(self.sport) | u64::from(self.dport) << 16 | u64::from(self.proto) << 32);
+        h ^ (h >> 29)
+    }
+}
+
+/// Which direction of its flow a packet travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    /// As the client sent it.
+    Orig,
+    /// As the backend answers.
+    Reply,
+}
+
+/// A flow's handle (valid until the flow is removed or expires).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FlowId(u32);
+
+/// Timeouts in seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// SYN seen, no answer.
+    pub tcp_syn_sent: u32,
+    /// SYN-ACK seen, no final ACK.
+    pub tcp_syn_recv: u32,
+    /// Established.
+    pub tcp_established: u32,
+    /// One side sent FIN.
+    pub tcp_fin_wait: u32,
+    /// The other side answered the FIN, its own FIN pending.
+    pub tcp_close_wait: u32,
+    /// Both FINs seen, last ACK pending.
+    pub tcp_last_ack: u32,
+    /// Closed cleanly.
+    pub tcp_time_wait: u32,
+    /// Reset.
+    pub tcp_close: u32,
+    /// UDP (and other protocols) before a reply.
+    pub udp_unreplied: u32,
+    /// UDP after a reply.
+    pub udp_replied: u32,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        // Linux nf_conntrack defaults.
+        Timeouts {
+            tcp_syn_sent: 120,
+            tcp_syn_recv: 60,
+            tcp_established: 432_000,
+            tcp_fin_wait: 120,
+            tcp_close_wait: 60,
+            tcp_last_ack: 30,
+            tcp_time_wait: 120,
+            tcp_close: 10,
+            udp_unreplied: 30,
+            udp_replied: 120,
+        }
+    }
+}
+
+impl Timeouts {
+    fn for_state(&self, s: TcpState) -> u32 {
+        match s {
+            TcpState::SynSent => self.tcp_syn_sent,
+            TcpState::SynRecv => self.tcp_syn_recv,
+            TcpState::Established => self.tcp_established,
+            TcpState::FinWait => self.tcp_fin_wait,
+            TcpState::CloseWait => self.tcp_close_wait,
+            TcpState::LastAck => self.tcp_last_ack,
+            TcpState::TimeWait => self.tcp_time_wait,
+            TcpState::Close => self.tcp_close,
+            TcpState::UdpUnreplied => self.udp_unreplied,
+            TcpState::UdpReplied => self.udp_replied,
+        }
+    }
+}
+
+/// A tracked flow (92 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flow {
+    /// Original direction (client -> virtual address).
+    pub orig: Tuple,
+    /// Reply direction (backend -> SNAT address or client).
+    pub reply: Tuple,
+    /// Snapshot generation the flow was admitted under (for lazy policy re-checks).
+    pub generation: u32,
+    expires: u32,
+    wheel_next: u32,
+    /// Connection state.
+    pub state: TcpState,
+    live: bool,
+    /// Free bits for the pipeline (e.g. "policy re-checked"), untouched by the table.
+    pub user_flags: u8,
+}
+
+const EMPTY_FLOW: Flow = Flow {
+    orig: Tuple {
+        src: [0; 16],
+        dst: [0; 16],
+        sport: 0,
+        dport: 0,
+        proto: 0,
+    },
+    reply: Tuple {
+        src: [0; 16],
+        dst: [0; 16],
+        sport: 0,
+        dport: 0,
+        proto: 0,
+    },
+    generation: 0,
+    expires: 0,
+    wheel_next: NIL,
+    state: TcpState::Close,
+    live: false,
+    user_flags: 0,
+};
+
+impl Flow {
+    /// Where a packet of this flow travelling in `dir` must be sent: `(new source, new
+    /// destination)`.
+    pub fn rewrite(&self, dir: Dir) -> (SocketAddr, SocketAddr) {
+        match dir {
+            Dir::Orig => (self.reply.destination(), self.reply.source()),
+            Dir::Reply => (self.orig.destination(), self.orig.source()),
+        }
+    }
+
+    /// The backend (the reply direction's source).
+    pub fn backend(&self) -> SocketAddr {
+        self.reply.source()
+    }
+
+    /// When the flow expires, in table seconds.
+    pub fn expires(&self) -> u32 {
+        self.expires
+    }
+}
+
+/// Why a flow was not inserted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InsertError {
+    /// The table is at capacity.
+    Full,
+    /// A flow with one of these tuples exists.
+    Exists,
+}
+
+/// Counters of the table's own events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowStats {
+    /// Flows inserted.
+    pub inserted: u64,
+    /// Inserts refused because the table was full.
+    pub full: u64,
+    /// Flows removed by their owner.
+    pub removed: u64,
+    /// Flows expired by the wheel.
+    pub expired: u64,
+}
+
+const NIL: u32 = u32::MAX;
+const WHEEL_SLOTS: usize = 128;
+/// Flows are filed at most this far ahead and re-filed on arrival, so a flow whose
+/// timeout shrinks (established -> TIME_WAIT) or that is removed is recycled within a
+/// minute of its real expiry.
+const REFILE_HORIZON: u32 = 64;
+const EMPTY_SLOT: u64 = 0;
+
+/// The flow table (see the [module docs](self)).
+pub struct FlowTable {
+    flows: Box<[Flow]>,
+    /// Open-addressing index: `0` empty, else `tag << 32 | (id << 1 | reply) + 1`.
+    index: Box<[u64]>,
+    mask: usize,
+    free: Vec<u32>,
+    wheel: Box<[u32]>,
+    /// The wheel's position: every slot before it has been processed.
+    wheel_now: u32,
+    seed: u64,
+    timeouts: Timeouts,
+    len: usize,
+    stats: FlowStats,
+}
+
+impl std::fmt::Debug for FlowTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlowTable")
+            .field("capacity", &self.flows.len())
+            .field("len", &self.len)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl FlowTable {
+    /// A table for `capacity` flows (at least 1; all memory allocated here), with
+    /// `timeouts`, whose clock starts at `now` seconds. `seed` keys the hash.
+    pub fn new(capacity: usize, timeouts: Timeouts, now: u32, seed: u64) -> FlowTable {
+        let capacity = capacity.clamp(1, (NIL >> 2) as usize);
+        let slots = (capacity * 4).next_power_of_two();
+        FlowTable {
+            flows: vec![EMPTY_FLOW; capacity].into_boxed_slice(),
+            index: vec![EMPTY_SLOT; slots].into_boxed_slice(),
+            mask: slots - 1,
+            free: (0..capacity as u32).rev().collect(),
+            wheel: vec![NIL; WHEEL_SLOTS].into_boxed_slice(),
+            wheel_now: now,
+            seed,
+            timeouts,
+            len: 0,
+            stats: FlowStats::default(),
+        }
+    }
+
+    /// Flows in the table.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The fixed capacity.
+    pub fn capacity(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> FlowStats {
+        self.stats
+    }
+
+    /// Bytes held by the table (entries, index, free list, wheel).
+    pub fn memory_bytes(&self) -> usize {
+        self.flows.len() * std::mem::size_of::<Flow>()
+            + self.index.len() * 8
+            + self.free.capacity() * 4
+            + self.wheel.len() * 4
+    }
+
+    fn tag(h: u64) -> u64 {
+        (h >> 32) | 1
+    }
+
+    fn slot_tuple(&self, v: u64) -> (u32, Dir, &Tuple) {
+        let low = (v & 0xffff_ffff) as u32 - 1;
+        let id = low >> 1;
+        let flow = &self.flows[id as usize];
+        if low & 1 == 1 {
+            (id, Dir::Reply, &flow.reply)
+        } else {
+            (id, Dir::Orig, &flow.orig)
+        }
+    }
+
+    /// Finds the live flow a packet with this tuple belongs to at time `now`, and its
+    /// direction. A flow past its expiry that the wheel has not reaped yet is not
+    /// returned (so timeouts are exact to the second whatever the wheel's lag).
+    #[inline]
+    pub fn lookup(&self, t: &Tuple, now: u32) -> Option<(FlowId, Dir)> {
+        self.find(t)
+            .filter(|(id, _)| self.flows[id.0 as usize].expires > now)
+    }
+
+    /// Finds the indexed flow with this tuple, expired or not.
+    fn find(&self, t: &Tuple) -> Option<(FlowId, Dir)> {
+        let h = t.hash(self.seed);
+        let tag = Self::tag(h);
+        let mut i = h as usize & self.mask;
+        loop {
+            let v = self.index[i];
+            if v == EMPTY_SLOT {
+                return None;
+            }
+            if v >> 32 == tag {
+                let (id, dir, key) = self.slot_tuple(v);
+                if key == t {
+                    return Some((FlowId(id), dir));
+                }
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// The flow behind a handle.
+    pub fn get(&self, id: FlowId) -> &Flow {
+        &self.flows[id.0 as usize]
+    }
+
+    /// The flow behind a handle, mutably (for `generation` and `user_flags`).
+    pub fn get_mut(&mut self, id: FlowId) -> &mut Flow {
+        &mut self.flows[id.0 as usize]
+    }
+
+    fn index_insert(&mut self, t: &Tuple, id: u32, dir: Dir) {
+        let h = t.hash(self.seed);
+        let v = Self::tag(h) << 32 | u64::from((id << 1 | u32::from(dir == Dir::Reply)) + 1);
+        let mut i = h as usize & self.mask;
+        while self.index[i] != EMPTY_SLOT {
+            i = (i + 1) & self.mask;
+        }
+        self.index[i] = v;
+    }
+
+    fn index_remove(&mut self, t: &Tuple, id: u32) {
+        let h = t.hash(self.seed);
+        let tag = Self::tag(h);
+        let mut i = h as usize & self.mask;
+        loop {
+            let v = self.index[i];
+            if v == EMPTY_SLOT {
+                return; // not present
+            }
+            if v >> 32 == tag && (((v & 0xffff_ffff) as u32 - 1) >> 1) == id {
+                break;
+            }
+            i = (i + 1) & self.mask;
+        }
+        // Backward-shift deletion: pull later members of the probe run into the hole.
+        let mut hole = i;
+        let mut j = (i + 1) & self.mask;
+        loop {
+            let v = self.index[j];
+            if v == EMPTY_SLOT {
+                break;
+            }
+            let (_, _, key) = self.slot_tuple(v);
+            let home = key.hash(self.seed) as usize & self.mask;
+            // Move v into the hole if its home is not in (hole, j] (cyclically).
+            let dist_home = j.wrapping_sub(home) & self.mask;
+            let dist_hole = j.wrapping_sub(hole) & self.mask;
+            if dist_home >= dist_hole {
+                self.index[hole] = v;
+                hole = j;
+            }
+            j = (j + 1) & self.mask;
+        }
+        self.index[hole] = EMPTY_SLOT;
+    }
+
+    /// Admits a new flow in `state` (`SynSent` for TCP, `UdpUnreplied` otherwise) at
+    /// time `now` (seconds). Fails when full (existing flows untouched) or when either
+    /// tuple is already tracked.
+    pub fn insert(
+        &mut self,
+        orig: Tuple,
+        reply: Tuple,
+        state: TcpState,
+        generation: u32,
+        now: u32,
+    ) -> Result<FlowId, InsertError> {
+        for t in [&orig, &reply] {
+            if let Some((id, _)) = self.find(t) {
+                if self.flows[id.0 as usize].expires > now {
+                    return Err(InsertError::Exists);
+                }
+                self.reap(id); // expired, not yet reaped: its tuples may be reused now
+            }
+        }
+        let Some(id) = self.free.pop() else {
+            self.stats.full += 1;
+            return Err(InsertError::Full);
+        };
+        let expires = now.saturating_add(self.timeouts.for_state(state));
+        self.flows[id as usize] = Flow {
+            orig,
+            reply,
+            generation,
+            expires,
+            wheel_next: NIL,
+            state,
+            live: true,
+            user_flags: 0,
+        };
+        self.index_insert(&orig, id, Dir::Orig);
+        self.index_insert(&reply, id, Dir::Reply);
+        self.file(id, expires);
+        self.len += 1;
+        self.stats.inserted += 1;
+        Ok(FlowId(id))
+    }
+
+    fn file(&mut self, id: u32, expires: u32) {
+        // A flow is filed at its expiry, or at the far end of the wheel if later; the
+        // wheel re-files it when it gets there.
+        let due = expires.clamp(
+            self.wheel_now.saturating_add(1),
+            self.wheel_now.saturating_add(REFILE_HORIZON),
+        );
+        let slot = due as usize % WHEEL_SLOTS;
+        self.flows[id as usize].wheel_next = self.wheel[slot];
+        self.wheel[slot] = id;
+    }
+
+    /// Accounts a packet of the flow travelling in `dir` at `now`: advances the TCP
+    /// state with the packet's flags (`None` for UDP and other protocols) and pushes the
+    /// expiry out. Returns the new state.
+    pub fn on_packet(
+        &mut self,
+        id: FlowId,
+        dir: Dir,
+        flags: Option<TcpFlags>,
+        now: u32,
+    ) -> TcpState {
+        let timeouts = self.timeouts;
+        let f = &mut self.flows[id.0 as usize];
+        f.state = match flags {
+            Some(fl) => f.state.on_tcp(dir, fl),
+            None => f.state.on_datagram(dir),
+        };
+        f.expires = now.saturating_add(timeouts.for_state(f.state));
+        f.state
+    }
+
+    /// Removes a flow now (its tuples stop matching at once; the entry is recycled when
+    /// the wheel reaches it, within a minute).
+    pub fn remove(&mut self, id: FlowId) {
+        if self.reap(id) {
+            self.stats.removed += 1;
+        }
+    }
+
+    /// Unindexes a live flow and marks it dead; the wheel recycles the entry.
+    fn reap(&mut self, id: FlowId) -> bool {
+        let f = self.flows[id.0 as usize];
+        if !f.live {
+            return false;
+        }
+        self.index_remove(&f.orig, id.0);
+        self.index_remove(&f.reply, id.0);
+        let flow = &mut self.flows[id.0 as usize];
+        flow.live = false;
+        flow.expires = 0;
+        self.len -= 1;
+        true
+    }
+
+    /// Advances the wheel to `now` (seconds), expiring due flows; calls `on_expire` for
+    /// each (before its entry is recycled). Returns how many expired.
+    pub fn expire(&mut self, now: u32, mut on_expire: impl FnMut(&Flow)) -> usize {
+        let mut expired = 0;
+        // Never process more than one turn per call: later slots wait for the next call.
+        let end = now.min(self.wheel_now.saturating_add(WHEEL_SLOTS as u32 - 1));
+        while self.wheel_now < end {
+            self.wheel_now += 1;
+            let slot = self.wheel_now as usize % WHEEL_SLOTS;
+            let mut id = std::mem::replace(&mut self.wheel[slot], NIL);
+            while id != NIL {
+                let next = self.flows[id as usize].wheel_next;
+                let f = self.flows[id as usize];
+                if !f.live {
+                    self.free.push(id); // removed earlier: recycle now
+                } else if f.expires > self.wheel_now {
+                    self.file(id, f.expires); // touched since filed: lazy re-arm
+                } else {
+                    on_expire(&f);
+                    self.index_remove(&f.orig, id);
+                    self.index_remove(&f.reply, id);
+                    self.flows[id as usize].live = false;
+                    self.free.push(id);
+                    self.len -= 1;
+                    self.stats.expired += 1;
+                    expired += 1;
+                }
+                id = next;
+            }
+        }
+        expired
+    }
+
+    /// Every live flow (for `sluice ctl flows` and tests).
+    pub fn iter(&self) -> impl Iterator<Item = (FlowId, &Flow)> {
+        self.flows
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.live)
+            .map(|(i, f)| (FlowId(i as u32), f))
+    }
+}
+
+#[cfg(test)]
+mod tests;
