@@ -1,5 +1,4 @@
-//! The `sluice` command line: `check`, `explain`, `tables` (and, with the dataplane,
-//! `run` and `ctl`).
+//! The `sluice` command line: `check`, `explain`, `tables`, `run` and `ctl`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,7 +11,7 @@ use sluice_ctrl::{config, explain};
 /// sluice: a userspace dataplane that enforces NetworkPolicy and routes TCP/TLS by port,
 /// SNI or Host, configured with Kubernetes-style manifests.
 #[derive(Parser, Debug)]
-#[command(name = "sluice", version, about, long_about = None)]
+#[command(name = "sluice", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -55,6 +54,11 @@ enum Command {
         #[arg(long = "payload-file")]
         payload_file: Option<PathBuf>,
     },
+    /// Run the dataplane: ports and pinned workers from the Appliance manifest (or the
+    /// embedded default: TAP port `sl0` at 10.77.0.2/24, fd77::2/64).
+    Run(sluice_ctrl::run::RunArgs),
+    /// Talk to a running instance through its admin socket (stats, ...).
+    Ctl(sluice_ctrl::api::CtlArgs),
     /// Dump the resolved configuration (listeners, routes, backends, workloads) as JSON.
     Tables {
         /// Manifest files or directories (`-` for stdin).
@@ -75,6 +79,8 @@ enum Proto {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run(args) => sluice_ctrl::run::run(&args),
+        Command::Ctl(args) => sluice_ctrl::api::ctl(&args),
         Command::Check { config, verbose } => {
             let c = config::compile_paths(&config);
             let errors = c.errors().count();
