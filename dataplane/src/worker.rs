@@ -223,7 +223,19 @@ impl<S: Stage> Worker<S> {
             }
         }
         #[cfg(feature = "dpdk")]
-        let _lcore = port::dpdk::register_thread();
+        let _lcore = match port::dpdk::eal() {
+            Some(_) => {
+                let g = port::dpdk::register_thread();
+                if g.is_none() {
+                    eprintln!(
+                        "sluice: worker {}: rte_thread_register failed: mempool caches off",
+                        self.cfg.id
+                    );
+                }
+                g
+            }
+            None => None,
+        };
         let mut empty_run = 0u32;
         let mut sleep = Duration::from_micros(1);
         while !stop.load(Ordering::Relaxed) {

@@ -1,0 +1,597 @@
+//! Forwarding benchmark, printed as JSON (never asserted).
+//!
+//! **DPDK**: the worker loop with the forwarding pipeline on DPDK vdevs, side by side with
+//! `dpdk-testpmd --forward-mode=macswap` on the same vdevs, in the same run, alternating:
+//!
+//! - port 0: `net_pcap` replaying a capture of 64 UDP flows forever (`infinite_rx=1`;
+//!   every rx allocates an mbuf and copies the frame, for both contenders),
+//! - port 1: `net_null` with `no-rx=1` (tx frees).
+//!
+//! sluice routes each frame (Ethernet and IPv4 checks incl. header checksum, FIB lookup,
+//! neighbour lookup, MAC rewrite, TTL decrement with incremental checksum) from port 0 to
+//! port 1; testpmd swaps MACs and sends to its peer port. Both forward on one pinned core
+//! (core 1). Reported: Mpps per core, TSC cycles per packet (busy rounds), and the ratio.
+//!
+//! **TAP**: sluice's TAP port (`Queue::rx_burst`/`tx_burst` over pooled buffers) against a
+//! plain read/write loop on a TAP fd. Both send ICMP echo requests to the kernel on the
+//! other side (in a network namespace) with a window of requests in flight and count the
+//! replies per second.
+//!
+//! Usage: `bench_forward [--duration SECS] [--runs N] [--no-tap] [--no-dpdk]`
+
+use serde_json::{json, Value};
+use sluice_dataplane::pipeline::{
+    Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Route,
+};
+use sluice_dataplane::port::{dpdk, pcap, tap, Burst, Pool};
+use sluice_dataplane::wire::{ethernet, icmpv4, ip_proto, ipv4, udp, EtherType, MacAddr};
+use sluice_dataplane::worker::{Idle, Worker, WorkerConfig};
+use std::io::{BufReader, Read, Write};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SLUICE_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 0x10]);
+const PEER_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 0x01]);
+const NEXT_HOP_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 0x21]);
+const FWD_CORE: usize = 1;
+
+struct Opts {
+    duration: f64,
+    runs: usize,
+    tap: bool,
+    dpdk: bool,
+}
+
+fn opts() -> Opts {
+    let mut o = Opts {
+        duration: 3.0,
+        runs: 2,
+        tap: true,
+        dpdk: true,
+    };
+    let a: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < a.len() {
+        match a[i].as_str() {
+            "--duration" => {
+                i += 1;
+                o.duration = a.get(i).and_then(|s| s.parse().ok()).unwrap_or(o.duration);
+            }
+            "--runs" => {
+                i += 1;
+                o.runs = a
+                    .get(i)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(o.runs)
+                    .max(1);
+            }
+            "--no-tap" => o.tap = false,
+            "--no-dpdk" => o.dpdk = false,
+            other => {
+                eprintln!("bench_forward: unknown argument {other}");
+                std::process::exit(2);
+            }
+        }
+        i += 1;
+    }
+    o
+}
+
+/// 64-byte UDP frames of 64 flows, 10.1.0.1 -> 192.168.0.x, to sluice's MAC.
+fn frames() -> Vec<Vec<u8>> {
+    (0..64u16)
+        .map(|i| {
+            let mut f = vec![0u8; 60];
+            ethernet::Repr {
+                dst_addr: SLUICE_MAC,
+                src_addr: PEER_MAC,
+                ethertype: EtherType::Ipv4,
+            }
+            .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
+            let (src, dst) = (
+                Ipv4Addr::new(10, 1, 0, 1),
+                Ipv4Addr::new(192, 168, 0, (i % 250) as u8 + 1),
+            );
+            let mut ip = ipv4::Packet::new_unchecked(&mut f[14..14 + 20 + 8 + 18]);
+            ipv4::Repr {
+                src_addr: src,
+                dst_addr: dst,
+                protocol: ip_proto::UDP,
+                payload_len: 8 + 18,
+                ttl: 64,
+            }
+            .emit(&mut ip);
+            udp::Repr {
+                src_port: 10_000 + i,
+                dst_port: 9,
+                payload_len: 18,
+            }
+            .emit(
+                &mut udp::Packet::new_unchecked(ip.payload_mut()),
+                IpAddr::V4(src),
+                IpAddr::V4(dst),
+            );
+            f
+        })
+        .collect()
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    if v.is_empty() {
+        0.0
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+fn vdevs(capture: &Path) -> [String; 2] {
+    [
+        format!("net_pcap0,rx_pcap={},infinite_rx=1", capture.display()),
+        "net_null0,no-rx=1".to_string(),
+    ]
+}
+
+/// One sluice run: returns (Mpps, cycles/packet).
+fn sluice_run(capture: &Path, secs: f64) -> Result<(f64, f64), String> {
+    let a = dpdk::open(
+        "in",
+        vdevs(capture)[0].split(',').next().unwrap_or("net_pcap0"),
+        1,
+    )
+    .map_err(|e| e.to_string())?;
+    let b = dpdk::open("out", "net_null0", 1).map_err(|e| e.to_string())?;
+    let conf = ForwarderConfig::new(
+        vec![
+            PortConf {
+                name: "in".into(),
+                mac: SLUICE_MAC,
+                addrs: vec![IfAddr {
+                    addr: "10.1.0.2".parse().unwrap(),
+                    prefix_len: 24,
+                }],
+            },
+            PortConf {
+                name: "out".into(),
+                mac: b.port.mac(),
+                addrs: vec![IfAddr {
+                    addr: "10.2.0.2".parse().unwrap(),
+                    prefix_len: 24,
+                }],
+            },
+        ],
+        &[Route {
+            to: "0.0.0.0".parse().unwrap(),
+            prefix_len: 0,
+            via: "10.2.0.1".parse().unwrap(),
+        }],
+    )?;
+    let neigh = Arc::new(NeighbourCache::new(64));
+    neigh.learn("10.2.0.1".parse().unwrap(), NEXT_HOP_MAC, 0);
+    let queues = vec![
+        a.queues.into_iter().next().unwrap(),
+        b.queues.into_iter().next().unwrap(),
+    ];
+    let w = Worker::new(
+        WorkerConfig {
+            id: 0,
+            core: Some(FWD_CORE),
+            idle: Idle::Spin,
+        },
+        queues,
+        Forwarder::new(Arc::new(conf), neigh),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let h = sluice_dataplane::worker::spawn(w, stop.clone()).map_err(|e| e.to_string())?;
+    // Warm up, then measure from the published counters.
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    stop.store(true, Ordering::Relaxed);
+    let c = h.join().map_err(|_| "worker panicked".to_string())?;
+    let elapsed = t0.elapsed().as_secs_f64() + 0.3;
+    let fwd = c.ports[1].tx_packets as f64;
+    if c.total_drops() > 0 {
+        eprintln!("bench_forward: sluice dropped {} packets", c.total_drops());
+    }
+    drop((a.port, b.port));
+    Ok((fwd / elapsed / 1e6, c.cycles_per_packet()))
+}
+
+/// One testpmd run: returns (Mpps, cycles/packet).
+fn testpmd_run(capture: &Path, secs: f64) -> Result<(f64, f64), String> {
+    let [v0, v1] = vdevs(capture);
+    let prefix = format!("sl-bench-tp-{}", std::process::id());
+    let mut child = Command::new("dpdk-testpmd")
+        .args([
+            "-l",
+            &format!("0,{FWD_CORE}"),
+            "--no-huge",
+            "--no-pci",
+            "-m",
+            "512",
+            "--file-prefix",
+            &prefix,
+        ])
+        .args(["--log-level", "lib.eal:error", "--vdev", &v0, "--vdev", &v1])
+        .args([
+            "--",
+            "-i",
+            "--forward-mode=macswap",
+            "--nb-cores=1",
+            "--record-core-cycles",
+            "--rxq=1",
+            "--txq=1",
+            // The same pool size as sluice's (16383 mbufs); testpmd's default does not
+            // fit in -m 512.
+            "--total-num-mbufs=16384",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("dpdk-testpmd: {e} (package dpdk)"))?;
+    let stderr = child.stderr.take().ok_or("stderr")?;
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = BufReader::new(stderr).read_to_string(&mut s);
+        s
+    });
+    let mut stdin = child.stdin.take().ok_or("stdin")?;
+    let stdout = child.stdout.take().ok_or("stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = BufReader::new(stdout).read_to_string(&mut s);
+        s
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    if let Err(e) = writeln!(stdin, "start") {
+        drop(stdin);
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!(
+            "{e}: {}\n{}",
+            tail(&reader.join().unwrap_or_default()),
+            tail(&err_reader.join().unwrap_or_default())
+        ));
+    }
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs + 0.3));
+    if let Err(e) = writeln!(stdin, "stop") {
+        drop(stdin);
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!(
+            "{e} (at stop): {}\n{}",
+            tail(&reader.join().unwrap_or_default()),
+            tail(&err_reader.join().unwrap_or_default())
+        ));
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = writeln!(stdin, "quit");
+    drop(stdin);
+    let t = Instant::now();
+    while child.try_wait().ok().flatten().is_none() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let out = reader.join().unwrap_or_default();
+    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
+    let acc = out
+        .split("Accumulated forward statistics for all ports")
+        .nth(1)
+        .ok_or_else(|| format!("no forward statistics in testpmd output:\n{}", tail(&out)))?;
+    let tx = number_after(acc, "TX-packets:").ok_or("no TX-packets")?;
+    let cpp = out.lines().find_map(|l| {
+        let i = l.find("CPU cycles/packet=")?;
+        l[i + 18..].split_whitespace().next()?.parse::<f64>().ok()
+    });
+    Ok((tx / elapsed / 1e6, cpp.unwrap_or(0.0)))
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+fn number_after(s: &str, key: &str) -> Option<f64> {
+    let i = s.find(key)?;
+    s[i + key.len()..].split_whitespace().next()?.parse().ok()
+}
+
+fn dpdk_bench(o: &Opts, dir: &Path) -> Value {
+    let capture = dir.join("fwd.pcap");
+    let fr = frames();
+    if let Err(e) = pcap::write_file(&capture, fr.iter().map(|f| &f[..])) {
+        return json!({"error": e.to_string()});
+    }
+    let mut args: Vec<String> = [
+        "--no-huge",
+        "--no-pci",
+        "-m",
+        "512",
+        "-l",
+        "0",
+        "--log-level",
+        "lib.eal:error",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend([
+        "--file-prefix".to_string(),
+        format!("sl-bench-{}", std::process::id()),
+    ]);
+    for v in vdevs(&capture) {
+        args.push("--vdev".into());
+        args.push(v);
+    }
+    if let Err(e) = dpdk::init(&args) {
+        return json!({"error": e.to_string()});
+    }
+    let (mut s_mpps, mut s_cpp, mut t_mpps, mut t_cpp) = (vec![], vec![], vec![], vec![]);
+    let mut errors = vec![];
+    for _ in 0..o.runs {
+        match sluice_run(&capture, o.duration) {
+            Ok((m, c)) => {
+                s_mpps.push(m);
+                s_cpp.push(c);
+            }
+            Err(e) => errors.push(format!("sluice: {e}")),
+        }
+        match testpmd_run(&capture, o.duration) {
+            Ok((m, c)) => {
+                t_mpps.push(m);
+                t_cpp.push(c);
+            }
+            Err(e) => errors.push(format!("testpmd: {e}")),
+        }
+    }
+    let runs_s = s_mpps.clone();
+    let runs_t = t_mpps.clone();
+    let (sm, tm) = (median(&mut s_mpps), median(&mut t_mpps));
+    json!({
+        "setup": {
+            "port0": "net_pcap infinite_rx (64 UDP flows, 60-byte frames)",
+            "port1": "net_null no-rx=1",
+            "forwarding_core": FWD_CORE,
+            "duration_s": o.duration,
+            "runs": o.runs,
+            "alternating": true,
+        },
+        "sluice_worker_forwarder": {"mpps_per_core": sm, "cycles_per_packet": median(&mut s_cpp), "runs_mpps": runs_s},
+        "testpmd_macswap": {"mpps_per_core": tm, "cycles_per_packet": median(&mut t_cpp), "runs_mpps": runs_t},
+        "ratio_sluice_to_testpmd": if tm > 0.0 { sm / tm } else { 0.0 },
+        "errors": errors,
+    })
+}
+
+/// ICMP echo request frames from 10.88.0.2 (sluice side) to 10.88.0.1 (kernel).
+fn echo_frames(kernel_mac: MacAddr, our_mac: MacAddr) -> Vec<Vec<u8>> {
+    (0..64u16)
+        .map(|seq| {
+            let mut f = vec![0u8; 14 + 20 + 8 + 32];
+            ethernet::Repr {
+                dst_addr: kernel_mac,
+                src_addr: our_mac,
+                ethertype: EtherType::Ipv4,
+            }
+            .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
+            let mut ip = ipv4::Packet::new_unchecked(&mut f[14..]);
+            ipv4::Repr {
+                src_addr: Ipv4Addr::new(10, 88, 0, 2),
+                dst_addr: Ipv4Addr::new(10, 88, 0, 1),
+                protocol: ip_proto::ICMP,
+                payload_len: 40,
+                ttl: 64,
+            }
+            .emit(&mut ip);
+            icmpv4::Repr::EchoRequest {
+                ident: 0x5b,
+                seq_no: seq,
+                data_len: 32,
+            }
+            .emit(&mut icmpv4::Packet::new_unchecked(ip.payload_mut()));
+            f
+        })
+        .collect()
+}
+
+fn sh(args: &[&str]) -> Result<String, String> {
+    let o = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", args[0]))?;
+    if !o.status.success() {
+        return Err(format!(
+            "{}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+struct NsGuard(String);
+impl Drop for NsGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// Puts `ifname` in a fresh namespace as 10.88.0.1/24 with a permanent neighbour entry for
+/// 10.88.0.2 at `our_mac`; returns the guard and the kernel side's MAC.
+fn kernel_side(ifname: &str, our_mac: MacAddr) -> Result<(NsGuard, MacAddr), String> {
+    let ns = format!("slbn{}", std::process::id() % 100_000);
+    sh(&["ip", "netns", "add", &ns])?;
+    let g = NsGuard(ns.clone());
+    sh(&["ip", "link", "set", ifname, "netns", &ns])?;
+    sh(&[
+        "ip",
+        "-n",
+        &ns,
+        "addr",
+        "add",
+        "10.88.0.1/24",
+        "dev",
+        ifname,
+    ])?;
+    sh(&["ip", "-n", &ns, "link", "set", ifname, "up"])?;
+    sh(&[
+        "ip",
+        "-n",
+        &ns,
+        "neigh",
+        "replace",
+        "10.88.0.2",
+        "lladdr",
+        &our_mac.to_string(),
+        "dev",
+        ifname,
+        "nud",
+        "permanent",
+    ])?;
+    let addr = std::fs::read_to_string(format!("/sys/class/net/{ifname}/address")).ok();
+    let mac = match addr {
+        Some(a) => a.trim().parse().map_err(|_| "kernel MAC".to_string())?,
+        None => {
+            let out = sh(&["ip", "-n", &ns, "-o", "link", "show", ifname])?;
+            let i = out.find("link/ether ").ok_or("no link/ether")?;
+            out[i + 11..i + 28]
+                .parse()
+                .map_err(|_| "kernel MAC".to_string())?
+        }
+    };
+    Ok((g, mac))
+}
+
+const WINDOW: usize = 64;
+
+fn tap_sluice(secs: f64) -> Result<f64, String> {
+    let ifname = format!("slbt{}", std::process::id() % 100_000);
+    let pool = Pool::new(1024);
+    let mut o = tap::open("bench", &ifname, 1, &pool).map_err(|e| e.to_string())?;
+    let our = o.port.mac();
+    let (_ns, kmac) = kernel_side(&ifname, our)?;
+    let frames = echo_frames(kmac, our);
+    let q = &mut o.queues[0];
+    let (mut inflight, mut replies, mut next) = (0usize, 0u64, 0usize);
+    let mut rx = Burst::new();
+    let mut tx = Burst::new();
+    let t0 = Instant::now();
+    let mut last_progress = Instant::now();
+    while t0.elapsed().as_secs_f64() < secs {
+        while inflight < WINDOW && !tx.is_full() {
+            let Some(p) = pool.alloc_copy(&frames[next % frames.len()]) else {
+                break;
+            };
+            next += 1;
+            let _ = tx.push(p);
+            inflight += 1;
+        }
+        q.tx_burst(&mut tx);
+        inflight -= tx.clear();
+        let n = q.rx_burst(&mut rx);
+        for p in rx.drain() {
+            // Echo replies (type 0) from the kernel.
+            if p.data().get(34) == Some(&0) {
+                replies += 1;
+                inflight = inflight.saturating_sub(1);
+                last_progress = Instant::now();
+            }
+        }
+        if n == 0 && last_progress.elapsed() > Duration::from_millis(200) {
+            inflight = 0; // replies lost: refill the window
+            last_progress = Instant::now();
+        }
+    }
+    Ok(replies as f64 / t0.elapsed().as_secs_f64())
+}
+
+fn tap_plain(secs: f64) -> Result<f64, String> {
+    let ifname = format!("slbp{}", std::process::id() % 100_000);
+    let fd = tap::open_raw(&ifname).map_err(|e| e.to_string())?;
+    let mut file = std::fs::File::from(fd);
+    let our = MacAddr([0x02, 0x51, 0, 0, 0, 0x77]);
+    let (_ns, kmac) = kernel_side(&ifname, our)?;
+    let frames = echo_frames(kmac, our);
+    let (mut inflight, mut replies, mut next) = (0usize, 0u64, 0usize);
+    let mut buf = vec![0u8; 2048];
+    let t0 = Instant::now();
+    let mut last_progress = Instant::now();
+    while t0.elapsed().as_secs_f64() < secs {
+        while inflight < WINDOW {
+            match file.write(&frames[next % frames.len()]) {
+                Ok(_) => {
+                    next += 1;
+                    inflight += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        let mut got = false;
+        for _ in 0..32 {
+            match file.read(&mut buf) {
+                Ok(n) if n > 34 => {
+                    if buf[34] == 0 {
+                        replies += 1;
+                        inflight = inflight.saturating_sub(1);
+                        got = true;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        if got {
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() > Duration::from_millis(200) {
+            inflight = 0;
+            last_progress = Instant::now();
+        }
+    }
+    Ok(replies as f64 / t0.elapsed().as_secs_f64())
+}
+
+fn tap_bench(o: &Opts) -> Value {
+    let (mut s, mut p, mut errors) = (vec![], vec![], vec![]);
+    for _ in 0..o.runs {
+        match tap_sluice(o.duration) {
+            Ok(x) => s.push(x),
+            Err(e) => errors.push(format!("sluice tap: {e}")),
+        }
+        match tap_plain(o.duration) {
+            Ok(x) => p.push(x),
+            Err(e) => errors.push(format!("plain tap: {e}")),
+        }
+    }
+    let (sm, pm) = (median(&mut s.clone()), median(&mut p.clone()));
+    json!({
+        "setup": {"traffic": "ICMP echo to the kernel in a netns, 64 in flight, 74-byte frames", "duration_s": o.duration, "runs": o.runs},
+        "sluice_tap_port": {"kpps": sm / 1e3, "runs_kpps": s.iter().map(|x| x / 1e3).collect::<Vec<_>>()},
+        "plain_read_write_loop": {"kpps": pm / 1e3, "runs_kpps": p.iter().map(|x| x / 1e3).collect::<Vec<_>>()},
+        "ratio_sluice_to_plain": if pm > 0.0 { sm / pm } else { 0.0 },
+        "errors": errors,
+    })
+}
+
+fn main() {
+    let o = opts();
+    let dir: PathBuf = std::env::temp_dir().join(format!("sluice-bench-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let mut out = json!({"bench": "forward", "tsc_hz": sluice_dataplane::port::tsc_hz()});
+    if o.dpdk {
+        out["dpdk"] = dpdk_bench(&o, &dir);
+    }
+    if o.tap {
+        out["tap"] = tap_bench(&o);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/sl-bench-{}", std::process::id()));
+    println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+}
