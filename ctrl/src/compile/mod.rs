@@ -152,6 +152,14 @@ pub fn istio_bound_host(server_host: &str, vs_host: &str) -> Option<String> {
     Some(narrowed.to_ascii_lowercase())
 }
 
+/// Destination subnets as networks (validation already rejected unparsable ones and
+/// warned about host bits, which are cleared here).
+fn subnets<'a>(cidrs: impl Iterator<Item = &'a String>) -> Vec<ipnet::IpNet> {
+    cidrs
+        .filter_map(|c| c.parse::<ipnet::IpNet>().ok().map(|n| n.trunc()))
+        .collect()
+}
+
 impl Ctx<'_> {
     fn addresses(&self, explicit: &[IpAddr]) -> Vec<IpAddr> {
         if explicit.is_empty() {
@@ -553,14 +561,9 @@ impl Ctx<'_> {
                             ir.routes.push(Route {
                                 name: label(&format!("tls[{ti}]")),
                                 kind: RouteKind::Tls,
-                                destination_subnets: snis
-                                    .iter()
-                                    .flat_map(|(_, s)| {
-                                        s.iter().filter_map(|c| {
-                                            c.parse::<ipnet::IpNet>().ok().map(|n| n.trunc())
-                                        })
-                                    })
-                                    .collect(),
+                                destination_subnets: subnets(
+                                    snis.iter().flat_map(|(_, s)| s.iter()),
+                                ),
                                 backends: self.istio_destinations(&t.route, &vns),
                                 http: Vec::new(),
                                 maglev_table_size: maglev(&t.route),
@@ -591,14 +594,9 @@ impl Ctx<'_> {
                             ir.routes.push(Route {
                                 name: label(&format!("tcp[{ti}]")),
                                 kind: RouteKind::Tcp,
-                                destination_subnets: t
-                                    .matches
-                                    .iter()
-                                    .flat_map(|m| m.destination_subnets.iter())
-                                    .filter_map(|c| {
-                                        c.parse::<ipnet::IpNet>().ok().map(|n| n.trunc())
-                                    })
-                                    .collect(),
+                                destination_subnets: subnets(
+                                    t.matches.iter().flat_map(|m| m.destination_subnets.iter()),
+                                ),
                                 backends: self.istio_destinations(&t.route, &vns),
                                 http: Vec::new(),
                                 maglev_table_size: maglev(&t.route),
