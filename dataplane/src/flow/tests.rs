@@ -30,7 +30,10 @@ fn syn_flags() {
     assert!(!TcpFlags(TcpFlags::SYN | TcpFlags::RST).is_syn_only());
     // A retransmitted SYN keeps SYN_SENT; the backend's SYN-ACK moves on.
     assert_eq!(TcpState::SynSent.on_tcp(Dir::Orig, SYN), TcpState::SynSent);
-    assert_eq!(TcpState::SynSent.on_tcp(Dir::Reply, SYNACK), TcpState::SynRecv);
+    assert_eq!(
+        TcpState::SynSent.on_tcp(Dir::Reply, SYNACK),
+        TcpState::SynRecv
+    );
 }
 
 #[test]
