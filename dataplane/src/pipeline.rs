@@ -83,6 +83,10 @@ pub struct ForwarderConfig {
     pub ports: Vec<PortConf>,
     /// Forwarding table.
     pub fib: Fib,
+    /// Every IPv4 address of sluice, and every directed broadcast of its networks, as
+    /// words (the per-packet "is it ours?" checks).
+    local_v4: Vec<u32>,
+    bcast_v4: Vec<u32>,
 }
 
 impl ForwarderConfig {
@@ -90,7 +94,22 @@ impl ForwarderConfig {
     pub fn new(ports: Vec<PortConf>, routes: &[Route]) -> Result<ForwarderConfig, String> {
         let addrs: Vec<Vec<IfAddr>> = ports.iter().map(|p| p.addrs.clone()).collect();
         let fib = Fib::new(&addrs, routes)?;
-        Ok(ForwarderConfig { ports, fib })
+        let mut local_v4 = Vec::new();
+        let mut bcast_v4 = Vec::new();
+        for a in ports.iter().flat_map(|p| p.addrs.iter()) {
+            if let IpAddr::V4(v) = a.addr {
+                local_v4.push(u32::from(v));
+                if a.prefix_len < 31 {
+                    bcast_v4.push(u32::from(v) | (u32::MAX >> a.prefix_len));
+                }
+            }
+        }
+        Ok(ForwarderConfig {
+            ports,
+            fib,
+            local_v4,
+            bcast_v4,
+        })
     }
 
     fn v4_on(&self, port: usize) -> Option<Ipv4Addr> {
@@ -126,19 +145,6 @@ impl ForwarderConfig {
             .get(port)
             .is_some_and(|p| p.addrs.iter().any(|a| a.addr == ip))
     }
-
-    /// Whether `ip` is the directed broadcast of a connected IPv4 network of `port`.
-    fn is_directed_broadcast(&self, port: usize, ip: Ipv4Addr) -> bool {
-        self.ports.get(port).is_some_and(|p| {
-            p.addrs.iter().any(|a| match a.addr {
-                IpAddr::V4(v) if a.prefix_len < 31 => {
-                    let host = u32::MAX >> a.prefix_len;
-                    u32::from(v) & !host == u32::from(ip) & !host && u32::from(ip) & host == host
-                }
-                _ => false,
-            })
-        })
-    }
 }
 
 /// The first pipeline stage: ARP/ND, echo, neighbour learning, routed forwarding.
@@ -146,6 +152,17 @@ impl ForwarderConfig {
 pub struct Forwarder {
     conf: Arc<ForwarderConfig>,
     neigh: Arc<NeighbourCache>,
+    /// The last next hop this worker resolved, pinned to its cache slot and sequence:
+    /// a hit costs one compare and one load instead of a hash lookup.
+    memo: Option<Memo>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Memo {
+    addr: IpAddr,
+    slot: usize,
+    seq: u32,
+    mac: MacAddr,
 }
 
 const ETH: usize = ethernet::HEADER_LEN;
@@ -157,7 +174,31 @@ const ICMPV6_QUOTE_MAX: usize = 1280 - ipv6::HEADER_LEN - icmpv6::HEADER_LEN;
 impl Forwarder {
     /// A forwarder over a shared configuration and neighbour cache (one per worker).
     pub fn new(conf: Arc<ForwarderConfig>, neigh: Arc<NeighbourCache>) -> Forwarder {
-        Forwarder { conf, neigh }
+        Forwarder {
+            conf,
+            neigh,
+            memo: None,
+        }
+    }
+
+    /// The neighbour entry of a next hop, through the memo.
+    #[inline]
+    fn next_hop_mac(&mut self, addr: IpAddr) -> Neighbour {
+        if let Some(m) = self.memo {
+            if m.addr == addr && self.neigh.unchanged(m.slot, m.seq) {
+                return Neighbour::Reachable(m.mac);
+            }
+        }
+        let (n, pin) = self.neigh.lookup_pinned(addr);
+        if let (Neighbour::Reachable(mac), Some((slot, seq))) = (n, pin) {
+            self.memo = Some(Memo {
+                addr,
+                slot,
+                seq,
+                mac,
+            });
+        }
+        n
     }
 
     /// The shared neighbour cache.
@@ -167,7 +208,7 @@ impl Forwarder {
 
     /// Decides one packet.
     #[inline]
-    pub fn process(&self, in_port: usize, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
+    pub fn process(&mut self, in_port: usize, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
         let Some(port) = self.conf.ports.get(in_port) else {
             return Verdict::Drop(DropReason::BadPort);
         };
@@ -234,7 +275,7 @@ impl Forwarder {
         }
     }
 
-    fn ipv4(&self, in_port: usize, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
+    fn ipv4(&mut self, in_port: usize, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
         let (dst, total, proto, frag, ttl) = {
             let Ok(ip) = ipv4::Packet::new_checked(&pkt.data()[ETH..]) else {
                 return Verdict::Drop(DropReason::Ipv4Malformed);
@@ -255,27 +296,24 @@ impl Forwarder {
         };
         // Drop link padding so replies and forwarded packets carry only the datagram.
         let _ = pkt.set_len(ETH + total);
-        if self.conf.is_ours(IpAddr::V4(dst)) {
+        let d32 = u32::from(dst);
+        if self.conf.local_v4.contains(&d32) {
             if proto != ip_proto::ICMP || frag {
                 return Verdict::Drop(DropReason::LocalUnhandled);
             }
             return self.echo_v4(in_port, pkt);
         }
-        if dst.is_broadcast()
-            || dst.is_multicast()
-            || dst.is_unspecified()
-            || self.conf.is_directed_broadcast(in_port, dst)
-        {
+        if d32 == u32::MAX || d32 >> 28 == 0xe || d32 == 0 || self.conf.bcast_v4.contains(&d32) {
             return Verdict::Drop(DropReason::IpMulticast);
         }
         if ttl <= 1 {
             ctx.counters.drop(DropReason::TtlExceeded);
             return self.time_exceeded_v4(in_port, pkt);
         }
-        let Some(nh) = self.conf.fib.lookup(IpAddr::V4(dst)) else {
+        let Some(nh) = self.conf.fib.lookup_v4(dst) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
-        match self.neigh.lookup(nh.addr) {
+        match self.next_hop_mac(nh.addr) {
             Neighbour::Reachable(mac) => {
                 let Some(out) = self.conf.ports.get(nh.port) else {
                     return Verdict::Drop(DropReason::BadPort);
@@ -475,7 +513,7 @@ impl Forwarder {
         verdict
     }
 
-    fn ipv6(&self, in_port: usize, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
+    fn ipv6(&mut self, in_port: usize, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
         let (src, dst, next, plen, hop) = {
             let Ok(ip) = ipv6::Packet::new_checked(&pkt.data()[ETH..]) else {
                 return Verdict::Drop(DropReason::Ipv6Malformed);
@@ -523,7 +561,7 @@ impl Forwarder {
         let Some(nh) = self.conf.fib.lookup(IpAddr::V6(dst)) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
-        match self.neigh.lookup(nh.addr) {
+        match self.next_hop_mac(nh.addr) {
             Neighbour::Reachable(mac) => {
                 let Some(out) = self.conf.ports.get(nh.port) else {
                     return Verdict::Drop(DropReason::BadPort);

@@ -43,10 +43,20 @@ struct Entry {
     via: Option<IpAddr>,
 }
 
+#[derive(Debug, Clone, Copy)]
+struct V4Entry {
+    net: u32,
+    mask: u32,
+    port: usize,
+    via: Option<std::net::Ipv4Addr>,
+}
+
 /// The forwarding table.
 #[derive(Debug, Clone, Default)]
 pub struct Fib {
     entries: Vec<Entry>,
+    /// The IPv4 entries again as 32-bit words, longest prefix first (the hot path).
+    v4: Vec<V4Entry>,
 }
 
 fn bits(a: IpAddr) -> (u128, bool) {
@@ -96,6 +106,7 @@ impl Fib {
         }
         let connected = Fib {
             entries: entries.clone(),
+            v4: Vec::new(),
         };
         for r in routes {
             let (b, v4) = bits(r.to);
@@ -127,7 +138,33 @@ impl Fib {
         }
         // Longest prefix first; connected before static at equal length (stable sort).
         entries.sort_by_key(|e| core::cmp::Reverse(e.len));
-        Ok(Fib { entries })
+        let v4 = entries
+            .iter()
+            .filter(|e| e.v4)
+            .map(|e| V4Entry {
+                net: e.net as u32,
+                mask: e.mask as u32,
+                port: e.port,
+                via: match e.via {
+                    Some(IpAddr::V4(v)) => Some(v),
+                    _ => None,
+                },
+            })
+            .collect();
+        Ok(Fib { entries, v4 })
+    }
+
+    /// The next hop for an IPv4 destination (the forwarding hot path: 32-bit compares).
+    #[inline]
+    pub fn lookup_v4(&self, dst: std::net::Ipv4Addr) -> Option<NextHop> {
+        let b = u32::from(dst);
+        self.v4
+            .iter()
+            .find(|e| b & e.mask == e.net)
+            .map(|e| NextHop {
+                port: e.port,
+                addr: IpAddr::V4(e.via.unwrap_or(dst)),
+            })
     }
 
     /// The next hop for `dst`, by longest prefix.

@@ -167,6 +167,43 @@ impl NeighbourCache {
         Neighbour::Unknown
     }
 
+    /// Like [`NeighbourCache::lookup`], and for a resolved address also where it sits:
+    /// `(slot, sequence)`, which [`NeighbourCache::unchanged`] checks with one load. A
+    /// worker memoises its last next hop this way.
+    #[inline]
+    pub fn lookup_pinned(&self, ip: IpAddr) -> (Neighbour, Option<(usize, u32)>) {
+        let k = key(ip);
+        let start = hash(k);
+        for i in 0..PROBE {
+            let idx = (start + i) & self.mask;
+            let slot = &self.slots[idx];
+            let s1 = slot.seq.load(Ordering::Acquire);
+            let Some(r) = slot.read() else { continue };
+            if r.mac & FLAG_VALID == 0 {
+                return (Neighbour::Unknown, None);
+            }
+            if r.key == k {
+                return if r.mac & FLAG_COMPLETE != 0 {
+                    let pin = (s1 & 1 == 0).then_some((idx, s1));
+                    // The entry read may be newer than s1: then the pin is stale and the
+                    // next check fails, which only costs a lookup.
+                    (Neighbour::Reachable(bits_mac(r.mac)), pin)
+                } else {
+                    (Neighbour::Incomplete(r.updated), None)
+                };
+            }
+        }
+        (Neighbour::Unknown, None)
+    }
+
+    /// Whether the slot still holds what was read at sequence `seq` (no write since).
+    #[inline]
+    pub fn unchanged(&self, slot: usize, seq: u32) -> bool {
+        self.slots
+            .get(slot)
+            .is_some_and(|s| s.seq.load(Ordering::Acquire) == seq)
+    }
+
     /// Records that `ip` is at `mac` (learning from ARP/ND).
     pub fn learn(&self, ip: IpAddr, mac: MacAddr, now_ms: u64) {
         self.store(ip, mac_bits(mac) | FLAG_VALID | FLAG_COMPLETE, now_ms);

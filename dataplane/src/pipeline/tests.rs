@@ -64,7 +64,7 @@ fn forwarder() -> Forwarder {
 }
 
 fn run(
-    fw: &Forwarder,
+    fw: &mut Forwarder,
     pool: &Pool,
     port: usize,
     frame: &[u8],
@@ -97,9 +97,9 @@ fn arp_request() -> Vec<u8> {
 
 #[test]
 fn answers_arp_and_learns_the_sender() {
-    let fw = forwarder();
+    let mut fw = forwarder();
     let pool = Pool::new(8);
-    let (v, out, _) = run(&fw, &pool, 0, &arp_request(), 0);
+    let (v, out, _) = run(&mut fw, &pool, 0, &arp_request(), 0);
     assert_eq!(v, Verdict::Tx(0));
     let expected = [
         0x02, 0, 0, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 0x10, 0x08, 0x06, // eth back to the asker
@@ -113,7 +113,7 @@ fn answers_arp_and_learns_the_sender() {
         Neighbour::Reachable(PEER)
     );
     // The same request on the other port is not for that port's addresses.
-    let (v, _, _) = run(&fw, &pool, 1, &arp_request(), 0);
+    let (v, _, _) = run(&mut fw, &pool, 1, &arp_request(), 0);
     assert_eq!(v, Verdict::Drop(DropReason::ArpNotForUs));
     assert_eq!(pool.in_use(), 0);
 }
@@ -160,7 +160,7 @@ fn echo_v4(ident: u16, seq: u16, data: &[u8]) -> Vec<u8> {
 
 #[test]
 fn answers_ping_v4() {
-    let fw = forwarder();
+    let mut fw = forwarder();
     let pool = Pool::new(8);
     let req = ipv4_frame(
         US0,
@@ -170,7 +170,7 @@ fn answers_ping_v4() {
         ip_proto::ICMP,
         &echo_v4(7, 1, b"ping"),
     );
-    let (v, out, _) = run(&fw, &pool, 0, &req, 0);
+    let (v, out, _) = run(&mut fw, &pool, 0, &req, 0);
     assert_eq!(v, Verdict::Tx(0));
     let f = ethernet::Frame::new_checked(&out[..]).unwrap();
     assert_eq!((f.dst_addr(), f.src_addr()), (PEER, US0));
@@ -193,14 +193,14 @@ fn answers_ping_v4() {
     let n = bad.len();
     bad[n - 1] ^= 0xff;
     assert_eq!(
-        run(&fw, &pool, 0, &bad, 0).0,
+        run(&mut fw, &pool, 0, &bad, 0).0,
         Verdict::Drop(DropReason::IcmpMalformed)
     );
     // TCP to our address is not something this stage answers.
     let seg = tcp_segment();
     let t = ipv4_frame(US0, "10.77.0.1", "10.77.0.2", 64, ip_proto::TCP, &seg);
     assert_eq!(
-        run(&fw, &pool, 0, &t, 0).0,
+        run(&mut fw, &pool, 0, &t, 0).0,
         Verdict::Drop(DropReason::LocalUnhandled)
     );
 }
@@ -226,7 +226,7 @@ fn tcp_segment() -> Vec<u8> {
 
 #[test]
 fn forwards_v4_resolving_the_next_hop() {
-    let fw = forwarder();
+    let mut fw = forwarder();
     let pool = Pool::new(8);
     let pkt = ipv4_frame(
         US0,
@@ -237,7 +237,7 @@ fn forwards_v4_resolving_the_next_hop() {
         &tcp_segment(),
     );
     // Unknown gateway: the packet becomes an ARP request on port 1.
-    let (v, out, c) = run(&fw, &pool, 0, &pkt, 0);
+    let (v, out, c) = run(&mut fw, &pool, 0, &pkt, 0);
     assert_eq!(v, Verdict::Tx(1));
     assert_eq!(c.drops_of(DropReason::NeighbourUnresolved), 1);
     let expected_arp = [
@@ -248,7 +248,7 @@ fn forwards_v4_resolving_the_next_hop() {
     ];
     assert_eq!(out, expected_arp);
     // While the request is pending, more packets are dropped without another request.
-    let (v, _, _) = run(&fw, &pool, 0, &pkt, 10);
+    let (v, _, _) = run(&mut fw, &pool, 0, &pkt, 10);
     assert_eq!(v, Verdict::Drop(DropReason::NeighbourUnresolved));
     // The gateway answers.
     let mut reply = eth(US1, GW1, EtherType::Arp);
@@ -263,11 +263,11 @@ fn forwards_v4_resolving_the_next_hop() {
     .emit(&mut arp::Packet::new_unchecked(&mut a[..]));
     reply.extend_from_slice(&a);
     assert_eq!(
-        run(&fw, &pool, 1, &reply, 20).0,
+        run(&mut fw, &pool, 1, &reply, 20).0,
         Verdict::Drop(DropReason::ArpReplyConsumed)
     );
     // Now it forwards: MACs rewritten, TTL 63, checksum still right, L4 untouched.
-    let (v, out, _) = run(&fw, &pool, 0, &pkt, 30);
+    let (v, out, _) = run(&mut fw, &pool, 0, &pkt, 30);
     assert_eq!(v, Verdict::Tx(1));
     assert_eq!(
         &out[..12],
@@ -282,7 +282,7 @@ fn forwards_v4_resolving_the_next_hop() {
 
 #[test]
 fn ttl_exhausted_sends_time_exceeded_v4() {
-    let fw = forwarder();
+    let mut fw = forwarder();
     let pool = Pool::new(8);
     let mut u = vec![0u8; 8 + 3];
     udp::Repr {
@@ -296,7 +296,7 @@ fn ttl_exhausted_sends_time_exceeded_v4() {
         ip("192.168.9.9"),
     );
     let pkt = ipv4_frame(US0, "10.77.0.1", "192.168.9.9", 1, ip_proto::UDP, &u);
-    let (v, out, c) = run(&fw, &pool, 0, &pkt, 0);
+    let (v, out, c) = run(&mut fw, &pool, 0, &pkt, 0);
     assert_eq!(v, Verdict::Tx(0));
     assert_eq!(c.drops_of(DropReason::TtlExceeded), 1);
     let f = ethernet::Frame::new_checked(&out[..]).unwrap();
@@ -346,7 +346,7 @@ fn ipv6_frame(
 
 #[test]
 fn answers_neighbour_solicitation_and_ping_v6() {
-    let fw = forwarder();
+    let mut fw = forwarder();
     let pool = Pool::new(8);
     let ns = icmpv6::Repr::NeighborSolicit {
         target: "fd77::2".parse().unwrap(),
@@ -360,7 +360,7 @@ fn answers_neighbour_solicitation_and_ping_v6() {
         |b, s, d| ns.emit(&mut icmpv6::Packet::new_unchecked(b), s, d),
         ns.buffer_len(),
     );
-    let (v, out, _) = run(&fw, &pool, 0, &frame, 0);
+    let (v, out, _) = run(&mut fw, &pool, 0, &frame, 0);
     assert_eq!(v, Verdict::Tx(0));
     let f = ethernet::Frame::new_checked(&out[..]).unwrap();
     assert_eq!((f.dst_addr(), f.src_addr()), (PEER, US0));
@@ -394,7 +394,7 @@ fn answers_neighbour_solicitation_and_ping_v6() {
         ns.buffer_len(),
     );
     assert_eq!(
-        run(&fw, &pool, 0, &off, 0).0,
+        run(&mut fw, &pool, 0, &off, 0).0,
         Verdict::Drop(DropReason::NdNotForUs)
     );
 
@@ -411,7 +411,7 @@ fn answers_neighbour_solicitation_and_ping_v6() {
         |b, s, d| echo.emit(&mut icmpv6::Packet::new_unchecked(b), s, d),
         echo.buffer_len(),
     );
-    let (v, out, _) = run(&fw, &pool, 0, &frame, 0);
+    let (v, out, _) = run(&mut fw, &pool, 0, &frame, 0);
     assert_eq!(v, Verdict::Tx(0));
     let p = ipv6::Packet::new_checked(&out[14..]).unwrap();
     let r = icmpv6::Repr::parse(
@@ -433,7 +433,7 @@ fn answers_neighbour_solicitation_and_ping_v6() {
 
 #[test]
 fn forwards_v6_after_neighbour_discovery() {
-    let fw = forwarder();
+    let mut fw = forwarder();
     let pool = Pool::new(8);
     let echo = icmpv6::Repr::EchoRequest {
         ident: 1,
@@ -448,7 +448,7 @@ fn forwards_v6_after_neighbour_discovery() {
         |b, s, d| echo.emit(&mut icmpv6::Packet::new_unchecked(b), s, d),
         echo.buffer_len(),
     );
-    let (v, out, _) = run(&fw, &pool, 0, &pkt, 0);
+    let (v, out, _) = run(&mut fw, &pool, 0, &pkt, 0);
     assert_eq!(v, Verdict::Tx(1));
     let f = ethernet::Frame::new_checked(&out[..]).unwrap();
     assert_eq!(f.dst_addr(), MacAddr([0x33, 0x33, 0xff, 0, 0, 1]));
@@ -481,10 +481,10 @@ fn forwards_v6_after_neighbour_discovery() {
         na.buffer_len(),
     );
     assert_eq!(
-        run(&fw, &pool, 1, &adv, 1).0,
+        run(&mut fw, &pool, 1, &adv, 1).0,
         Verdict::Drop(DropReason::NdAdvertConsumed)
     );
-    let (v, out, _) = run(&fw, &pool, 0, &pkt, 2);
+    let (v, out, _) = run(&mut fw, &pool, 0, &pkt, 2);
     assert_eq!(v, Verdict::Tx(1));
     assert_eq!(&out[..6], &GW1.0);
     assert_eq!(
@@ -500,7 +500,7 @@ fn forwards_v6_after_neighbour_discovery() {
         |b, s, d| echo.emit(&mut icmpv6::Packet::new_unchecked(b), s, d),
         echo.buffer_len(),
     );
-    let (v, out, _) = run(&fw, &pool, 0, &dying, 3);
+    let (v, out, _) = run(&mut fw, &pool, 0, &dying, 3);
     assert_eq!(v, Verdict::Tx(0));
     let p = ipv6::Packet::new_checked(&out[14..]).unwrap();
     let r = icmpv6::Repr::parse(
@@ -520,7 +520,7 @@ fn forwards_v6_after_neighbour_discovery() {
 
 #[test]
 fn drops_with_reasons() {
-    let fw = forwarder();
+    let mut fw = forwarder();
     let pool = Pool::new(8);
     let other = MacAddr([0x02, 9, 9, 9, 9, 9]);
     let cases: Vec<(Vec<u8>, DropReason)> = vec![
@@ -548,7 +548,7 @@ fn drops_with_reasons() {
     ];
     for (frame, reason) in cases {
         assert_eq!(
-            run(&fw, &pool, 0, &frame, 0).0,
+            run(&mut fw, &pool, 0, &frame, 0).0,
             Verdict::Drop(reason),
             "{reason}"
         );
@@ -556,16 +556,16 @@ fn drops_with_reasons() {
     let mut bad = ipv4_frame(US0, "10.77.0.1", "10.77.0.2", 64, 1, &echo_v4(1, 1, b""));
     bad[24] ^= 1;
     assert_eq!(
-        run(&fw, &pool, 0, &bad, 0).0,
+        run(&mut fw, &pool, 0, &bad, 0).0,
         Verdict::Drop(DropReason::Ipv4Checksum)
     );
     assert_eq!(
-        run(&fw, &pool, 5, &arp_request(), 0).0,
+        run(&mut fw, &pool, 5, &arp_request(), 0).0,
         Verdict::Drop(DropReason::BadPort)
     );
     // No route without a default.
     let conf = ForwarderConfig::new(fw.conf.ports.clone(), &[]).unwrap();
-    let bare = Forwarder::new(Arc::new(conf), Arc::new(NeighbourCache::new(8)));
+    let mut bare = Forwarder::new(Arc::new(conf), Arc::new(NeighbourCache::new(8)));
     let pkt = ipv4_frame(
         US0,
         "10.77.0.1",
@@ -575,7 +575,7 @@ fn drops_with_reasons() {
         &tcp_segment(),
     );
     assert_eq!(
-        run(&bare, &pool, 0, &pkt, 0).0,
+        run(&mut bare, &pool, 0, &pkt, 0).0,
         Verdict::Drop(DropReason::NoRoute)
     );
 }
@@ -589,7 +589,7 @@ proptest! {
                     dst_ours in any::<bool>(),
                     body in prop::collection::vec(any::<u8>(), 0..200),
                     port in 0usize..3) {
-        let fw = forwarder();
+        let mut fw = forwarder();
         let pool = Pool::new(2);
         let mut f = eth(if dst_ours { US0 } else { MacAddr::BROADCAST }, PEER, EtherType::from(ethertype));
         f.extend_from_slice(&body);

@@ -10,7 +10,7 @@
 //!   RETA round-robin over the queues.
 //! - Worker threads call [`register_thread`] so per-lcore mempool caches work for them.
 
-use super::{Burst, LinkState, Opened, Pkt, Port, PortError, PortStats, Queue, BURST};
+use super::{Burst, LinkState, Opened, Pkt, Port, PortError, PortStats, Queue};
 use crate::wire::MacAddr;
 use core::ptr::NonNull;
 use dpdk_sys as sys;
@@ -233,8 +233,42 @@ struct DpdkQueue {
     dev: Arc<DpdkDev>,
     qid: u16,
     pool: *mut sys::rte_mempool,
-    scratch: [*mut sys::rte_mbuf; BURST],
     discarded: AtomicU64,
+}
+
+impl DpdkQueue {
+    /// Replaces every non-mbuf packet of the burst by an mbuf copy of it (packets from
+    /// TAP, pcap or memory ports sent on a DPDK port). A packet that cannot be copied (no
+    /// mbuf free) is dropped and counted.
+    #[cold]
+    fn copy_foreign(&mut self, pkts: &mut Burst) {
+        let mut out = Burst::new();
+        for p in pkts.drain() {
+            let p = match p.into_mbuf() {
+                // SAFETY: we owned it as a packet a moment ago.
+                Ok(m) => unsafe { Pkt::from_mbuf(m) },
+                Err(p) => {
+                    // SAFETY: pool is a live pktmbuf pool.
+                    let m = unsafe { sys::rte_pktmbuf_alloc(self.pool) };
+                    let Some(m) = NonNull::new(m) else {
+                        self.discarded.fetch_add(1, Relaxed);
+                        continue;
+                    };
+                    // SAFETY: freshly allocated, owned, single-segment mbuf.
+                    let mut q = unsafe { Pkt::from_mbuf(m) };
+                    if !q.copy_from(p.data()) {
+                        self.discarded.fetch_add(1, Relaxed);
+                        continue;
+                    }
+                    q
+                }
+            };
+            let _ = out.push(p);
+        }
+        for p in out.drain() {
+            let _ = pkts.push(p);
+        }
+    }
 }
 
 // SAFETY: the queue is polled by one thread at a time (it moves to its worker once); the
@@ -244,83 +278,50 @@ unsafe impl Send for DpdkQueue {}
 impl Queue for DpdkQueue {
     #[inline]
     fn rx_burst(&mut self, out: &mut Burst) -> usize {
-        let room = out.room().min(BURST) as u16;
-        if room == 0 {
-            return 0;
-        }
-        // SAFETY: valid started port and queue owned by this handle; scratch holds BURST
-        // slots, room <= BURST.
-        let n = unsafe {
-            sys::rte_eth_rx_burst(self.dev.port_id, self.qid, self.scratch.as_mut_ptr(), room)
-        };
-        let mut got = 0;
-        for &m in &self.scratch[..usize::from(n)] {
-            let Some(m) = NonNull::new(m) else { continue };
-            // SAFETY: the PMD handed us ownership of a valid mbuf.
-            let segs = unsafe { m.as_ref().nb_segs };
-            if segs != 1 {
-                // Scatter is not enabled, so this is a misbehaving PMD; never parse past
-                // the first segment.
-                // SAFETY: we own the mbuf chain and free it once.
-                unsafe { sys::rte_pktmbuf_free(m.as_ptr()) };
+        let before = out.len();
+        let (port, qid) = (self.dev.port_id, self.qid);
+        // SAFETY: the closure hands the PMD `room` free slots of the burst; the PMD writes
+        // that many owned mbuf pointers at most and says how many.
+        let n =
+            unsafe { out.fill_mbufs(|slots, room| sys::rte_eth_rx_burst(port, qid, slots, room)) };
+        // Scatter is not enabled, so a chained mbuf means a misbehaving PMD: never parse
+        // past the first segment. Dropping the packet frees the whole chain.
+        let mut i = before;
+        let mut kept = n;
+        while i < out.len() {
+            if out.as_slice()[i].segments() > 1 {
+                drop(out.remove(i));
                 self.discarded.fetch_add(1, Relaxed);
-                continue;
+                kept -= 1;
+            } else {
+                i += 1;
             }
-            // SAFETY: valid, owned, single-segment mbuf.
-            let _ = out.push(unsafe { Pkt::from_mbuf(m) });
-            got += 1;
         }
-        got
+        kept
     }
 
     #[inline]
     fn tx_burst(&mut self, pkts: &mut Burst) -> usize {
-        let mut n = 0usize;
-        for p in pkts.drain() {
-            match p.into_mbuf() {
-                Ok(m) => {
-                    self.scratch[n] = m.as_ptr();
-                    n += 1;
-                }
-                Err(p) => {
-                    // A buffer of another backend: copy it into an mbuf.
-                    // SAFETY: pool is a live pktmbuf pool.
-                    let m = unsafe { sys::rte_pktmbuf_alloc(self.pool) };
-                    let Some(m) = NonNull::new(m) else {
-                        self.discarded.fetch_add(1, Relaxed);
-                        continue;
-                    };
-                    // SAFETY: freshly allocated, owned, single-segment mbuf.
-                    let mut q = unsafe { Pkt::from_mbuf(m) };
-                    if q.copy_from(p.data()) {
-                        if let Ok(m) = q.into_mbuf() {
-                            self.scratch[n] = m.as_ptr();
-                            n += 1;
-                        }
-                    } else {
-                        self.discarded.fetch_add(1, Relaxed);
-                    }
+        if pkts.is_empty() {
+            return 0;
+        }
+        let arr = match pkts.as_mbuf_array() {
+            Some(a) => a,
+            None => {
+                self.copy_foreign(pkts);
+                match pkts.as_mbuf_array() {
+                    Some(a) => a,
+                    None => return 0,
                 }
             }
-        }
-        // SAFETY: scratch[..n] are owned mbufs with data_off/len written; the port and
-        // queue are valid and owned by this handle.
-        let sent = unsafe {
-            sys::rte_eth_tx_burst(
-                self.dev.port_id,
-                self.qid,
-                self.scratch.as_mut_ptr(),
-                n as u16,
-            )
         };
-        let sent = usize::from(sent);
-        for &m in &self.scratch[sent..n] {
-            if let Some(m) = NonNull::new(m) {
-                // SAFETY: the PMD did not take this mbuf: it is ours again.
-                let _ = pkts.push(unsafe { Pkt::from_mbuf(m) });
-            }
-        }
-        sent
+        // SAFETY: `arr` holds pkts.len() owned mbufs whose headers carry offset and length;
+        // the port and queue are valid and owned by this handle.
+        let sent =
+            unsafe { sys::rte_eth_tx_burst(self.dev.port_id, self.qid, arr, pkts.len() as u16) };
+        // The PMD owns the first `sent` now; the rest stay for the caller to free.
+        pkts.release_front(usize::from(sent));
+        usize::from(sent)
     }
 
     fn discarded(&self) -> u64 {
@@ -440,7 +441,6 @@ pub fn open(name: &str, devargs: &str, queues: u16) -> Result<Opened, PortError>
                 dev: dev.clone(),
                 qid,
                 pool,
-                scratch: [core::ptr::null_mut(); BURST],
                 discarded: AtomicU64::new(0),
             }) as Box<dyn Queue>
         })

@@ -19,94 +19,168 @@ pub const HEADROOM: usize = 128;
 /// (DPDK's default mbuf data room is 2048 + headroom as well).
 pub const DATA_ROOM: usize = 2048;
 
-/// Where a packet's memory came from and goes back to.
-enum Owner {
-    /// Buffer `idx` of a [`Pool`]; the packet holds one strong count of the pool.
-    Pool(NonNull<PoolInner>, u32),
-    /// A single-segment DPDK mbuf.
-    #[cfg(feature = "dpdk")]
-    Mbuf(NonNull<dpdk_sys::rte_mbuf>),
-}
+/// Tag in the low bit of a packet's pointer: set for pool buffers, clear for mbufs (which
+/// are cache-line aligned, so their low bit is always clear).
+const POOL_TAG: usize = 1;
 
-/// An owned packet buffer: `len` bytes of data at offset `off` of a buffer of `room` bytes.
-pub struct Pkt {
+/// Bytes reserved at the start of each pool buffer for its [`PoolHdr`].
+const HDR_ROOM: usize = 64;
+
+/// The header of a pool buffer: where its data is and whom to give it back to. Lives in the
+/// first [`HDR_ROOM`] bytes of the buffer itself, like an mbuf's header.
+#[repr(C, align(64))]
+struct PoolHdr {
+    /// The pool; the packet holds one strong count of it while it lives.
+    pool: NonNull<PoolInner>,
+    /// Start of the buffer room (after this header).
     base: NonNull<u8>,
+    idx: u32,
     off: u16,
     len: u16,
     room: u16,
-    owner: Owner,
 }
 
-// SAFETY: a `Pkt` is the only handle to its buffer region (pool buffers are handed out
-// once until returned; mbufs are owned after rx/alloc), and both pools it may return to
-// (crossbeam `ArrayQueue`, DPDK mempools) are thread-safe, so moving it across threads is
-// sound.
+/// An owned packet buffer, one pointer wide (bursts are arrays of pointers, as in DPDK):
+/// an mbuf, or a [`Pool`] buffer whose header sits in front of its data. `len` bytes of
+/// data start at an offset (the headroom) into a buffer room.
+#[repr(transparent)]
+pub struct Pkt {
+    ptr: NonNull<u8>,
+}
+
+// SAFETY: a `Pkt` is the only handle to its buffer (pool buffers are handed out once until
+// returned; mbufs are owned after rx/alloc), and both places it may return to (crossbeam
+// `ArrayQueue`, DPDK mempools) are thread-safe, so moving it across threads is sound.
 unsafe impl Send for Pkt {}
 
+/// The four numbers that locate a packet's data.
+#[derive(Clone, Copy)]
+struct Geom {
+    base: *mut u8,
+    off: u16,
+    len: u16,
+    room: u16,
+}
+
 impl Pkt {
+    #[inline]
+    fn hdr(&self) -> Option<*mut PoolHdr> {
+        let a = self.ptr.as_ptr() as usize;
+        (a & POOL_TAG != 0).then_some((a & !POOL_TAG) as *mut PoolHdr)
+    }
+
+    #[inline]
+    fn geom(&self) -> Geom {
+        match self.hdr() {
+            Some(h) => {
+                // SAFETY: a tagged pointer always points at the live header of the pool
+                // buffer this packet owns.
+                let h = unsafe { &*h };
+                Geom {
+                    base: h.base.as_ptr(),
+                    off: h.off,
+                    len: h.len,
+                    room: h.room,
+                }
+            }
+            #[cfg(feature = "dpdk")]
+            None => {
+                // SAFETY: an untagged pointer is an mbuf this packet owns.
+                let m = unsafe { &*self.ptr.as_ptr().cast::<dpdk_sys::rte_mbuf>() };
+                Geom {
+                    base: m.buf_addr.cast::<u8>(),
+                    off: m.data_off,
+                    len: m.data_len,
+                    room: m.buf_len,
+                }
+            }
+            #[cfg(not(feature = "dpdk"))]
+            None => unreachable!("without DPDK every packet is a pool buffer"),
+        }
+    }
+
+    #[inline]
+    fn set_geom(&mut self, off: u16, len: u16) {
+        match self.hdr() {
+            Some(h) => {
+                // SAFETY: as in `geom`; `&mut self` makes the access exclusive.
+                let h = unsafe { &mut *h };
+                h.off = off;
+                h.len = len;
+            }
+            #[cfg(feature = "dpdk")]
+            None => {
+                // SAFETY: as in `geom`; a single-segment mbuf has pkt_len == data_len.
+                let m = unsafe { &mut *self.ptr.as_ptr().cast::<dpdk_sys::rte_mbuf>() };
+                m.data_off = off;
+                m.data_len = len;
+                m.pkt_len = u32::from(len);
+            }
+            #[cfg(not(feature = "dpdk"))]
+            None => unreachable!("without DPDK every packet is a pool buffer"),
+        }
+    }
+
     /// The packet's bytes.
     #[inline]
     pub fn data(&self) -> &[u8] {
+        let g = self.geom();
         // SAFETY: [base+off, base+off+len) lies inside the buffer this packet owns
         // (invariant kept by every constructor and setter: off + len <= room).
-        unsafe {
-            core::slice::from_raw_parts(
-                self.base.as_ptr().add(usize::from(self.off)),
-                usize::from(self.len),
-            )
-        }
+        unsafe { core::slice::from_raw_parts(g.base.add(usize::from(g.off)), usize::from(g.len)) }
     }
 
     /// The packet's bytes, mutable.
     #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
+        let g = self.geom();
         // SAFETY: as in `data`; `&mut self` makes the access exclusive.
         unsafe {
-            core::slice::from_raw_parts_mut(
-                self.base.as_ptr().add(usize::from(self.off)),
-                usize::from(self.len),
-            )
+            core::slice::from_raw_parts_mut(g.base.add(usize::from(g.off)), usize::from(g.len))
         }
     }
 
     /// Data length.
     #[inline]
     pub fn len(&self) -> usize {
-        usize::from(self.len)
+        usize::from(self.geom().len)
     }
 
     /// Whether the packet holds no data.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// Bytes free before the data.
     #[inline]
     pub fn headroom(&self) -> usize {
-        usize::from(self.off)
+        usize::from(self.geom().off)
     }
 
     /// Bytes free after the data.
     #[inline]
     pub fn tailroom(&self) -> usize {
-        usize::from(self.room - self.off - self.len)
+        let g = self.geom();
+        usize::from(g.room - g.off - g.len)
     }
 
     /// The largest `len` that [`Pkt::set_len`] accepts.
     #[inline]
     pub fn capacity(&self) -> usize {
-        usize::from(self.room - self.off)
+        let g = self.geom();
+        usize::from(g.room - g.off)
     }
 
     /// Sets the data length (growing exposes whatever bytes the buffer holds there).
     /// Returns `false` and changes nothing if `len` exceeds [`Pkt::capacity`].
     #[inline]
     pub fn set_len(&mut self, len: usize) -> bool {
-        if len > self.capacity() {
+        let g = self.geom();
+        if len > usize::from(g.room - g.off) {
             return false;
         }
-        self.len = len as u16;
+        self.set_geom(g.off, len as u16);
         true
     }
 
@@ -114,89 +188,93 @@ impl Pkt {
     /// headroom is smaller.
     #[inline]
     pub fn prepend(&mut self, n: usize) -> bool {
-        if n > self.headroom() {
+        let g = self.geom();
+        if n > usize::from(g.off) {
             return false;
         }
-        self.off -= n as u16;
-        self.len += n as u16;
+        self.set_geom(g.off - n as u16, g.len + n as u16);
         true
     }
 
     /// Removes `n` bytes from the front of the data. `false` if the data is shorter.
     #[inline]
     pub fn adj(&mut self, n: usize) -> bool {
-        if n > self.len() {
+        let g = self.geom();
+        if n > usize::from(g.len) {
             return false;
         }
-        self.off += n as u16;
-        self.len -= n as u16;
+        self.set_geom(g.off + n as u16, g.len - n as u16);
         true
     }
 
     /// Replaces the data with a copy of `bytes` at the default headroom. `false` if it does
     /// not fit.
     pub fn copy_from(&mut self, bytes: &[u8]) -> bool {
-        let off = usize::from(self.off).min(HEADROOM);
-        if off + bytes.len() > usize::from(self.room) {
+        let g = self.geom();
+        let off = usize::from(g.off).min(HEADROOM);
+        if off + bytes.len() > usize::from(g.room) {
             return false;
         }
-        self.off = off as u16;
-        self.len = bytes.len() as u16;
+        self.set_geom(off as u16, bytes.len() as u16);
         self.data_mut().copy_from_slice(bytes);
         true
     }
 
-    /// Wraps a received single-segment mbuf.
+    /// Wraps a received or allocated mbuf.
     ///
     /// # Safety
     /// `m` must be a valid, exclusively owned, single-segment mbuf.
     #[cfg(feature = "dpdk")]
     #[inline]
     pub(crate) unsafe fn from_mbuf(m: NonNull<dpdk_sys::rte_mbuf>) -> Pkt {
-        // SAFETY: the caller hands over a valid mbuf; we only read its header fields.
-        let r = unsafe { m.as_ref() };
-        Pkt {
-            // SAFETY: buf_addr of a pktmbuf is never null.
-            base: unsafe { NonNull::new_unchecked(r.buf_addr.cast::<u8>()) },
-            off: r.data_off,
-            len: r.data_len,
-            room: r.buf_len,
-            owner: Owner::Mbuf(m),
-        }
+        debug_assert_eq!(m.as_ptr() as usize & POOL_TAG, 0);
+        Pkt { ptr: m.cast() }
     }
 
-    /// If this packet is an mbuf, gives it up: writes the data offset and length back into
-    /// the mbuf header and returns the mbuf, which the caller now owns. Otherwise returns
-    /// the packet unchanged.
+    /// If this packet is an mbuf, gives it up (the caller now owns the mbuf, whose header
+    /// already holds the packet's offset and length); otherwise returns the packet.
     #[cfg(feature = "dpdk")]
     #[inline]
     pub(crate) fn into_mbuf(self) -> Result<NonNull<dpdk_sys::rte_mbuf>, Pkt> {
-        match self.owner {
-            Owner::Mbuf(mut m) => {
-                let (off, len) = (self.off, self.len);
-                // Ownership moves to the returned mbuf: our Drop must not free it.
-                let _this = core::mem::ManuallyDrop::new(self);
-                // SAFETY: we owned the mbuf exclusively until this point.
-                let r = unsafe { m.as_mut() };
-                r.data_off = off;
-                r.data_len = len;
-                r.pkt_len = u32::from(len);
-                Ok(m)
-            }
-            Owner::Pool(..) => Err(self),
+        if self.hdr().is_some() {
+            return Err(self);
         }
+        // Ownership moves to the returned mbuf: our Drop must not free it.
+        let this = core::mem::ManuallyDrop::new(self);
+        Ok(this.ptr.cast())
+    }
+
+    /// Number of buffer segments (1 unless a PMD chained mbufs).
+    #[inline]
+    pub fn segments(&self) -> u16 {
+        match self.hdr() {
+            Some(_) => 1,
+            #[cfg(feature = "dpdk")]
+            // SAFETY: an untagged pointer is an mbuf this packet owns.
+            None => unsafe { (*self.ptr.as_ptr().cast::<dpdk_sys::rte_mbuf>()).nb_segs },
+            #[cfg(not(feature = "dpdk"))]
+            None => 1,
+        }
+    }
+
+    /// Whether this packet is an mbuf.
+    #[inline]
+    pub fn is_mbuf(&self) -> bool {
+        self.hdr().is_none()
     }
 }
 
 impl Drop for Pkt {
     #[inline]
     fn drop(&mut self) {
-        match self.owner {
-            Owner::Pool(inner, idx) => {
-                // SAFETY: the packet holds one strong count of the pool (taken in
-                // `Pool::alloc`), so `inner` is alive; it is given back right here.
+        match self.hdr() {
+            Some(h) => {
+                // SAFETY: the header is live; the packet holds one strong count of the pool
+                // (taken in `Pool::alloc`), so the pool is alive; that count is given back
+                // right here, after the buffer index went back on the free list.
                 unsafe {
-                    let pool = Arc::from_raw(inner.as_ptr().cast_const());
+                    let (pool, idx) = ((*h).pool, (*h).idx);
+                    let pool = Arc::from_raw(pool.as_ptr().cast_const());
                     // Cannot fail: the queue has room for every buffer and idx was taken
                     // from it once.
                     let _ = pool.free.push(idx);
@@ -204,24 +282,29 @@ impl Drop for Pkt {
                 }
             }
             #[cfg(feature = "dpdk")]
-            // SAFETY: the packet owns the mbuf; it is freed exactly once, here.
-            Owner::Mbuf(m) => unsafe { dpdk_sys::rte_pktmbuf_free(m.as_ptr()) },
+            // SAFETY: the packet owns the mbuf (chain); it is freed exactly once, here.
+            None => unsafe { dpdk_sys::rte_pktmbuf_free(self.ptr.as_ptr().cast()) },
+            #[cfg(not(feature = "dpdk"))]
+            None => {}
         }
     }
 }
 
 impl core::fmt::Debug for Pkt {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let g = self.geom();
         f.debug_struct("Pkt")
-            .field("len", &self.len)
-            .field("headroom", &self.off)
+            .field("len", &g.len)
+            .field("headroom", &g.off)
+            .field("mbuf", &self.is_mbuf())
             .finish()
     }
 }
 
 struct PoolInner {
     mem: NonNull<u8>,
-    buf_size: usize,
+    layout: std::alloc::Layout,
+    slot: usize,
     count: usize,
     free: ArrayQueue<u32>,
 }
@@ -234,15 +317,9 @@ unsafe impl Sync for PoolInner {}
 
 impl Drop for PoolInner {
     fn drop(&mut self) {
-        let size = self.buf_size * self.count;
-        // SAFETY: `mem` came from `Box<[u8]>` of exactly `size` bytes in `Pool::new`, and no
-        // packet refers to it any more (each holds a strong count).
-        unsafe {
-            drop(Box::from_raw(core::ptr::slice_from_raw_parts_mut(
-                self.mem.as_ptr(),
-                size,
-            )));
-        }
+        // SAFETY: `mem` came from `alloc_zeroed(layout)` in `Pool::new`, and no packet
+        // refers to it any more (each holds a strong count).
+        unsafe { std::alloc::dealloc(self.mem.as_ptr(), self.layout) };
     }
 }
 
@@ -263,12 +340,17 @@ impl core::fmt::Debug for Pool {
 }
 
 impl Pool {
-    /// A pool of `count` buffers of `HEADROOM + DATA_ROOM` bytes.
+    /// A pool of `count` buffers of `HEADROOM + DATA_ROOM` bytes (plus a 64-byte header).
     pub fn new(count: usize) -> Pool {
-        let count = count.clamp(1, u32::MAX as usize);
-        let buf_size = HEADROOM + DATA_ROOM;
-        let mem: Box<[u8]> = vec![0u8; buf_size * count].into_boxed_slice();
-        let mem = NonNull::from(Box::leak(mem)).cast::<u8>();
+        let count = count.clamp(1, 1 << 24);
+        let slot = HDR_ROOM + HEADROOM + DATA_ROOM;
+        let layout = std::alloc::Layout::from_size_align(slot * count, 64)
+            .unwrap_or_else(|_| std::alloc::Layout::new::<PoolHdr>());
+        // SAFETY: the layout has a non-zero size.
+        let mem = unsafe { std::alloc::alloc_zeroed(layout) };
+        let Some(mem) = NonNull::new(mem) else {
+            std::alloc::handle_alloc_error(layout)
+        };
         let free = ArrayQueue::new(count);
         for i in 0..count as u32 {
             let _ = free.push(i);
@@ -276,7 +358,8 @@ impl Pool {
         Pool {
             inner: Arc::new(PoolInner {
                 mem,
-                buf_size,
+                layout,
+                slot,
                 count,
                 free,
             }),
@@ -289,16 +372,22 @@ impl Pool {
     pub fn alloc(&self) -> Option<Pkt> {
         let idx = self.inner.free.pop()?;
         let raw = Arc::into_raw(Arc::clone(&self.inner));
-        // SAFETY: idx < count, so the offset stays inside the pool's allocation.
-        let base = unsafe { self.inner.mem.add(idx as usize * self.inner.buf_size) };
-        Some(Pkt {
-            base,
-            off: HEADROOM as u16,
-            len: 0,
-            room: self.inner.buf_size as u16,
-            // SAFETY: Arc::into_raw never returns null.
-            owner: Owner::Pool(unsafe { NonNull::new_unchecked(raw.cast_mut()) }, idx),
-        })
+        // SAFETY: idx < count, so the slot lies inside the pool's allocation; it is
+        // 64-byte aligned (slot size and base are multiples of 64) and nobody else uses it.
+        unsafe {
+            let h = self.inner.mem.as_ptr().add(idx as usize * self.inner.slot);
+            h.cast::<PoolHdr>().write(PoolHdr {
+                pool: NonNull::new_unchecked(raw.cast_mut()),
+                base: NonNull::new_unchecked(h.add(HDR_ROOM)),
+                idx,
+                off: HEADROOM as u16,
+                len: 0,
+                room: (HEADROOM + DATA_ROOM) as u16,
+            });
+            Some(Pkt {
+                ptr: NonNull::new_unchecked(h.map_addr(|a| a | POOL_TAG)),
+            })
+        }
     }
 
     /// A packet holding a copy of `bytes`, or `None` if the pool is empty or the bytes
@@ -378,6 +467,12 @@ impl Burst {
         }
     }
 
+    /// Removes and returns the packet at `i` (later ones move up), if there is one.
+    #[inline]
+    pub fn remove(&mut self, i: usize) -> Option<Pkt> {
+        (i < self.pkts.len()).then(|| self.pkts.remove(i))
+    }
+
     /// Removes and returns the last packet.
     #[inline]
     pub fn pop(&mut self) -> Option<Pkt> {
@@ -409,6 +504,64 @@ impl Burst {
         self.pkts.drain(..)
     }
 
+    /// Removes the first `n` packets *without* dropping them: their ownership went
+    /// elsewhere (a device took them).
+    #[cfg(feature = "dpdk")]
+    #[inline]
+    pub(crate) fn release_front(&mut self, n: usize) {
+        let len = self.pkts.len();
+        let n = n.min(len);
+        // SAFETY: the first n elements are given up (not dropped); the remaining len - n
+        // are moved to the front (ptr::copy handles the overlap) before the length is
+        // set, so every element is owned exactly once afterwards.
+        unsafe {
+            let p = self.pkts.as_mut_ptr();
+            self.pkts.set_len(0);
+            core::ptr::copy(p.add(n), p, len - n);
+            self.pkts.set_len(len - n);
+        }
+    }
+
+    /// The burst as an array of mbuf pointers, if every packet is an mbuf (for tx).
+    #[cfg(feature = "dpdk")]
+    #[inline]
+    pub(crate) fn as_mbuf_array(&mut self) -> Option<*mut *mut dpdk_sys::rte_mbuf> {
+        if self.pkts.iter().all(Pkt::is_mbuf) {
+            // `Pkt` is a transparent untagged mbuf pointer for mbufs.
+            Some(self.pkts.as_mut_ptr().cast())
+        } else {
+            None
+        }
+    }
+
+    /// Lets `fill` write up to `room` mbuf pointers after the current packets and takes
+    /// ownership of the `n` it reports.
+    ///
+    /// # Safety
+    /// `fill` must write `n <= room` valid, exclusively owned mbuf pointers to the start of
+    /// the array it is given, and return `n`.
+    #[cfg(feature = "dpdk")]
+    #[inline]
+    pub(crate) unsafe fn fill_mbufs(
+        &mut self,
+        fill: impl FnOnce(*mut *mut dpdk_sys::rte_mbuf, u16) -> u16,
+    ) -> usize {
+        let len = self.pkts.len();
+        let room = self.room();
+        // SAFETY: capacity is BURST >= len + room, so the spare part holds `room` slots;
+        // `Pkt` is a transparent pointer and untagged mbuf pointers are valid `Pkt`s.
+        unsafe {
+            let spare = self
+                .pkts
+                .as_mut_ptr()
+                .add(len)
+                .cast::<*mut dpdk_sys::rte_mbuf>();
+            let n = usize::from(fill(spare, room as u16)).min(room);
+            self.pkts.set_len(len + n);
+            n
+        }
+    }
+
     /// Drops every packet (returning their buffers); returns how many there were.
     #[inline]
     pub fn clear(&mut self) -> usize {
@@ -438,6 +591,8 @@ mod tests {
         assert!(!a.set_len(DATA_ROOM + 1));
         assert!(a.set_len(DATA_ROOM));
         assert_eq!(a.tailroom(), 0);
+        assert_eq!(core::mem::size_of::<Pkt>(), core::mem::size_of::<usize>());
+        assert!(!a.is_mbuf());
         let b = pool.alloc().unwrap();
         let c = pool.alloc().unwrap();
         let d = pool.alloc().unwrap();

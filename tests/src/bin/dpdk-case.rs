@@ -265,7 +265,7 @@ fn pcap_case(dir: &Path) -> String {
     );
     // Reference: the forwarder on plain buffers.
     let pool = Pool::new(64);
-    let reference = Forwarder::new(conf.clone(), Arc::new(NeighbourCache::new(8)));
+    let mut reference = Forwarder::new(conf.clone(), Arc::new(NeighbourCache::new(8)));
     let mut expected = Vec::new();
     let mut c = Counters::new(1);
     for f in &frames {
