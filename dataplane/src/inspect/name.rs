@@ -68,6 +68,22 @@ impl fmt::Display for NameError {
     }
 }
 
+/// Bytes allowed in a DNS name, mapped to their lowercase form; 0 for the others.
+const NAME_BYTE: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = match c {
+            b'A'..=b'Z' => c.to_ascii_lowercase(),
+            b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => c,
+            _ => 0,
+        };
+        b += 1;
+    }
+    t
+};
+
 /// A validated DNS name, lowercased, stored inline (no allocation).
 ///
 /// Invariant: 1..=[`MAX_NAME_LEN`] bytes, ASCII, lowercase, valid per the
@@ -99,30 +115,30 @@ impl HostName {
         let mut label_all_digits = true;
         let mut prev = b'.';
         for (dst, &b) in out.buf.iter_mut().zip(name) {
-            match b {
-                b'.' => {
-                    if label_len == 0 {
-                        return Err(NameError::EmptyLabel);
-                    }
-                    if prev == b'-' {
-                        return Err(NameError::HyphenAtLabelEdge);
-                    }
-                    label_len = 0;
-                    label_all_digits = true;
-                }
-                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' => {
-                    if b == b'-' && label_len == 0 {
-                        return Err(NameError::HyphenAtLabelEdge);
-                    }
-                    label_len += 1;
-                    if label_len > MAX_LABEL_LEN {
-                        return Err(NameError::LabelTooLong);
-                    }
-                    label_all_digits &= b.is_ascii_digit();
-                }
-                _ => return Err(NameError::InvalidByte(b)),
+            let lower = NAME_BYTE[usize::from(b)];
+            if lower == 0 {
+                return Err(NameError::InvalidByte(b));
             }
-            *dst = b.to_ascii_lowercase();
+            if b == b'.' {
+                if label_len == 0 {
+                    return Err(NameError::EmptyLabel);
+                }
+                if prev == b'-' {
+                    return Err(NameError::HyphenAtLabelEdge);
+                }
+                label_len = 0;
+                label_all_digits = true;
+            } else {
+                if b == b'-' && label_len == 0 {
+                    return Err(NameError::HyphenAtLabelEdge);
+                }
+                label_len += 1;
+                if label_len > MAX_LABEL_LEN {
+                    return Err(NameError::LabelTooLong);
+                }
+                label_all_digits &= b.is_ascii_digit();
+            }
+            *dst = lower;
             prev = b;
         }
         if label_len == 0 {
@@ -241,6 +257,11 @@ impl NameKind {
 
 /// Parses a dotted-quad IPv4 address or an IPv6 address (optionally in brackets).
 pub fn parse_ip_literal(name: &[u8]) -> Option<IpAddr> {
+    // Cheap rejections first: IPv4 text is digits and dots, IPv6 text has a colon.
+    let v4_shaped = name.iter().all(|&b| b.is_ascii_digit() || b == b'.');
+    if !v4_shaped && !name.contains(&b':') {
+        return None;
+    }
     let text = core::str::from_utf8(name).ok()?;
     if let Ok(v4) = text.parse::<Ipv4Addr>() {
         return Some(IpAddr::V4(v4));

@@ -694,18 +694,24 @@ fn parse_server_name(mut data: Reader<'_>) -> Result<ServerName, Malformed> {
         if len == 0 {
             return Err(Malformed::EmptyHostName);
         }
-        // One more than the longest name, for an optional trailing dot.
-        let mut buf = [0u8; MAX_NAME_LEN + 1];
-        result = match buf.get_mut(..len) {
-            None => ServerName::Invalid(NameError::TooLong),
-            Some(dst) => {
-                name.copy_to(dst).ok_or(Truncated(Field::ServerName))?;
-                match NameKind::classify(dst) {
-                    NameKind::Dns(n) => ServerName::Dns(n),
-                    NameKind::Ip(ip) => ServerName::IpLiteral(ip),
-                    NameKind::Invalid(e) => ServerName::Invalid(e),
+        let kind = if let Some(bytes) = name.clone().contiguous() {
+            NameKind::classify(bytes)
+        } else {
+            // The name straddles records: gather it first. One more than the longest
+            // name, for an optional trailing dot.
+            let mut buf = [0u8; MAX_NAME_LEN + 1];
+            match buf.get_mut(..len) {
+                None => NameKind::Invalid(NameError::TooLong),
+                Some(dst) => {
+                    name.copy_to(dst).ok_or(Truncated(Field::ServerName))?;
+                    NameKind::classify(dst)
                 }
             }
+        };
+        result = match kind {
+            NameKind::Dns(n) => ServerName::Dns(n),
+            NameKind::Ip(ip) => ServerName::IpLiteral(ip),
+            NameKind::Invalid(e) => ServerName::Invalid(e),
         };
     }
     Ok(result)
@@ -730,11 +736,9 @@ fn parse_alpn<'a>(mut data: Reader<'a>, alpn: &mut Alpn<'a>) -> Result<(), Malfo
         }
         let name = list.sub(len).ok_or(Truncated(Field::AlpnProtocol))?;
         if len == 2 {
-            let mut two = [0u8; 2];
-            name.clone()
-                .copy_to(&mut two)
-                .ok_or(Truncated(Field::AlpnProtocol))?;
-            if is_grease(u16::from_be_bytes(two)) {
+            let mut two = name.clone();
+            let id = two.u16().ok_or(Truncated(Field::AlpnProtocol))?;
+            if is_grease(id) {
                 continue;
             }
         }
@@ -791,11 +795,13 @@ impl<'a> Reader<'a> {
     }
 
     /// Bytes this reader may still read.
+    #[inline]
     pub(crate) fn remaining(&self) -> usize {
         self.left
     }
 
     /// Whether nothing is left to read.
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.left == 0
     }
@@ -813,6 +819,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads one byte.
+    #[inline]
     pub(crate) fn u8(&mut self) -> Option<u8> {
         if self.left == 0 {
             return None;
@@ -825,6 +832,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads a big-endian u16.
+    #[inline]
     pub(crate) fn u16(&mut self) -> Option<u16> {
         if self.left < 2 {
             return None;
@@ -840,9 +848,16 @@ impl<'a> Reader<'a> {
     }
 
     /// Skips `n` bytes.
+    #[inline]
     pub(crate) fn skip(&mut self, mut n: usize) -> Option<()> {
         if n > self.left {
             return None;
+        }
+        if let Some(tail) = self.cur.get(n..) {
+            // Fast path: within the current record.
+            self.cur = tail;
+            self.left -= n;
+            return Some(());
         }
         while n > 0 {
             self.refill()?;
@@ -855,9 +870,21 @@ impl<'a> Reader<'a> {
     }
 
     /// Splits off the next `n` bytes as a reader of their own and skips them here.
+    #[inline]
     pub(crate) fn sub(&mut self, n: usize) -> Option<Reader<'a>> {
         if n > self.left {
             return None;
+        }
+        if n <= self.cur.len() {
+            // Fast path: within the current record.
+            let (head, tail) = self.cur.split_at(n);
+            self.cur = tail;
+            self.left -= n;
+            return Some(Reader {
+                cur: head,
+                rest: &[],
+                left: n,
+            });
         }
         let mut sub = self.clone();
         sub.left = n;

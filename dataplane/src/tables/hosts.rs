@@ -42,15 +42,22 @@
 //! 4. falls back to the catch-all.
 //!
 //! So a lookup costs one pass over the name and at most `labels` probes, whatever the
-//! number of patterns. The table is kept at most half full with linear probing; each slot
-//! is 16 bytes and carries a 24-bit tag of the hash and the key's length, so a probe that
-//! misses rarely touches the key bytes. Keys live in one arena.
+//! number of patterns. What keeps the cost flat in practice is how little memory a probe
+//! touches, since a large table lives far from the core:
+//!
+//! - a blocked Bloom filter (two bits of one 64-bit word per key, ~8 bits per key: 1 MiB
+//!   for a million names) answers most probes for suffixes that are not keys, without
+//!   touching the table;
+//! - the table is kept at most half full with linear probing; a slot is 32 bytes and holds
+//!   a 24-bit hash tag with the key's length, both values, and the key itself when it is at
+//!   most 20 bytes (else its first 16 bytes and where the rest lies in an arena), so a hit
+//!   on a short name is verified within one cache line.
 //!
 //! Building may allocate and fails on duplicate patterns ([`BuildError`]): the control
 //! plane decides which of two claims on a name wins, never this table.
 
 use core::fmt;
-use std::collections::hash_map::{Entry, HashMap, RandomState};
+use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 
 use crate::inspect::name::MAX_NAME_LEN;
@@ -247,30 +254,45 @@ pub struct Match<'m, V> {
 /// No value in this half of a slot.
 const NONE: u32 = u32::MAX;
 
-/// One table slot (16 bytes). `tag == 0` marks an empty slot; otherwise its low 8 bits are
-/// the key's length (1..=253) and its high 24 bits come from the key's hash.
+/// Key bytes kept in the slot itself. Keys up to this long are compared without leaving
+/// the slot's cache line; longer keys keep a [`PREFIX`]-byte prefix and the arena offset
+/// of the rest here.
+const INLINE: usize = 20;
+/// Prefix of a long key kept in its slot.
+const PREFIX: usize = INLINE - 4;
+
+/// One table slot (32 bytes, two per cache line). `tag == 0` marks an empty slot;
+/// otherwise its low 8 bits are the key's length (1..=253) and its high 24 bits come from
+/// the key's hash.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     tag: u32,
-    /// Offset of the key in the arena.
-    key: u32,
     /// Value index of the exact pattern with this name, or [`NONE`].
     exact: u32,
     /// Value index of the wildcard pattern with this suffix, or [`NONE`].
     wild: u32,
+    /// The key if it is at most [`INLINE`] bytes; else its first [`PREFIX`] bytes and the
+    /// little-endian arena offset of the remaining bytes.
+    key: [u8; INLINE],
 }
 
 const EMPTY: Slot = Slot {
     tag: 0,
-    key: 0,
     exact: NONE,
     wild: NONE,
+    key: [0; INLINE],
 };
 
 /// The compiled host matcher (see the [module docs](self)).
 pub struct HostMatcher<V> {
     slots: Box<[Slot]>,
     mask: usize,
+    /// A blocked Bloom filter over the keys' hashes (two bits in one 64-bit word per key,
+    /// about 8 bits per key): a probe for a name that is not a key is usually answered
+    /// here, in an array small enough to stay in cache, without touching the table.
+    filter: Box<[u64]>,
+    filter_mask: usize,
+    /// Tails (past [`PREFIX`]) of keys longer than [`INLINE`].
     arena: Box<[u8]>,
     values: Box<[V]>,
     /// Input position of each value (values are stored in input order, so identity).
@@ -318,6 +340,14 @@ fn tag(hash: u64, len: usize) -> u32 {
     ((hash >> 32) as u32 & 0xffff_ff00) | (len as u32 & 0xff)
 }
 
+/// The filter word and its two bits for a hash (bits independent of the tag's).
+#[inline]
+fn filter_bits(hash: u64, filter_mask: usize) -> (usize, u64) {
+    let word = (hash as usize) & filter_mask;
+    let bits = (1u64 << ((hash >> 26) & 63)) | (1u64 << ((hash >> 32) & 63));
+    (word, bits)
+}
+
 impl<V> HostMatcher<V> {
     /// Compiles `(pattern, value)` pairs. Fails on a pattern given twice.
     pub fn build<I>(patterns: I) -> Result<HostMatcher<V>, BuildError>
@@ -326,78 +356,114 @@ impl<V> HostMatcher<V> {
     {
         let mut values = Vec::new();
         let mut any = NONE;
-        // Key -> (exact, wild) value indices; built here, then laid out.
-        let mut keys: HashMap<String, (u32, u32)> = HashMap::new();
-        let (mut exact_count, mut wildcard_count) = (0, 0);
+        // (key, is_wildcard, value id) for every named pattern; sorted below so that equal
+        // keys are adjacent (duplicates, and exact + wildcard sharing a slot).
+        let mut named: Vec<(String, bool, u32)> = Vec::new();
+        let mut duplicate_at: Option<(usize, String)> = None;
         for (index, (pattern, value)) in patterns.into_iter().enumerate() {
             let id = u32::try_from(index)
                 .ok()
                 .filter(|&i| i < NONE >> 1)
                 .ok_or(BuildError::TooMany)?;
-            let duplicate = || BuildError::Duplicate {
-                index,
-                pattern: pattern.to_string(),
-            };
-            match &pattern {
+            match pattern {
                 HostPattern::Any => {
-                    if any != NONE {
-                        return Err(duplicate());
+                    if any != NONE && duplicate_at.is_none() {
+                        duplicate_at = Some((index, "*".to_string()));
                     }
                     any = id;
                 }
-                HostPattern::Exact(name) | HostPattern::Wildcard(name) => {
-                    let is_exact = matches!(pattern, HostPattern::Exact(_));
-                    let name = name.to_ascii_lowercase();
-                    let slot = match keys.entry(name) {
-                        Entry::Occupied(e) => e.into_mut(),
-                        Entry::Vacant(v) => v.insert((NONE, NONE)),
-                    };
-                    let half = if is_exact { &mut slot.0 } else { &mut slot.1 };
-                    if *half != NONE {
-                        return Err(duplicate());
-                    }
-                    *half = id;
-                    if is_exact {
-                        exact_count += 1;
-                    } else {
-                        wildcard_count += 1;
-                    }
+                HostPattern::Exact(mut name) => {
+                    name.make_ascii_lowercase();
+                    named.push((name, false, id));
+                }
+                HostPattern::Wildcard(mut name) => {
+                    name.make_ascii_lowercase();
+                    named.push((name, true, id));
                 }
             }
             values.push(value);
         }
+        named.sort_unstable();
+        // Report the earliest second occurrence in input order.
+        for pair in named.windows(2) {
+            let ((k1, w1, _), (k2, w2, id2)) = (&pair[0], &pair[1]);
+            let earlier = match &duplicate_at {
+                Some((i, _)) => (*id2 as usize) < *i,
+                None => true,
+            };
+            if k1 == k2 && w1 == w2 && earlier {
+                let text = if *w2 { format!("*.{k2}") } else { k2.clone() };
+                duplicate_at = Some((*id2 as usize, text));
+            }
+        }
+        if let Some((index, pattern)) = duplicate_at {
+            return Err(BuildError::Duplicate { index, pattern });
+        }
+        let exact_count = named.iter().filter(|(_, w, _)| !w).count();
+        let wildcard_count = named.len() - exact_count;
 
-        let capacity = (keys.len() * 2).next_power_of_two().max(8);
-        let mask = capacity - 1;
-        let mut slots = vec![EMPTY; capacity].into_boxed_slice();
-        let arena_len: usize = keys.keys().map(String::len).sum();
+        let mut keys = 0usize;
+        let mut arena_len = 0usize;
+        for (i, (k, _, _)) in named.iter().enumerate() {
+            if i == 0 || named[i - 1].0 != *k {
+                keys += 1;
+                arena_len += k.len().saturating_sub(PREFIX);
+            }
+        }
         if u32::try_from(arena_len).is_err() {
             return Err(BuildError::TooMany);
         }
+        let capacity = (keys * 2).next_power_of_two().max(8);
+        let mask = capacity - 1;
+        let mut slots = vec![EMPTY; capacity].into_boxed_slice();
+        let filter_words = (keys / 8).next_power_of_two().max(1);
+        let filter_mask = filter_words - 1;
+        let mut filter = vec![0u64; filter_words].into_boxed_slice();
         let mut arena = Vec::with_capacity(arena_len);
         let seed = RandomState::new().hash_one(0x736c_7569_6365u64);
-        // A deterministic layout for a given seed: insert in key order.
-        let mut sorted: Vec<(String, (u32, u32))> = keys.into_iter().collect();
-        sorted.sort_unstable();
-        for (key, (exact, wild)) in sorted {
-            let bytes = key.as_bytes();
-            let h = hash_key(seed, bytes);
-            let mut i = (h as usize) & mask;
-            while slots[i].tag != 0 {
-                i = (i + 1) & mask;
-            }
-            slots[i] = Slot {
-                tag: tag(h, bytes.len()),
-                // Checked above: the arena fits in u32.
-                key: arena.len() as u32,
-                exact,
-                wild,
+        let mut last: Option<(&str, usize)> = None; // previous key and its slot
+        for (key, wild, id) in &named {
+            let i = match last {
+                Some((k, i)) if k == key.as_str() => i,
+                _ => {
+                    let bytes = key.as_bytes();
+                    let h = hash_key(seed, bytes);
+                    let (word, bits) = filter_bits(h, filter_mask);
+                    filter[word] |= bits;
+                    let mut i = (h as usize) & mask;
+                    while slots[i].tag != 0 {
+                        i = (i + 1) & mask;
+                    }
+                    let mut inline = [0u8; INLINE];
+                    if bytes.len() <= INLINE {
+                        inline[..bytes.len()].copy_from_slice(bytes);
+                    } else {
+                        inline[..PREFIX].copy_from_slice(&bytes[..PREFIX]);
+                        // Checked above: the arena fits in u32.
+                        inline[PREFIX..].copy_from_slice(&(arena.len() as u32).to_le_bytes());
+                        arena.extend_from_slice(&bytes[PREFIX..]);
+                    }
+                    slots[i] = Slot {
+                        tag: tag(h, bytes.len()),
+                        exact: NONE,
+                        wild: NONE,
+                        key: inline,
+                    };
+                    i
+                }
             };
-            arena.extend_from_slice(bytes);
+            if *wild {
+                slots[i].wild = *id;
+            } else {
+                slots[i].exact = *id;
+            }
+            last = Some((key.as_str(), i));
         }
         Ok(HostMatcher {
             slots,
             mask,
+            filter,
+            filter_mask,
             arena: arena.into_boxed_slice(),
             values: values.into_boxed_slice(),
             any,
@@ -449,17 +515,17 @@ impl<V> HostMatcher<V> {
     }
 
     fn find_name(&self, name: &[u8]) -> Option<Match<'_, V>> {
+        /// Suffix hashes kept from the one right-to-left pass; names with more dots (with
+        /// a non-empty part before them) take the slow path.
+        const KEPT: usize = 16;
         let len = name.len();
         let mut buf = [0u8; MAX_NAME_LEN];
         let lower = buf.get_mut(..len)?;
         // Right to left: lowercase, and hash each suffix that starts after a dot with a
         // non-empty part before it (a wildcard needs one). `hashes[k]` is the hash of the
-        // k-th shortest such suffix. A suffix free of empty labels has at most 126 dots in
-        // 253 bytes, so the array cannot overflow for one that could match a pattern;
-        // suffixes past its end (names full of empty labels) are skipped.
-        let mut hashes = [0u64; MAX_NAME_LEN / 2];
+        // k-th shortest such suffix.
+        let mut hashes = [0u64; KEPT];
         let mut count = 0;
-        let mut eligible = 0;
         let mut h = self.seed;
         let mut end = len;
         for i in (0..len).rev() {
@@ -468,11 +534,10 @@ impl<V> HostMatcher<V> {
             if b == b'.' {
                 h = hash_label(h, &lower[i + 1..end]);
                 if i >= 1 {
-                    eligible += 1;
                     if let Some(slot) = hashes.get_mut(count) {
                         *slot = h;
-                        count += 1;
                     }
+                    count += 1;
                 }
                 end = i;
             }
@@ -487,34 +552,49 @@ impl<V> HostMatcher<V> {
                 }
             }
         }
-        if self.wildcard_count > 0 {
-            // Longest suffix first: dots left to right, hashes in reverse scan order.
-            let dots = lower
-                .iter()
-                .enumerate()
-                .skip(1)
-                .filter(|&(_, &b)| b == b'.')
-                .map(|(i, _)| i + 1)
-                .skip(eligible - count);
-            for (start, &h) in dots.zip(hashes[..count].iter().rev()) {
-                let suffix = lower.get(start..)?;
-                if let Some(slot) = self.probe(h, suffix) {
-                    if slot.wild != NONE {
-                        let kind = MatchKind::Wildcard {
-                            suffix_len: suffix.len(),
-                        };
-                        return self.value(slot.wild, kind);
-                    }
-                }
-            }
+        if self.wildcard_count == 0 {
+            return None;
         }
-        None
+        // Longest suffix first: dots left to right (skipping a dot at 0), hashes in reverse
+        // scan order.
+        let mut starts = lower
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter(|&(_, &b)| b == b'.')
+            .map(|(i, _)| i + 1);
+        let wildcard = |start: usize, h: u64| {
+            let suffix = lower.get(start..)?;
+            let slot = self.probe(h, suffix)?;
+            (slot.wild != NONE).then(|| {
+                let kind = MatchKind::Wildcard {
+                    suffix_len: suffix.len(),
+                };
+                self.value(slot.wild, kind)
+            })?
+        };
+        if count <= KEPT {
+            starts
+                .zip(hashes[..count].iter().rev())
+                .find_map(|(start, &h)| wildcard(start, h))
+        } else {
+            // More label boundaries than kept hashes (a name with many short or empty
+            // labels): hash each suffix on its own.
+            starts.find_map(|start| {
+                let suffix = lower.get(start..)?;
+                wildcard(start, hash_key(self.seed, suffix))
+            })
+        }
     }
 
     /// The slot whose key is `key` (lowercase, 1..=253 bytes), if any.
     #[inline]
     fn probe(&self, hash: u64, key: &[u8]) -> Option<&Slot> {
         if key.is_empty() {
+            return None;
+        }
+        let (word, bits) = filter_bits(hash, self.filter_mask);
+        if self.filter.get(word)? & bits != bits {
             return None;
         }
         let want = tag(hash, key.len());
@@ -525,14 +605,26 @@ impl<V> HostMatcher<V> {
             if slot.tag == 0 {
                 return None;
             }
-            if slot.tag == want {
-                let start = slot.key as usize;
-                if self.arena.get(start..start + key.len()) == Some(key) {
-                    return Some(slot);
-                }
+            if slot.tag == want && self.key_is(slot, key) {
+                return Some(slot);
             }
             i = (i + 1) & self.mask;
         }
+    }
+
+    /// Whether `slot` holds `key` (whose length the tag already matched).
+    #[inline]
+    fn key_is(&self, slot: &Slot, key: &[u8]) -> bool {
+        if key.len() <= INLINE {
+            return slot.key.get(..key.len()) == Some(key);
+        }
+        let [prefix @ .., a, b, c, d] = slot.key;
+        if prefix[..] != key[..PREFIX] {
+            return false;
+        }
+        let start = u32::from_le_bytes([a, b, c, d]) as usize;
+        let rest = &key[PREFIX..];
+        self.arena.get(start..start + rest.len()) == Some(rest)
     }
 
     /// How many patterns (exact, wildcard and catch-all) the matcher holds.
@@ -550,9 +642,9 @@ impl<V> HostMatcher<V> {
         &self.values
     }
 
-    /// Bytes used by the table itself (slots and key arena; not the values).
+    /// Bytes used by the table itself (slots, filter and key arena; not the values).
     pub fn table_bytes(&self) -> usize {
-        self.slots.len() * core::mem::size_of::<Slot>() + self.arena.len()
+        self.slots.len() * core::mem::size_of::<Slot>() + self.filter.len() * 8 + self.arena.len()
     }
 }
 
@@ -639,6 +731,30 @@ mod tests {
     }
 
     #[test]
+    fn long_keys_with_equal_prefixes() {
+        // Keys longer than INLINE share their first PREFIX bytes; the arena tails decide.
+        let a = "abcdefghijklmnop-first.example.com";
+        let b = "abcdefghijklmnop-second.example.com";
+        let twenty = "abcdefghij.example.o"; // exactly INLINE bytes
+        let twenty_one = "abcdefghij.example.or"; // one more
+        assert_eq!((twenty.len(), twenty_one.len()), (INLINE, INLINE + 1));
+        let m = matcher(&[
+            a,
+            b,
+            twenty,
+            twenty_one,
+            "*.abcdefghijklmnop-first.example.com",
+        ]);
+        assert_eq!(pick(&m, a), Some(0));
+        assert_eq!(pick(&m, &b.to_uppercase()), Some(1));
+        assert_eq!(pick(&m, twenty), Some(2));
+        assert_eq!(pick(&m, twenty_one), Some(3));
+        assert_eq!(pick(&m, "abcdefghijklmnop-third.example.com"), None);
+        assert_eq!(pick(&m, "abcdefghijklmnop-firsT.example.con"), None);
+        assert_eq!(pick(&m, &format!("x.{a}")), Some(4));
+    }
+
+    #[test]
     fn exact_and_wildcard_on_the_same_name() {
         let m = matcher(&["foo.example.com", "*.foo.example.com", "*.example.com"]);
         assert_eq!(pick(&m, "foo.example.com"), Some(0));
@@ -664,10 +780,17 @@ mod tests {
         assert_eq!(pick(&m, &many), Some(0));
         // A name of dots only: nothing but a catch-all could match.
         assert_eq!(pick(&m, &".".repeat(253)), None);
-        // More dots than the lookup keeps suffix hashes for: the matchable suffix on the
-        // right is still found.
+        // More dots than the lookup keeps suffix hashes for (slow path): the matchable
+        // suffix on the right is still found, and the longest suffix still wins.
         let dotty = format!("{}a.example.com", ".".repeat(200));
         assert_eq!(pick(&m, &dotty), Some(0));
+        let m = matcher(&[
+            "*.example.com",
+            "*.a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.example.com",
+        ]);
+        let deep = "x.y.a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.example.com";
+        assert_eq!(pick(&m, deep), Some(1));
+        assert_eq!(pick(&m, &deep[4..]), Some(0));
     }
 
     #[test]
