@@ -3,6 +3,7 @@
 pub mod hostname;
 pub mod hosts;
 pub mod ipcache;
+pub mod listeners;
 pub mod lpm;
 pub mod maglev;
 pub mod policy;

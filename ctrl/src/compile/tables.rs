@@ -1,0 +1,134 @@
+//! IR -> the dataplane's listener and route tables ([`ListenerTable`]), the part of the
+//! snapshot a new flow is routed with.
+
+use sluice_dataplane::tables::listeners::{
+    proto, HttpRuleEntry, ListenerKind as DpKind, ListenerSpec, ListenerTable, PathMatch, Redirect,
+    RouteEntry,
+};
+
+use super::backends::maglev_table;
+use super::ir::{Ir, ListenerKind, RouteKind, StringMatch, L4};
+
+fn kind(k: ListenerKind) -> DpKind {
+    match k {
+        ListenerKind::Tcp => DpKind::Tcp,
+        ListenerKind::Udp => DpKind::Udp,
+        ListenerKind::TlsPassthrough => DpKind::TlsPassthrough,
+        ListenerKind::TlsAutoPassthrough => DpKind::TlsAutoPassthrough,
+        ListenerKind::TlsTerminate => DpKind::TlsTerminate,
+        ListenerKind::Http => DpKind::Http,
+    }
+}
+
+/// Builds the listener table. Route `i` of the table is route `i` of the IR.
+pub fn listener_table(ir: &Ir) -> Result<ListenerTable, String> {
+    let mut routes = Vec::with_capacity(ir.routes.len());
+    for r in &ir.routes {
+        let size = r.maglev_table_size;
+        let table = maglev_table(&r.backends, size).map_err(|e| format!("{}: {e}", r.name))?;
+        let mut http = Vec::new();
+        if r.kind == RouteKind::Http {
+            for rule in &r.http {
+                http.push(HttpRuleEntry {
+                    paths: rule
+                        .uri
+                        .iter()
+                        .map(|m| match m {
+                            StringMatch::Exact(e) => PathMatch::Exact(e.as_str().into()),
+                            StringMatch::Prefix(p) => PathMatch::Prefix(p.as_str().into()),
+                        })
+                        .collect(),
+                    table: maglev_table(&rule.backends, size)
+                        .map_err(|e| format!("{}: {e}", r.name))?,
+                    redirect: rule.redirect.as_ref().map(|x| Redirect {
+                        code: x.code,
+                        scheme: x.scheme.as_deref().map(Into::into),
+                        authority: x.authority.as_deref().map(Into::into),
+                        path: x.path.as_deref().map(Into::into),
+                    }),
+                });
+            }
+        }
+        routes.push(RouteEntry {
+            name: r.name.as_str().into(),
+            subnets: r
+                .destination_subnets
+                .iter()
+                .map(|n| (n.network(), n.prefix_len()))
+                .collect(),
+            table,
+            http: http.into_boxed_slice(),
+        });
+    }
+    let specs = ir
+        .listeners
+        .iter()
+        .map(|l| ListenerSpec {
+            name: l.name.clone(),
+            addresses: l.addresses.clone(),
+            port: l.port,
+            proto: match l.protocol {
+                L4::Tcp => proto::TCP,
+                L4::Udp => proto::UDP,
+            },
+            kind: kind(l.kind),
+            bindings: l
+                .bindings
+                .iter()
+                .map(|b| (b.host.clone(), b.route as u32))
+                .collect(),
+            https_redirect: l.https_redirect,
+        })
+        .collect();
+    ListenerTable::build(specs, routes).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::compile_paths;
+    use sluice_dataplane::tables::maglev::Pick;
+    use std::path::Path;
+
+    #[test]
+    fn every_example_builds_its_listener_table() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+        let ir = compile_paths(&[dir]).ir.expect("configs compile");
+        let t = listener_table(&ir).expect("table");
+        assert_eq!(t.len(), ir.listeners.len());
+        assert_eq!(t.routes().len(), ir.routes.len());
+        // The demo's TLS listener routes beta.* to tls-beta.
+        let l = t
+            .lookup("10.77.0.10".parse().expect("ip"), 8443, proto::TCP)
+            .expect("listener");
+        let r = t
+            .route(l.route(b"beta.demo.sluice.dev").expect("route"))
+            .expect("route");
+        assert_eq!(&*r.name, "TLSRoute demo/beta");
+        assert_eq!(
+            r.pick(
+                "10.77.0.1:1".parse().expect("a"),
+                "10.77.0.10:8443".parse().expect("a"),
+                6
+            ),
+            Pick::Backend("10.78.0.22:8443".parse().expect("a"))
+        );
+        // HTTP: /api/ goes to echo-a, the rest to web.
+        let l = t
+            .lookup("10.77.0.10".parse().expect("ip"), 8080, proto::TCP)
+            .expect("listener");
+        let r = t
+            .route(l.route(b"www.demo.sluice.dev").expect("route"))
+            .expect("route");
+        let api = r.http_rule("/api/orders").expect("rule");
+        assert_eq!(
+            api.table.backends(),
+            ["10.78.0.11:7000".parse().expect("a")]
+        );
+        let web = r.http_rule("/index.html").expect("rule");
+        assert_eq!(
+            web.table.backends(),
+            ["10.78.0.31:8080".parse().expect("a")]
+        );
+    }
+}
