@@ -42,7 +42,11 @@
 //! 4. falls back to the catch-all.
 //!
 //! So a lookup costs one pass over the name and at most `labels` probes, whatever the
-//! number of patterns. What keeps the cost flat in practice is how little memory a probe
+//! number of patterns. (Names with more than 16 label boundaries — only possible with
+//! many tiny or empty labels — hash each suffix on its own: slower, same answer.) The hash
+//! is a folded-multiply over 8-byte words, seeded at random per build; keys come from the
+//! control plane, queries only choose which slot they probe. What keeps the cost flat in
+//! practice is how little memory a probe
 //! touches, since a large table lives far from the core:
 //!
 //! - a blocked Bloom filter (two bits of one 64-bit word per key, ~8 bits per key: 1 MiB
@@ -52,6 +56,10 @@
 //!   a 24-bit hash tag with the key's length, both values, and the key itself when it is at
 //!   most 20 bytes (else its first 16 bytes and where the rest lies in an arena), so a hit
 //!   on a short name is verified within one cache line.
+//!
+//! Beyond that, a big table costs what the memory system charges: a working set of names
+//! that outgrows the TLB's reach pays page walks (`perf`'s `bench_inspect` shows it);
+//! hugepage-backed memory is the cure, not a different algorithm.
 //!
 //! Building may allocate and fails on duplicate patterns ([`BuildError`]): the control
 //! plane decides which of two claims on a name wins, never this table.
