@@ -147,10 +147,13 @@ impl Peer {
     }
 }
 
+/// A pod as (namespace index, pod index).
+type PodIx = (usize, usize);
+
 /// Upstream's Reachability over all nine pods.
 #[derive(Clone)]
 struct Reach {
-    expected: BTreeMap<((usize, usize), (usize, usize)), bool>,
+    expected: BTreeMap<(PodIx, PodIx), bool>,
 }
 
 impl Reach {
@@ -307,6 +310,7 @@ macro_rules! np {
 }
 
 #[test]
+#[allow(clippy::vec_init_then_push)] // one push per upstream case reads like the upstream file
 fn upstream_network_policy_cases() {
     let mut cases: Vec<(&str, Vec<State>)> = Vec::new();
 

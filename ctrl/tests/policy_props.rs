@@ -294,15 +294,16 @@ fn named_ports() -> impl Strategy<Value = Vec<(String, Protocol, u16)>> {
     )
 }
 
-/// A pod: namespace, labels, named ports, node, and address indices.
-fn pod() -> impl Strategy<
-    Value = (
-        usize,
-        BTreeMap<String, String>,
-        Vec<(String, Protocol, u16)>,
-        Option<usize>,
-    ),
-> {
+/// A generated pod: namespace index, labels, named ports, node index.
+type GenPod = (
+    usize,
+    BTreeMap<String, String>,
+    Vec<(String, Protocol, u16)>,
+    Option<usize>,
+);
+
+/// A pod: namespace, labels, named ports, node.
+fn pod() -> impl Strategy<Value = GenPod> {
     (
         0..NAMESPACES.len(),
         label_map(),

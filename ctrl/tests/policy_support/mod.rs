@@ -140,6 +140,7 @@ fn port_ok(item: &NetworkPolicyPort, proto: u8, port: u16, dest: Option<&Workloa
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn rule_ok(
     ir: &Ir,
     policy_ns: &str,

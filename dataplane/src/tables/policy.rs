@@ -197,9 +197,9 @@ pub enum Direction {
 pub enum DenyReason {
     /// The selecting policies have no rule in this direction at all (default deny).
     NoRules = 0,
-    /// No rule names this peer for this protocol.
+    /// Rules allow this protocol and port, but not for this peer.
     NoMatchingPeer = 1,
-    /// Rules name this peer and protocol, but none covers the port.
+    /// No rule allows this protocol and port, for any peer.
     PortNotAllowed = 2,
 }
 
@@ -355,11 +355,28 @@ fn slot_hash(key: u64, shift: u32) -> usize {
     (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize
 }
 
+/// Per profile: which peer kinds have entries, and per protocol class the union of the
+/// ports any entry allows (inline when it is at most [`UNION_INLINE`] ranges, else in
+/// the hash table under the pseudo-kind [`UNION_KIND`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ProfileInfo {
+    /// Bit `k` set when the profile has entries of peer kind `k`.
+    kinds: u8,
+    /// Per protocol class: number of inline union ranges, or `UNION_SPILLED`.
+    count: [u8; 4],
+    /// Per protocol class: the union's ranges.
+    union: [[PortRange; UNION_INLINE]; 4],
+}
+
+const UNION_INLINE: usize = 2;
+const UNION_SPILLED: u8 = u8::MAX;
+/// The pseudo peer kind under which spilled port unions are stored.
+const UNION_KIND: u8 = 7;
+
 /// One direction's entries: `(profile, peer kind, peer key, protocol)` -> port ranges.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirTable {
-    /// Per profile: bit `k` set when the profile has entries of peer kind `k`.
-    kinds: Box<[u8]>,
+    profiles: Box<[ProfileInfo]>,
     slots: Box<[Slot]>,
     shift: u32,
     extra: Box<[PortRange]>,
@@ -376,8 +393,17 @@ impl DirTable {
         if profiles > MAX_PROFILE + 1 {
             return Err(PolicyError::ProfileTooLarge(profiles - 1));
         }
-        let mut kinds = vec![0u8; profiles as usize].into_boxed_slice();
+        let mut infos = vec![
+            ProfileInfo {
+                kinds: 0,
+                count: [0; 4],
+                union: [[SENTINEL; UNION_INLINE]; 4],
+            };
+            profiles as usize
+        ]
+        .into_boxed_slice();
         let mut merged: std::collections::BTreeMap<u64, Vec<PortRange>> = Default::default();
+        let mut unions: std::collections::BTreeMap<(u32, u8), Vec<PortRange>> = Default::default();
         for e in entries {
             if e.profile >= profiles {
                 return Err(PolicyError::UnknownProfile {
@@ -388,8 +414,26 @@ impl DirTable {
             if e.key == NONE {
                 return Err(PolicyError::ReservedKey);
             }
+            unions
+                .entry((e.profile, e.proto as u8))
+                .or_default()
+                .extend_from_slice(&e.ranges);
             let k = pack(e.profile, e.kind as u8, e.proto as u8, e.key);
             merged.entry(k).or_default().extend(e.ranges);
+        }
+        for ((profile, proto), ranges) in unions.iter_mut() {
+            merge_ranges(ranges);
+            let Some(info) = infos.get_mut(*profile as usize) else {
+                continue;
+            };
+            let pc = *proto as usize & 3;
+            if ranges.len() <= UNION_INLINE {
+                info.count[pc] = ranges.len() as u8;
+                info.union[pc][..ranges.len()].copy_from_slice(ranges);
+            } else {
+                info.count[pc] = UNION_SPILLED;
+                merged.insert(pack(*profile, UNION_KIND, *proto, 0), ranges.clone());
+            }
         }
         let cap = (merged.len() * 2).next_power_of_two().max(16);
         let shift = 64 - cap.trailing_zeros();
@@ -406,11 +450,13 @@ impl DirTable {
             let Some(&first) = ranges.first() else {
                 continue;
             };
-            total += ranges.len();
             let profile = (k >> 37) as usize;
             let kind = ((k >> 34) & 0x7) as u8;
-            if let Some(m) = kinds.get_mut(profile) {
-                *m |= 1 << kind;
+            if kind != UNION_KIND {
+                total += ranges.len();
+                if let Some(info) = infos.get_mut(profile) {
+                    info.kinds |= 1 << kind;
+                }
             }
             let more = if ranges.len() > 1 {
                 let at = extra.len() as u32;
@@ -431,7 +477,7 @@ impl DirTable {
             };
         }
         Ok(DirTable {
-            kinds,
+            profiles: infos,
             slots,
             shift,
             extra: extra.into_boxed_slice(),
@@ -441,7 +487,7 @@ impl DirTable {
 
     /// Number of profiles.
     pub fn profiles(&self) -> usize {
-        self.kinds.len()
+        self.profiles.len()
     }
 
     /// Number of port ranges stored (the unit of the `policyEntries` cap).
@@ -451,7 +497,7 @@ impl DirTable {
 
     /// Bytes of lookup memory.
     pub fn memory_bytes(&self) -> usize {
-        self.kinds.len()
+        self.profiles.len() * std::mem::size_of::<ProfileInfo>()
             + self.slots.len() * std::mem::size_of::<Slot>()
             + self.extra.len() * std::mem::size_of::<PortRange>()
     }
@@ -493,7 +539,22 @@ impl DirTable {
         false
     }
 
-    /// Whether `profile` allows `peer` on `(proto, port)`.
+    /// Whether any entry of the profile allows `(proto, port)`, whatever the peer.
+    #[inline]
+    fn union_allows(&self, profile: u32, info: &ProfileInfo, proto: ProtoClass, port: u16) -> bool {
+        let pc = proto as usize;
+        match info.count[pc] {
+            UNION_SPILLED => self
+                .find(pack(profile, UNION_KIND, proto as u8, 0))
+                .is_some_and(|s| self.slot_allows(s, port)),
+            n => info.union[pc][..usize::from(n).min(UNION_INLINE)]
+                .iter()
+                .any(|r| r.contains(port)),
+        }
+    }
+
+    /// Whether `profile` allows `peer` on `(proto, port)`. A port no entry of the
+    /// profile allows is refused before any per-peer probe.
     #[inline]
     pub fn check(
         &self,
@@ -502,27 +563,24 @@ impl DirTable {
         proto: ProtoClass,
         port: u16,
     ) -> DirOutcome {
-        let mask = match self.kinds.get(profile as usize) {
-            Some(&m) if m != 0 => m,
+        let info = match self.profiles.get(profile as usize) {
+            Some(i) if i.kinds != 0 => i,
             _ => return DirOutcome::Denied(DenyReason::NoRules),
         };
-        let mut peer_named = false;
+        if !self.union_allows(profile, info, proto, port) {
+            return DirOutcome::Denied(DenyReason::PortNotAllowed);
+        }
         for (kind, &key) in peer.iter().enumerate() {
-            if mask & (1 << kind) == 0 || key == NONE {
+            if info.kinds & (1 << kind) == 0 || key == NONE {
                 continue;
             }
             if let Some(s) = self.find(pack(profile, kind as u8, proto as u8, key)) {
                 if self.slot_allows(s, port) {
                     return DirOutcome::Allowed;
                 }
-                peer_named = true;
             }
         }
-        DirOutcome::Denied(if peer_named {
-            DenyReason::PortNotAllowed
-        } else {
-            DenyReason::NoMatchingPeer
-        })
+        DirOutcome::Denied(DenyReason::NoMatchingPeer)
     }
 
     /// Every entry, for dumps and exports: `(profile, kind, key, proto, ranges)`, sorted.
@@ -530,7 +588,7 @@ impl DirTable {
         let mut out: Vec<_> = self
             .slots
             .iter()
-            .filter(|s| s.key != EMPTY_KEY)
+            .filter(|s| s.key != EMPTY_KEY && ((s.key >> 34) & 0x7) as u8 != UNION_KIND)
             .map(|s| {
                 let mut ranges = vec![s.first];
                 if s.more != NONE {
@@ -548,6 +606,35 @@ impl DirTable {
         out.sort();
         out
     }
+}
+
+/// Packets per stage of the burst verdicts.
+pub const BATCH: usize = 32;
+
+/// An IPv4 connection-initiating packet, for [`PolicyTables::verdicts_v4`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Conn4 {
+    /// Source address (host byte order).
+    pub src: u32,
+    /// Destination address (host byte order).
+    pub dst: u32,
+    /// IP protocol.
+    pub proto: u8,
+    /// Destination port (0 for protocols without ports).
+    pub dst_port: u16,
+}
+
+/// An IPv6 connection-initiating packet, for [`PolicyTables::verdicts_v6`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Conn6 {
+    /// Source address.
+    pub src: u128,
+    /// Destination address.
+    pub dst: u128,
+    /// IP protocol.
+    pub proto: u8,
+    /// Destination port (0 for protocols without ports).
+    pub dst_port: u16,
 }
 
 /// Everything a policy verdict needs, built by the control plane.
@@ -733,6 +820,86 @@ impl PolicyTables {
         self.verdict_identities(s, d, proto, dst_port)
     }
 
+    /// Verdicts for a burst of IPv4 connection-initiating packets: `out[i]` answers
+    /// `conns[i]` (`out` must be at least as long; extra connections are ignored). The
+    /// work is done in stages over groups of [`BATCH`] (all address lookups, then all
+    /// identity loads, then the decisions), so that the memory accesses of different
+    /// packets overlap instead of waiting on each other.
+    pub fn verdicts_v4(&self, conns: &[Conn4], out: &mut [Verdict]) {
+        for (c, o) in conns.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            let mut ids = [(0u32, 0u32); BATCH];
+            for (id, x) in ids.iter_mut().zip(c) {
+                *id = (
+                    self.ipcache
+                        .lookup_v4(x.src)
+                        .unwrap_or(self.default_identity),
+                    self.ipcache
+                        .lookup_v4(x.dst)
+                        .unwrap_or(self.default_identity),
+                );
+            }
+            self.decide_burst(&ids, c.iter().map(|x| (x.proto, x.dst_port)), o);
+        }
+    }
+
+    /// [`Self::verdicts_v4`] for IPv6.
+    pub fn verdicts_v6(&self, conns: &[Conn6], out: &mut [Verdict]) {
+        for (c, o) in conns.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            let mut ids = [(0u32, 0u32); BATCH];
+            for (id, x) in ids.iter_mut().zip(c) {
+                *id = (
+                    self.ipcache
+                        .lookup_v6(x.src)
+                        .unwrap_or(self.default_identity),
+                    self.ipcache
+                        .lookup_v6(x.dst)
+                        .unwrap_or(self.default_identity),
+                );
+            }
+            self.decide_burst(&ids, c.iter().map(|x| (x.proto, x.dst_port)), o);
+        }
+    }
+
+    #[inline]
+    fn decide_burst(
+        &self,
+        ids: &[(u32, u32); BATCH],
+        ports: impl Iterator<Item = (u8, u16)>,
+        out: &mut [Verdict],
+    ) {
+        let world = IdentityEntry::world(NONE);
+        let mut src = [world; BATCH];
+        let mut dst = [world; BATCH];
+        for ((s, d), &(a, b)) in src
+            .iter_mut()
+            .zip(dst.iter_mut())
+            .zip(ids.iter())
+            .take(out.len())
+        {
+            *s = *self.entry(a);
+            *d = *self.entry(b);
+        }
+        for (i, ((proto, port), o)) in ports.zip(out.iter_mut()).enumerate() {
+            let (Some(s), Some(d)) = (src.get(i), dst.get(i)) else {
+                break;
+            };
+            let pc = ProtoClass::from_ip_proto(proto);
+            *o = match self.egress_of(s, d, pc, port) {
+                DirOutcome::Denied(reason) => Verdict::Deny {
+                    direction: Direction::Egress,
+                    reason,
+                },
+                _ => match self.ingress_of(s, d, pc, port) {
+                    DirOutcome::Denied(reason) => Verdict::Deny {
+                        direction: Direction::Ingress,
+                        reason,
+                    },
+                    _ => Verdict::Allow,
+                },
+            };
+        }
+    }
+
     /// Bytes of lookup memory of every table.
     pub fn memory_bytes(&self) -> usize {
         self.ipcache.memory_bytes()
@@ -894,7 +1061,7 @@ mod tests {
             t.verdict(b, a, 1, 0),
             Verdict::Deny {
                 direction: Direction::Ingress,
-                reason: DenyReason::NoMatchingPeer
+                reason: DenyReason::PortNotAllowed
             }
         );
         // IPv6 falls to the default identity: not isolated.
@@ -962,6 +1129,53 @@ mod tests {
             PolicyTables::new(ipc, ids, 0, empty(), empty()),
             Err(PolicyError::IdentityProfile { id: 0, .. })
         ));
+    }
+
+    #[test]
+    fn bursts_answer_like_single_verdicts() {
+        let t = tables();
+        let addrs = [
+            0x0a00_0001u32,
+            0x0a00_0002,
+            0x0a00_0003,
+            0xc0a8_0001,
+            0xcb00_7109,
+        ];
+        let mut conns = Vec::new();
+        for &s in &addrs {
+            for &d in &addrs {
+                for (proto, port) in [(6, 80), (6, 82), (17, 53), (1, 0), (6, 443)] {
+                    conns.push(Conn4 {
+                        src: s,
+                        dst: d,
+                        proto,
+                        dst_port: port,
+                    });
+                }
+            }
+        }
+        // Not a multiple of the burst size, to cover the tail.
+        conns.truncate(BATCH * 3 + 5);
+        let mut out = vec![Verdict::Allow; conns.len()];
+        t.verdicts_v4(&conns, &mut out);
+        let mut denied = 0;
+        for (c, v) in conns.iter().zip(&out) {
+            assert_eq!(*v, t.verdict_v4(c.src, c.dst, c.proto, c.dst_port), "{c:?}");
+            denied += usize::from(!v.is_allow());
+        }
+        assert!(denied > 0 && denied < conns.len());
+        let six = [Conn6 {
+            src: 1,
+            dst: 2,
+            proto: 6,
+            dst_port: 80,
+        }];
+        let mut out6 = [Verdict::Deny {
+            direction: Direction::Egress,
+            reason: DenyReason::NoRules,
+        }];
+        t.verdicts_v6(&six, &mut out6);
+        assert_eq!(out6[0], Verdict::Allow);
     }
 
     #[test]

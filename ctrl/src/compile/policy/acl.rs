@@ -27,13 +27,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 use sluice_dataplane::tables::policy::{
-    Direction, IdentityEntry, PeerKind, PortRange, ProtoClass, NONE, PEER_KINDS,
+    merge_ranges, Direction, IdentityEntry, PeerKind, PortRange, ProtoClass, NONE, PEER_KINDS,
 };
 
 use super::CompiledPolicy;
-
-/// Port ranges per protocol class of one `(profile, peer)`.
-type ProtoRanges = Vec<(ProtoClass, Vec<PortRange>)>;
 
 /// Address family of an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,7 +258,82 @@ fn any_net(f: Family) -> IpNet {
     }
 }
 
+/// One entry of a profile: `(peer kind, peer key, protocol, ranges)`.
+type ProfileEntry = (PeerKind, u32, ProtoClass, Vec<PortRange>);
+
+/// Allowed `(protocol class -> merged ranges)`; `Other` present means all protocols.
+type ProtoSet = BTreeMap<ProtoClass, Vec<PortRange>>;
+
+fn add_to(set: &mut ProtoSet, proto: ProtoClass, ranges: &[PortRange]) {
+    let r = set.entry(proto).or_default();
+    r.extend_from_slice(ranges);
+    merge_ranges(r);
+}
+
+/// The rule items of an allowed set: `(protocol or any, port range)`.
+fn items(set: &ProtoSet) -> Vec<(Option<u8>, PortRange)> {
+    if set.contains_key(&ProtoClass::Other) {
+        // Only rules without ports produce class Other, and they allow everything.
+        return vec![(None, PortRange::ALL)];
+    }
+    set.iter()
+        .flat_map(|(p, rs)| rs.iter().map(move |r| (p.ip_proto(), *r)))
+        .collect()
+}
+
+/// The class prefixes of one family, longest first, each with the index of its nearest
+/// enclosing class prefix.
+fn class_tree(c: &CompiledPolicy, family: Family) -> Vec<(IpNet, u32, Option<usize>)> {
+    let mut list: Vec<(IpNet, u32)> = c
+        .info
+        .classes
+        .prefixes
+        .iter()
+        .filter(|(n, _)| {
+            matches!(
+                (n, family),
+                (IpNet::V4(_), Family::V4) | (IpNet::V6(_), Family::V6)
+            )
+        })
+        .copied()
+        .collect();
+    list.sort_by_key(|(n, _)| (range_of(n).0, n.prefix_len()));
+    let mut parent = vec![None; list.len()];
+    let mut stack: Vec<usize> = Vec::new();
+    for i in 0..list.len() {
+        while let Some(&top) = stack.last() {
+            if list[top].0.contains(&list[i].0) {
+                break;
+            }
+            stack.pop();
+        }
+        parent[i] = stack.last().copied();
+        stack.push(i);
+    }
+    let mut order: Vec<usize> = (0..list.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(list[i].0.prefix_len()));
+    // Re-index parents into the emission order.
+    let mut pos = vec![0usize; list.len()];
+    for (p, &i) in order.iter().enumerate() {
+        pos[i] = p;
+    }
+    order
+        .iter()
+        .map(|&i| (list[i].0, list[i].1, parent[i].map(|q| pos[q])))
+        .collect()
+}
+
 /// Exports one family's policy as two ordered rule lists: `(egress, ingress)`.
+///
+/// Per direction and profile (the endpoints it protects are the *local* side):
+/// entries naming pods (workload groups, namespaces, any pod) become allow rules over
+/// exact covers of those pods' addresses; entries naming address classes (and "any")
+/// become rules over the class prefixes, longest first, each followed by a deny for the
+/// same prefix where its allowed set differs from its enclosing prefix's: first match
+/// then emulates the longest-prefix match that defines a class, without cutting the
+/// class's region into pieces. Rules of different profiles never overlap (an address has
+/// one profile per direction). Then a deny-all per isolated local prefix, and last an
+/// explicit allow-all (not isolated).
 pub fn export(c: &CompiledPolicy, family: Family) -> (AclRules, AclRules) {
     let ids: &[IdentityEntry] = c.tables.identities();
     let sets = Sets {
@@ -269,19 +341,9 @@ pub fn export(c: &CompiledPolicy, family: Family) -> (AclRules, AclRules) {
         family,
     };
     let any = any_net(family);
+    let tree = class_tree(c, family);
+    let class_key0 = c.info.keys.class(0);
     let mut key_cover: HashMap<(usize, u32), Vec<IpNet>> = HashMap::new();
-    let mut cover_of_key = |kind: PeerKind, key: u32| -> Vec<IpNet> {
-        let k = kind as usize;
-        key_cover
-            .entry((k, key))
-            .or_insert_with(|| {
-                sets.cover(|id| {
-                    ids.get(id as usize)
-                        .is_some_and(|e| k < PEER_KINDS && e.peer[k] == key)
-                })
-            })
-            .clone()
-    };
     let mut out = Vec::new();
     for (direction, table) in [
         (Direction::Egress, c.tables.egress()),
@@ -290,6 +352,19 @@ pub fn export(c: &CompiledPolicy, family: Family) -> (AclRules, AclRules) {
         let profile_of = |e: &IdentityEntry| match direction {
             Direction::Egress => e.egress,
             Direction::Ingress => e.ingress,
+        };
+        let rule = |local: IpNet, peer: IpNet, proto: Option<u8>, dport: PortRange, allow: bool| {
+            let (src, dst) = match direction {
+                Direction::Egress => (local, peer),
+                Direction::Ingress => (peer, local),
+            };
+            AclRule {
+                src,
+                dst,
+                proto,
+                dport,
+                allow,
+            }
         };
         let mut rules = Vec::new();
         if direction == Direction::Ingress {
@@ -301,82 +376,105 @@ pub fn export(c: &CompiledPolicy, family: Family) -> (AclRules, AclRules) {
                 });
                 for s in &srcs {
                     for d in &dsts {
-                        rules.push(AclRule {
-                            src: *s,
-                            dst: *d,
-                            proto: None,
-                            dport: PortRange::ALL,
-                            allow: true,
-                        });
+                        rules.push(rule(*d, *s, None, PortRange::ALL, true));
                     }
                 }
             }
         }
-        // Entries grouped by (profile, kind, key): a group with class Other came from a
-        // rule without ports and is all-protocol, all-port.
-        let mut grouped: BTreeMap<(u32, PeerKind, u32), ProtoRanges> = BTreeMap::new();
+        let mut by_profile: BTreeMap<u32, Vec<ProfileEntry>> = BTreeMap::new();
         for (profile, kind, key, proto, ranges) in table.entries() {
-            grouped
-                .entry((profile, kind, key))
-                .or_default()
-                .push((proto, ranges));
-        }
-        let mut profile_cover: HashMap<u32, Vec<IpNet>> = HashMap::new();
-        for ((profile, kind, key), protos) in grouped {
-            let locals = profile_cover
+            by_profile
                 .entry(profile)
-                .or_insert_with(|| {
-                    sets.cover(|id| {
-                        ids.get(id as usize)
-                            .is_some_and(|e| profile_of(e) == profile)
-                    })
-                })
-                .clone();
+                .or_default()
+                .push((kind, key, proto, ranges));
+        }
+        for (profile, entries) in by_profile {
+            let locals = sets.cover(|id| {
+                ids.get(id as usize)
+                    .is_some_and(|e| profile_of(e) == profile)
+            });
             if locals.is_empty() {
                 continue;
             }
-            let peers = cover_of_key(kind, key);
-            let all_protocols = protos.iter().any(|(p, _)| *p == ProtoClass::Other);
-            let items: Vec<(Option<u8>, PortRange)> = if all_protocols {
-                vec![(None, PortRange::ALL)]
-            } else {
-                protos
-                    .iter()
-                    .flat_map(|(p, rs)| rs.iter().map(move |r| (p.ip_proto(), *r)))
-                    .collect()
-            };
-            for l in &locals {
-                for p in &peers {
-                    for &(proto, dport) in &items {
-                        let (src, dst) = match direction {
-                            Direction::Egress => (*l, *p),
-                            Direction::Ingress => (*p, *l),
-                        };
-                        rules.push(AclRule {
-                            src,
-                            dst,
-                            proto,
-                            dport,
-                            allow: true,
-                        });
+            // Pod-named entries: exact covers.
+            let mut pod_sets: BTreeMap<(PeerKind, u32), ProtoSet> = BTreeMap::new();
+            let mut class_sets: BTreeMap<u32, ProtoSet> = BTreeMap::new();
+            let mut any_set = ProtoSet::new();
+            for (kind, key, proto, ranges) in &entries {
+                match kind {
+                    PeerKind::Class => add_to(
+                        class_sets.entry(key - class_key0).or_default(),
+                        *proto,
+                        ranges,
+                    ),
+                    PeerKind::Any => add_to(&mut any_set, *proto, ranges),
+                    _ => add_to(pod_sets.entry((*kind, *key)).or_default(), *proto, ranges),
+                }
+            }
+            for ((kind, key), set) in &pod_sets {
+                let k = *kind as usize;
+                let peers = key_cover
+                    .entry((k, *key))
+                    .or_insert_with(|| {
+                        sets.cover(|id| {
+                            ids.get(id as usize)
+                                .is_some_and(|e| k < PEER_KINDS && e.peer[k] == *key)
+                        })
+                    })
+                    .clone();
+                let its = items(set);
+                for l in &locals {
+                    for p in &peers {
+                        for &(proto, dport) in &its {
+                            rules.push(rule(*l, *p, proto, dport, true));
+                        }
+                    }
+                }
+            }
+            if class_sets.is_empty() && any_set.is_empty() {
+                continue;
+            }
+            // Class-named entries: longest-prefix emulation over the class prefixes.
+            let allowed: Vec<ProtoSet> = tree
+                .iter()
+                .map(|(_, class, _)| {
+                    let mut set = any_set.clone();
+                    if let Some(cs) = class_sets.get(class) {
+                        for (p, rs) in cs {
+                            add_to(&mut set, *p, rs);
+                        }
+                    }
+                    set
+                })
+                .collect();
+            for (i, (net, _, parent)) in tree.iter().enumerate() {
+                let a = &allowed[i];
+                let needs_deny = match parent {
+                    None => false,
+                    Some(p) => {
+                        if allowed[*p] == *a {
+                            continue;
+                        }
+                        true
+                    }
+                };
+                let its = items(a);
+                for l in &locals {
+                    for &(proto, dport) in &its {
+                        rules.push(rule(*l, *net, proto, dport, true));
+                    }
+                    let all = its == [(None, PortRange::ALL)];
+                    if needs_deny && !all {
+                        rules.push(rule(*l, *net, None, PortRange::ALL, false));
                     }
                 }
             }
         }
         let isolated = sets.cover(|id| ids.get(id as usize).is_some_and(|e| profile_of(e) != NONE));
         for l in isolated {
-            let (src, dst) = match direction {
-                Direction::Egress => (l, any),
-                Direction::Ingress => (any, l),
-            };
-            rules.push(AclRule {
-                src,
-                dst,
-                proto: None,
-                dport: PortRange::ALL,
-                allow: false,
-            });
+            rules.push(rule(l, any, None, PortRange::ALL, false));
         }
+        rules.push(rule(any, any, None, PortRange::ALL, true));
         out.push(AclRules { direction, rules });
     }
     let ingress = out.pop().unwrap_or(AclRules {

@@ -1,0 +1,528 @@
+//! `bench_policy`: NetworkPolicy verdicts per second per core, compile time and table
+//! memory, and the same decisions made by DPDK's `rte_acl` in the same run.
+//!
+//! For each scenario (pods x policies of a generated cluster, see `gen.rs`):
+//!
+//! 1. **Compile** the policies into identity tables (best of three; the IR is built
+//!    directly, so manifest parsing is not included) and report the table sizes and
+//!    lookup memory.
+//! 2. **sluice**: a trace of 65,536 connection attempts per family (IPv4, IPv6) on one
+//!    core, through the burst API `PolicyTables::verdicts_v4` / `verdicts_v6` (what a
+//!    worker calls per rx burst; rte_acl classifies in bursts too) and, for reference,
+//!    one `verdict_v4` / `verdict_v6` call per packet: the median of 7 timed rounds of at
+//!    least 200 ms each.
+//! 3. **rte_acl**: the compiled policy exported as two ClassBench rule files (egress and
+//!    ingress: a connection needs both, and one first-match list cannot express the
+//!    conjunction without a cross product) plus the trace, run through `dpdk-test-acl`
+//!    (EAL `--no-huge --no-pci -l 0`, one lcore): first once with per-packet results to
+//!    check that rte_acl agrees with sluice on every trace line, per direction, then
+//!    timed with `--alg` scalar, sse and avx2. rte_acl's decision rate is
+//!    `1 / (1/egress_rate + 1/ingress_rate)`; the ratio is sluice / the best algorithm.
+//!
+//! Usage: `cargo run --release -p sluice-perf --no-default-features --bin bench_policy
+//! [-- --quick] [--no-acl] [--out FILE]`. Prints JSON; numbers are printed, never
+//! asserted. `dpdk-test-acl` comes with Debian's `dpdk-dev` package; without it the
+//! rte_acl part says so and the rest runs.
+
+mod gen;
+
+use std::fmt::Write as _;
+use std::hint::black_box;
+use std::io::Read as _;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use sluice_ctrl::compile::policy::acl::{self, Family};
+use sluice_ctrl::compile::policy::{compile, CompiledPolicy};
+use sluice_dataplane::tables::policy::{Conn4, Conn6, DirOutcome, PolicyTables, Verdict};
+
+const TRACE: usize = 65_536;
+const ROUNDS: usize = 7;
+const ROUND: Duration = Duration::from_millis(200);
+const ACL_TIMEOUT: Duration = Duration::from_secs(900);
+
+struct Args {
+    quick: bool,
+    acl: bool,
+    out: Option<PathBuf>,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        quick: false,
+        acl: true,
+        out: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(x) = it.next() {
+        match x.as_str() {
+            "--quick" => a.quick = true,
+            "--no-acl" => a.acl = false,
+            "--out" => a.out = it.next().map(PathBuf::from),
+            other => eprintln!("bench_policy: ignoring unknown argument {other}"),
+        }
+    }
+    a
+}
+
+/// Median and best ns per lookup of `f` over the trace (`f` runs the whole trace once
+/// and returns a checksum).
+fn time_trace(n: usize, mut f: impl FnMut() -> u64) -> (f64, f64) {
+    let mut reps = 1usize;
+    loop {
+        let t = Instant::now();
+        for _ in 0..reps {
+            black_box(f());
+        }
+        if t.elapsed() >= ROUND / 4 {
+            break;
+        }
+        reps *= 2;
+    }
+    reps *= 4;
+    let mut samples = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        for _ in 0..reps {
+            black_box(f());
+        }
+        samples.push(t.elapsed().as_nanos() as f64 / (reps * n) as f64);
+    }
+    samples.sort_by(f64::total_cmp);
+    (samples[ROUNDS / 2], samples[0])
+}
+
+fn sluice_rate(t: &PolicyTables, trace: &[gen::Probe], v6: bool) -> Value {
+    let n = trace.len();
+    let mut out = vec![Verdict::Allow; n];
+    let ((single, single_best), (burst, burst_best)) = if v6 {
+        let tr: Vec<Conn6> = trace
+            .iter()
+            .map(|p| match (p.src, p.dst) {
+                (IpAddr::V6(s), IpAddr::V6(d)) => Conn6 {
+                    src: u128::from(s),
+                    dst: u128::from(d),
+                    proto: p.proto,
+                    dst_port: p.dport,
+                },
+                _ => Conn6::default(),
+            })
+            .collect();
+        let single = time_trace(n, || {
+            tr.iter()
+                .map(|c| u64::from(t.verdict_v6(c.src, c.dst, c.proto, c.dst_port).is_allow()))
+                .sum()
+        });
+        let burst = time_trace(n, || {
+            t.verdicts_v6(&tr, &mut out);
+            out.iter().filter(|v| v.is_allow()).count() as u64
+        });
+        (single, burst)
+    } else {
+        let tr: Vec<Conn4> = trace
+            .iter()
+            .map(|p| match (p.src, p.dst) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => Conn4 {
+                    src: u32::from(s),
+                    dst: u32::from(d),
+                    proto: p.proto,
+                    dst_port: p.dport,
+                },
+                _ => Conn4::default(),
+            })
+            .collect();
+        let single = time_trace(n, || {
+            tr.iter()
+                .map(|c| u64::from(t.verdict_v4(c.src, c.dst, c.proto, c.dst_port).is_allow()))
+                .sum()
+        });
+        let burst = time_trace(n, || {
+            t.verdicts_v4(&tr, &mut out);
+            out.iter().filter(|v| v.is_allow()).count() as u64
+        });
+        (single, burst)
+    };
+    let allowed = trace
+        .iter()
+        .filter(|p| t.verdict(p.src, p.dst, p.proto, p.dport).is_allow())
+        .count();
+    let mut isolated = [0usize; 2];
+    for p in trace {
+        let d = t.decide(p.src, p.dst, p.proto, p.dport);
+        isolated[0] += usize::from(d.egress != DirOutcome::NotIsolated);
+        isolated[1] += usize::from(d.ingress != DirOutcome::NotIsolated);
+    }
+    json!({
+        "ns_per_lookup": burst,
+        "ns_per_lookup_best": burst_best,
+        "lookups_per_sec": 1e9 / burst,
+        "per_packet_ns_per_lookup": single,
+        "per_packet_ns_per_lookup_best": single_best,
+        "per_packet_lookups_per_sec": 1e9 / single,
+        "allowed_fraction": allowed as f64 / n as f64,
+        "egress_isolated_fraction": isolated[0] as f64 / n as f64,
+        "ingress_isolated_fraction": isolated[1] as f64 / n as f64,
+    })
+}
+
+fn trace_file(trace: &[gen::Probe], v6: bool) -> String {
+    let mut s = String::with_capacity(trace.len() * 48);
+    for p in trace {
+        let _ = match (p.src, p.dst) {
+            (IpAddr::V4(a), IpAddr::V4(b)) if !v6 => writeln!(
+                s,
+                "{} {} {} {} {}",
+                u32::from(a),
+                u32::from(b),
+                p.sport,
+                p.dport,
+                p.proto
+            ),
+            (a, b) => writeln!(s, "{a} {b} {} {} {}", p.sport, p.dport, p.proto),
+        };
+    }
+    s
+}
+
+/// Runs `dpdk-test-acl`; returns its stdout.
+#[allow(clippy::too_many_arguments)]
+fn run_acl(
+    dir: &Path,
+    rules: &Path,
+    n_rules: usize,
+    trace: &Path,
+    v6: bool,
+    alg: &str,
+    verbose: u32,
+    iters: u32,
+) -> Result<String, String> {
+    let mut cmd = Command::new("dpdk-test-acl");
+    cmd.args([
+        "--no-huge",
+        "--no-pci",
+        "-m",
+        "3072",
+        "-l",
+        "0",
+        &format!("--file-prefix=sluice-bench-policy-{}", std::process::id()),
+        "--",
+    ])
+    .arg(format!("--rulesf={}", rules.display()))
+    .arg(format!("--tracef={}", trace.display()))
+    .arg(format!("--rulenum={}", n_rules + 1))
+    .arg(format!("--tracenum={TRACE}"))
+    .arg(format!("--alg={alg}"))
+    .arg(format!("--verbose={verbose}"))
+    .arg(format!("--iter={iters}"));
+    if v6 {
+        cmd.arg("--ipv6");
+    }
+    let out_path = dir.join("acl.out");
+    let out_file = std::fs::File::create(&out_path).map_err(|e| e.to_string())?;
+    let mut child = cmd
+        .stdout(out_file)
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            format!("cannot run dpdk-test-acl ({e}); it is in Debian's dpdk-dev package")
+        })?;
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+            break s;
+        }
+        if start.elapsed() > ACL_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "dpdk-test-acl ({alg}) timed out after {ACL_TIMEOUT:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    let out = std::fs::read_to_string(&out_path).map_err(|e| e.to_string())?;
+    if !status.success() {
+        let tail: Vec<&str> = err.lines().chain(out.lines()).rev().take(6).collect();
+        return Err(format!(
+            "dpdk-test-acl ({alg}) failed: {status}: {:?}",
+            tail
+        ));
+    }
+    Ok(out)
+}
+
+/// Per-packet results of a `--verbose=2` run: rule index or None (no match).
+fn parse_results(out: &str) -> Vec<Option<usize>> {
+    let mut r = Vec::new();
+    for line in out.lines() {
+        if !(line.starts_with("ipv4_5tuple:") || line.starts_with("ipv6_5tuple:")) {
+            continue;
+        }
+        let Some(v) = line
+            .rsplit("result: ")
+            .next()
+            .and_then(|x| x.trim().parse::<u64>().ok())
+        else {
+            continue;
+        };
+        r.push(if v == u64::from(u32::MAX) {
+            None
+        } else {
+            Some(v as usize)
+        });
+    }
+    r
+}
+
+/// `(pkt/sec, cycles/pkt)` of a timing run.
+fn parse_rate(out: &str) -> Option<(f64, f64)> {
+    let line = out
+        .lines()
+        .find(|l| l.contains("search_ip5tuples") && l.contains("pkt/sec"))?;
+    let mut fields = line.split(", ");
+    let cycles = fields
+        .clone()
+        .find(|f| f.ends_with("cycles/pkt"))?
+        .trim_end_matches(" cycles/pkt")
+        .parse()
+        .ok()?;
+    let pps = fields
+        .find(|f| f.trim_end().ends_with("pkt/sec"))?
+        .trim()
+        .trim_end_matches(" pkt/sec")
+        .parse()
+        .ok()?;
+    Some((pps, cycles))
+}
+
+fn acl_side(
+    dir: &Path,
+    c: &CompiledPolicy,
+    trace: &[gen::Probe],
+    v6: bool,
+    sluice_lps: f64,
+) -> Value {
+    let family = if v6 { Family::V6 } else { Family::V4 };
+    let t0 = Instant::now();
+    let (eg, ing) = acl::export(c, family);
+    let export_s = t0.elapsed().as_secs_f64();
+    let tag = if v6 { "v6" } else { "v4" };
+    let trace_path = dir.join(format!("trace.{tag}"));
+    if let Err(e) = std::fs::write(&trace_path, trace_file(trace, v6)) {
+        return json!({"error": e.to_string()});
+    }
+    let mut per_dir = Vec::new();
+    for (name, rules) in [("egress", &eg), ("ingress", &ing)] {
+        let path = dir.join(format!("rules.{name}.{tag}"));
+        if let Err(e) = std::fs::write(&path, rules.classbench()) {
+            return json!({"error": e.to_string()});
+        }
+        per_dir.push((name, rules, path));
+    }
+    // Agreement: per-packet results, per direction.
+    let decisions: Vec<_> = trace
+        .iter()
+        .map(|p| c.tables.decide(p.src, p.dst, p.proto, p.dport))
+        .collect();
+    let mut agreement = serde_json::Map::new();
+    let mut acl_allow = vec![[true; 2]; trace.len()];
+    for (d, (name, rules, path)) in per_dir.iter().enumerate() {
+        let out = match run_acl(
+            dir,
+            path,
+            rules.rules.len(),
+            &trace_path,
+            v6,
+            "scalar",
+            2,
+            1,
+        ) {
+            Ok(o) => o,
+            Err(e) => {
+                return json!({"error": e, "rules": {"egress": eg.rules.len(), "ingress": ing.rules.len()}})
+            }
+        };
+        let results = parse_results(&out);
+        let mut mismatch = 0usize;
+        for (i, p) in trace.iter().enumerate() {
+            let acl_ok = results
+                .get(i)
+                .copied()
+                .flatten()
+                .map(|r| rules.rules.get(r).is_none_or(|x| x.allow))
+                .unwrap_or(true);
+            acl_allow[i][d] = acl_ok;
+            let ours = if d == 0 {
+                decisions[i].egress.allows()
+            } else {
+                decisions[i].ingress.allows()
+            };
+            if acl_ok != ours || results.len() != trace.len() {
+                mismatch += 1;
+                if mismatch <= 3 {
+                    eprintln!("bench_policy: {name} disagreement on {p:?}: rte_acl {acl_ok}, sluice {ours}");
+                }
+            }
+        }
+        agreement.insert(
+            (*name).to_string(),
+            json!({"lines": results.len(), "mismatches": mismatch}),
+        );
+    }
+    let verdict_mismatch = trace
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| {
+            (acl_allow[*i][0] && acl_allow[*i][1]) != decisions[*i].verdict().is_allow()
+        })
+        .count();
+    agreement.insert("verdict_mismatches".into(), json!(verdict_mismatch));
+    // Timing, per algorithm.
+    let mut algs = serde_json::Map::new();
+    let mut best: Option<(String, f64)> = None;
+    for alg in ["scalar", "sse", "avx2"] {
+        let mut rates = Vec::new();
+        let mut err = None;
+        for (_, rules, path) in &per_dir {
+            // About a second of classification at ~10-50 Mpps.
+            match run_acl(dir, path, rules.rules.len(), &trace_path, v6, alg, 0, 400)
+                .map(|o| parse_rate(&o))
+            {
+                Ok(Some(r)) => rates.push(r),
+                Ok(None) => err = Some("no rate line in dpdk-test-acl output".to_string()),
+                Err(e) => err = Some(e),
+            }
+        }
+        if let (None, [(e_pps, e_cyc), (i_pps, i_cyc)]) = (&err, rates.as_slice()) {
+            let decisions = 1.0 / (1.0 / e_pps + 1.0 / i_pps);
+            algs.insert(
+                alg.into(),
+                json!({"egress_pkt_per_sec": e_pps, "ingress_pkt_per_sec": i_pps,
+                       "egress_cycles_per_pkt": e_cyc, "ingress_cycles_per_pkt": i_cyc,
+                       "decisions_per_sec": decisions}),
+            );
+            if best.as_ref().is_none_or(|b| decisions > b.1) {
+                best = Some((alg.to_string(), decisions));
+            }
+        } else {
+            algs.insert(alg.into(), json!({"error": err}));
+        }
+    }
+    json!({
+        "rules": {"egress": eg.rules.len(), "ingress": ing.rules.len()},
+        "export_seconds": export_s,
+        "agreement": agreement,
+        "algs": algs,
+        "best_alg": best.as_ref().map(|b| b.0.clone()),
+        "ratio_sluice_over_best_acl": best.as_ref().map(|b| sluice_lps / b.1),
+    })
+}
+
+fn main() {
+    let a = args();
+    let scenarios: &[(usize, usize)] = if a.quick {
+        &[(1_000, 10), (10_000, 1_000)]
+    } else {
+        &[(1_000, 10), (50_000, 10), (50_000, 1_000), (50_000, 10_000)]
+    };
+    let dir = std::env::temp_dir().join(format!("sluice-bench-policy-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let acl_present = a.acl
+        && std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("dpdk-test-acl").is_file()));
+    let mut results = Vec::new();
+    for &(pods, policies) in scenarios {
+        eprintln!("bench_policy: {pods} pods, {policies} policies");
+        let cluster = gen::cluster(pods, policies, 0x5eed_0000 + policies as u64);
+        let mut best = f64::MAX;
+        let mut compiled = None;
+        for _ in 0..3 {
+            let t = Instant::now();
+            let c = compile(&cluster.ir);
+            best = best.min(t.elapsed().as_secs_f64());
+            compiled = Some(c);
+        }
+        let c = match compiled {
+            Some(Ok(c)) => c,
+            Some(Err(e)) => {
+                results
+                    .push(json!({"pods": pods, "policies": policies, "error": format!("{e:?}")}));
+                continue;
+            }
+            None => continue,
+        };
+        let mut entry = json!({
+            "pods": cluster.pods.len(),
+            "policies": policies,
+            "compile": {
+                "seconds": best,
+                "memory_bytes": c.stats.memory_bytes,
+                "memory_mib": c.stats.memory_bytes as f64 / (1024.0 * 1024.0),
+                "stats": c.stats,
+            },
+        });
+        for (key, v6) in [("ipv4", false), ("ipv6", true)] {
+            let trace = gen::trace(&cluster, TRACE, v6, 0x7ace + policies as u64);
+            let s = sluice_rate(&c.tables, &trace, v6);
+            let lps = s["lookups_per_sec"].as_f64().unwrap_or(0.0);
+            let acl = if acl_present {
+                eprintln!("bench_policy:   {key}: rte_acl");
+                acl_side(&dir, &c, &trace, v6, lps)
+            } else {
+                json!({"skipped": if a.acl { "dpdk-test-acl not found (Debian package dpdk-dev)" } else { "--no-acl" }})
+            };
+            entry[key] = json!({"trace": TRACE, "sluice": s, "rte_acl": acl});
+        }
+        results.push(entry);
+    }
+    // Growth of the lookup cost from the fewest to the most policies at the same pods.
+    let mut growth = serde_json::Map::new();
+    for key in ["ipv4", "ipv6"] {
+        let at = |pods: usize, pol: usize| {
+            results
+                .iter()
+                .find(|r| {
+                    r["policies"] == pol
+                        && r["pods"]
+                            .as_u64()
+                            .is_some_and(|p| p as usize >= pods * 9 / 10)
+                })
+                .and_then(|r| r[key]["sluice"]["ns_per_lookup"].as_f64())
+        };
+        let (lo, hi) = if a.quick {
+            (at(1_000, 10), at(10_000, 1_000))
+        } else {
+            (at(50_000, 10), at(50_000, 10_000))
+        };
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            growth.insert(key.into(), json!(hi / lo));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = json!({
+        "benchmark": "bench_policy",
+        "trace_per_family": TRACE,
+        "scenarios": results,
+        "lookup_cost_growth_fewest_to_most_policies": growth,
+        "goals": {
+            "ratio_vs_rte_acl_at_10k_policies": ">= 2",
+            "cost_growth_10_to_10k": "<= 1.5",
+            "compile_10k_policies_seconds": "< 1",
+            "tables_mib": "< 256",
+        },
+    });
+    let text = serde_json::to_string_pretty(&out).unwrap_or_default();
+    println!("{text}");
+    if let Some(p) = a.out {
+        if let Err(e) = std::fs::write(&p, &text) {
+            eprintln!("bench_policy: cannot write {}: {e}", p.display());
+        }
+    }
+}
