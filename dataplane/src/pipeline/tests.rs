@@ -604,3 +604,43 @@ proptest! {
         let _ = fw.process(port, &mut p, &mut Ctx { now_ms: 0, counters: &mut c });
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// The IPv4 fast path decides exactly as the general path: same verdict, same bytes.
+    #[test]
+    fn fast_path_matches_general_path(dst in any::<[u8; 4]>(),
+                                      ttl in 0u8..4,
+                                      ours in any::<bool>(),
+                                      pad in 0usize..8,
+                                      corrupt in prop::option::of(14usize..34),
+                                      ihl6 in any::<bool>()) {
+        let mut fast = forwarder();
+        fast.neighbours().learn(ip("10.78.0.1"), GW1, 0);
+        fast.neighbours().learn(ip("10.77.0.1"), PEER, 0);
+        let mut general = fast.clone();
+        let pool = Pool::new(4);
+        let d = Ipv4Addr::from(dst).to_string();
+        let mut f = ipv4_frame(if ours { US0 } else { MacAddr([2, 9, 9, 9, 9, 9]) }, "10.77.0.1", &d, ttl, ip_proto::UDP, &[0u8; 12]);
+        if ihl6 {
+            // An options word after the header: IHL 6, fixed checksum.
+            f.splice(34..34, [1u8, 1, 1, 1]);
+            f[14] = 0x46;
+            let tl = u16::from_be_bytes([f[16], f[17]]) + 4;
+            f[16..18].copy_from_slice(&tl.to_be_bytes());
+            ipv4::Packet::new_unchecked(&mut f[14..]).fill_checksum();
+        }
+        f.extend(std::iter::repeat_n(0u8, pad));
+        if let Some(i) = corrupt {
+            f[i] ^= 0x40;
+        }
+        let mut c = Counters::new(2);
+        let mut p1 = pool.alloc_copy(&f).unwrap();
+        let v1 = fast.process(0, &mut p1, &mut Ctx { now_ms: 0, counters: &mut c });
+        let mut p2 = pool.alloc_copy(&f).unwrap();
+        let v2 = general.slow(0, &mut p2, &mut Ctx { now_ms: 0, counters: &mut c });
+        prop_assert_eq!(v1, v2);
+        prop_assert_eq!(p1.data(), p2.data());
+    }
+}

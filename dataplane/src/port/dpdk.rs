@@ -176,15 +176,22 @@ struct DpdkDev {
     port_id: u16,
     mac: MacAddr,
     queues: u16,
+    /// For a vdev, its device name: closing removes the device too, so the same devargs
+    /// can be opened again later in the process.
+    vdev: Option<CString>,
 }
 
 impl Drop for DpdkDev {
     fn drop(&mut self) {
         // SAFETY: the port was started by `open`; every queue handle is gone (they hold
-        // this Arc), so nothing polls it any more.
+        // this Arc), so nothing polls it any more. The bus and device names are
+        // NUL-terminated.
         unsafe {
             sys::rte_eth_dev_stop(self.port_id);
             sys::rte_eth_dev_close(self.port_id);
+            if let Some(name) = &self.vdev {
+                sys::rte_eal_hotplug_remove(c"vdev".as_ptr(), name.as_ptr());
+            }
         }
     }
 }
@@ -427,6 +434,10 @@ pub fn open(name: &str, devargs: &str, queues: u16) -> Result<Opened, PortError>
         port_id,
         mac: MacAddr(mac.addr_bytes),
         queues,
+        vdev: dev_name
+            .starts_with("net_")
+            .then(|| CString::new(dev_name).ok())
+            .flatten(),
     });
     // Not every PMD supports promiscuous mode; sluice answers for its own MAC anyway.
     // SAFETY: started port.

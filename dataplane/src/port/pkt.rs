@@ -63,13 +63,13 @@ struct Geom {
 }
 
 impl Pkt {
-    #[inline]
+    #[inline(always)]
     fn hdr(&self) -> Option<*mut PoolHdr> {
         let a = self.ptr.as_ptr() as usize;
         (a & POOL_TAG != 0).then_some((a & !POOL_TAG) as *mut PoolHdr)
     }
 
-    #[inline]
+    #[inline(always)]
     fn geom(&self) -> Geom {
         match self.hdr() {
             Some(h) => {

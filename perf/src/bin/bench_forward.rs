@@ -136,32 +136,70 @@ fn vdevs(capture: &Path) -> [String; 2] {
     ]
 }
 
-/// One sluice run: returns (Mpps, cycles/packet).
-fn sluice_run(capture: &Path, secs: f64) -> Result<(f64, f64), String> {
-    let a = dpdk::open(
-        "in",
-        vdevs(capture)[0].split(',').next().unwrap_or("net_pcap0"),
-        1,
-    )
-    .map_err(|e| e.to_string())?;
-    let b = dpdk::open("out", "net_null0", 1).map_err(|e| e.to_string())?;
+/// CPU time (ns) a thread named `comm` of process `pid` has run, from
+/// `/proc/<pid>/task/<tid>/schedstat`: immune to time the thread spent preempted by other
+/// work on a shared machine.
+fn thread_cpu_ns(pid: &str, comm: &str) -> Option<u64> {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let c = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if c.trim() == comm {
+            let st = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+            return st.split_whitespace().next()?.parse().ok();
+        }
+    }
+    None
+}
+
+/// One contender's run.
+#[derive(Debug, Clone, Copy, Default)]
+struct Run {
+    /// Packets forwarded per wall-clock second (millions).
+    mpps: f64,
+    /// Packets forwarded per second of the forwarding thread's CPU time (millions).
+    mpps_cpu: f64,
+    /// TSC cycles of forwarding-thread CPU time per packet.
+    cycles_per_packet: f64,
+}
+
+impl Run {
+    fn new(packets: f64, wall_s: f64, cpu_ns: Option<u64>) -> Run {
+        let cpu_s = cpu_ns
+            .filter(|&n| n > 0)
+            .map_or(wall_s, |n| n as f64 / 1e9)
+            .max(1e-9);
+        Run {
+            mpps: packets / wall_s.max(1e-9) / 1e6,
+            mpps_cpu: packets / cpu_s / 1e6,
+            cycles_per_packet: cpu_s * sluice_dataplane::port::tsc_hz() as f64 / packets.max(1.0),
+        }
+    }
+}
+
+/// One sluice run: the worker with the forwarder, port 0 -> port 1, on `FWD_CORE`.
+fn sluice_run(capture: &Path, secs: f64) -> Result<Run, String> {
+    let [v0, v1] = vdevs(capture);
+    let a = dpdk::open("in", &v0, 1).map_err(|e| e.to_string())?;
+    let b = dpdk::open("out", &v1, 1).map_err(|e| e.to_string())?;
+    let addr = |a: &str| {
+        vec![IfAddr {
+            addr: a.parse().unwrap(),
+            prefix_len: 24,
+        }]
+    };
     let conf = ForwarderConfig::new(
         vec![
             PortConf {
                 name: "in".into(),
                 mac: SLUICE_MAC,
-                addrs: vec![IfAddr {
-                    addr: "10.1.0.2".parse().unwrap(),
-                    prefix_len: 24,
-                }],
+                addrs: addr("10.1.0.2"),
             },
             PortConf {
                 name: "out".into(),
                 mac: b.port.mac(),
-                addrs: vec![IfAddr {
-                    addr: "10.2.0.2".parse().unwrap(),
-                    prefix_len: 24,
-                }],
+                addrs: addr("10.2.0.2"),
             },
         ],
         &[Route {
@@ -172,10 +210,9 @@ fn sluice_run(capture: &Path, secs: f64) -> Result<(f64, f64), String> {
     )?;
     let neigh = Arc::new(NeighbourCache::new(64));
     neigh.learn("10.2.0.1".parse().unwrap(), NEXT_HOP_MAC, 0);
-    let queues = vec![
-        a.queues.into_iter().next().unwrap(),
-        b.queues.into_iter().next().unwrap(),
-    ];
+    let mut queues = Vec::new();
+    queues.extend(a.queues);
+    queues.extend(b.queues);
     let w = Worker::new(
         WorkerConfig {
             id: 0,
@@ -185,25 +222,38 @@ fn sluice_run(capture: &Path, secs: f64) -> Result<(f64, f64), String> {
         queues,
         Forwarder::new(Arc::new(conf), neigh),
     );
+    let shared = w.shared_counters();
     let stop = Arc::new(AtomicBool::new(false));
     let h = sluice_dataplane::worker::spawn(w, stop.clone()).map_err(|e| e.to_string())?;
-    // Warm up, then measure from the published counters.
+    // Warm up, then measure a window of published counters and thread CPU time.
     std::thread::sleep(Duration::from_millis(300));
-    let t0 = Instant::now();
+    let (p0, c0, t0) = (
+        shared.snapshot().ports[1].tx_packets,
+        thread_cpu_ns("self", "sluice-w0"),
+        Instant::now(),
+    );
     std::thread::sleep(Duration::from_secs_f64(secs));
+    let (p1, c1, wall) = (
+        shared.snapshot().ports[1].tx_packets,
+        thread_cpu_ns("self", "sluice-w0"),
+        t0.elapsed(),
+    );
     stop.store(true, Ordering::Relaxed);
     let c = h.join().map_err(|_| "worker panicked".to_string())?;
-    let elapsed = t0.elapsed().as_secs_f64() + 0.3;
-    let fwd = c.ports[1].tx_packets as f64;
     if c.total_drops() > 0 {
         eprintln!("bench_forward: sluice dropped {} packets", c.total_drops());
     }
     drop((a.port, b.port));
-    Ok((fwd / elapsed / 1e6, c.cycles_per_packet()))
+    let cpu = c0.zip(c1).map(|(a, b)| b.saturating_sub(a));
+    Ok(Run::new(
+        p1.saturating_sub(p0) as f64,
+        wall.as_secs_f64(),
+        cpu,
+    ))
 }
 
-/// One testpmd run: returns (Mpps, cycles/packet).
-fn testpmd_run(capture: &Path, secs: f64) -> Result<(f64, f64), String> {
+/// One testpmd run (`--forward-mode=macswap`, one forwarding core: `FWD_CORE`).
+fn testpmd_run(capture: &Path, secs: f64) -> Result<Run, String> {
     let [v0, v1] = vdevs(capture);
     let prefix = format!("sl-bench-tp-{}", std::process::id());
     let mut child = Command::new("dpdk-testpmd")
@@ -214,64 +264,58 @@ fn testpmd_run(capture: &Path, secs: f64) -> Result<(f64, f64), String> {
             "--no-pci",
             "-m",
             "512",
-            "--file-prefix",
-            &prefix,
         ])
-        .args(["--log-level", "lib.eal:error", "--vdev", &v0, "--vdev", &v1])
+        .args(["--file-prefix", &prefix, "--log-level", "lib.eal:error"])
         .args([
+            "--vdev",
+            &v0,
+            "--vdev",
+            &v1,
             "--",
             "-i",
             "--forward-mode=macswap",
-            "--nb-cores=1",
-            "--record-core-cycles",
-            "--rxq=1",
-            "--txq=1",
-            // The same pool size as sluice's (16383 mbufs); testpmd's default does not
-            // fit in -m 512.
-            "--total-num-mbufs=16384",
         ])
+        .args(["--nb-cores=1", "--rxq=1", "--txq=1"])
+        // The same pool size as sluice's (16383 mbufs); testpmd's default does not fit in
+        // -m 512.
+        .arg("--total-num-mbufs=16384")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("dpdk-testpmd: {e} (package dpdk)"))?;
-    let stderr = child.stderr.take().ok_or("stderr")?;
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = BufReader::new(stderr).read_to_string(&mut s);
-        s
-    });
     let mut stdin = child.stdin.take().ok_or("stdin")?;
-    let stdout = child.stdout.take().ok_or("stdout")?;
+    let (stdout, stderr) = (
+        child.stdout.take().ok_or("stdout")?,
+        child.stderr.take().ok_or("stderr")?,
+    );
     let reader = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = BufReader::new(stdout).read_to_string(&mut s);
         s
     });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = BufReader::new(stderr).read_to_string(&mut s);
+        s
+    });
+    let fail = |e: String, child: &mut std::process::Child| {
+        let _ = child.kill();
+        let _ = child.wait();
+        e
+    };
     std::thread::sleep(Duration::from_millis(1500));
-    if let Err(e) = writeln!(stdin, "start") {
-        drop(stdin);
-        let _ = child.kill();
-        let _ = child.wait();
-        return Err(format!(
-            "{e}: {}\n{}",
-            tail(&reader.join().unwrap_or_default()),
-            tail(&err_reader.join().unwrap_or_default())
-        ));
-    }
+    let pid = child.id().to_string();
+    let worker = format!("rte-worker-{FWD_CORE}");
+    let mut result = writeln!(stdin, "start").map_err(|e| e.to_string());
     let t0 = Instant::now();
-    std::thread::sleep(Duration::from_secs_f64(secs + 0.3));
-    if let Err(e) = writeln!(stdin, "stop") {
-        drop(stdin);
-        let _ = child.kill();
-        let _ = child.wait();
-        return Err(format!(
-            "{e} (at stop): {}\n{}",
-            tail(&reader.join().unwrap_or_default()),
-            tail(&err_reader.join().unwrap_or_default())
-        ));
+    let cpu0 = thread_cpu_ns(&pid, &worker);
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let cpu1 = thread_cpu_ns(&pid, &worker);
+    if result.is_ok() {
+        result = writeln!(stdin, "stop").map_err(|e| e.to_string());
     }
-    let elapsed = t0.elapsed().as_secs_f64();
+    let wall = t0.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(300));
     let _ = writeln!(stdin, "quit");
     drop(stdin);
@@ -279,20 +323,25 @@ fn testpmd_run(capture: &Path, secs: f64) -> Result<(f64, f64), String> {
     while child.try_wait().ok().flatten().is_none() && t.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    let _ = fail(String::new(), &mut child);
     let out = reader.join().unwrap_or_default();
+    let err = err_reader.join().unwrap_or_default();
     let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
+    result.map_err(|e| format!("{e}: {}\n{}", tail(&out), tail(&err)))?;
     let acc = out
         .split("Accumulated forward statistics for all ports")
         .nth(1)
-        .ok_or_else(|| format!("no forward statistics in testpmd output:\n{}", tail(&out)))?;
+        .ok_or_else(|| {
+            format!(
+                "no forward statistics in testpmd output:\n{}\n{}",
+                tail(&out),
+                tail(&err)
+            )
+        })?;
     let tx = number_after(acc, "TX-packets:").ok_or("no TX-packets")?;
-    let cpp = out.lines().find_map(|l| {
-        let i = l.find("CPU cycles/packet=")?;
-        l[i + 18..].split_whitespace().next()?.parse::<f64>().ok()
-    });
-    Ok((tx / elapsed / 1e6, cpp.unwrap_or(0.0)))
+    let cpu = cpu0.zip(cpu1).map(|(a, b)| b.saturating_sub(a));
+    // testpmd counts from `start` to `stop`; the CPU window is the same span.
+    Ok(Run::new(tx, wall, cpu))
 }
 
 fn tail(s: &str) -> String {
@@ -327,34 +376,42 @@ fn dpdk_bench(o: &Opts, dir: &Path) -> Value {
         "--file-prefix".to_string(),
         format!("sl-bench-{}", std::process::id()),
     ]);
-    for v in vdevs(&capture) {
-        args.push("--vdev".into());
-        args.push(v);
-    }
     if let Err(e) = dpdk::init(&args) {
         return json!({"error": e.to_string()});
     }
-    let (mut s_mpps, mut s_cpp, mut t_mpps, mut t_cpp) = (vec![], vec![], vec![], vec![]);
-    let mut errors = vec![];
+    let (mut sl, mut tp, mut errors) = (Vec::<Run>::new(), Vec::<Run>::new(), vec![]);
     for _ in 0..o.runs {
         match sluice_run(&capture, o.duration) {
-            Ok((m, c)) => {
-                s_mpps.push(m);
-                s_cpp.push(c);
-            }
+            Ok(r) => sl.push(r),
             Err(e) => errors.push(format!("sluice: {e}")),
         }
         match testpmd_run(&capture, o.duration) {
-            Ok((m, c)) => {
-                t_mpps.push(m);
-                t_cpp.push(c);
-            }
+            Ok(r) => tp.push(r),
             Err(e) => errors.push(format!("testpmd: {e}")),
         }
     }
-    let runs_s = s_mpps.clone();
-    let runs_t = t_mpps.clone();
-    let (sm, tm) = (median(&mut s_mpps), median(&mut t_mpps));
+    let summary = |v: &[Run]| {
+        let pick = |f: fn(&Run) -> f64| median(&mut v.iter().map(f).collect::<Vec<_>>());
+        json!({
+            "mpps_per_core": pick(|r| r.mpps),
+            "mpps_per_cpu_second": pick(|r| r.mpps_cpu),
+            "cycles_per_packet": pick(|r| r.cycles_per_packet),
+            "runs_mpps": v.iter().map(|r| r.mpps).collect::<Vec<_>>(),
+            "runs_mpps_per_cpu_second": v.iter().map(|r| r.mpps_cpu).collect::<Vec<_>>(),
+        })
+    };
+    let (s_sum, t_sum) = (summary(&sl), summary(&tp));
+    let ratio = |k: &str| {
+        let (a, b) = (
+            s_sum[k].as_f64().unwrap_or(0.0),
+            t_sum[k].as_f64().unwrap_or(0.0),
+        );
+        if b > 0.0 {
+            a / b
+        } else {
+            0.0
+        }
+    };
     json!({
         "setup": {
             "port0": "net_pcap infinite_rx (64 UDP flows, 60-byte frames)",
@@ -363,10 +420,12 @@ fn dpdk_bench(o: &Opts, dir: &Path) -> Value {
             "duration_s": o.duration,
             "runs": o.runs,
             "alternating": true,
+            "note": "mpps_per_cpu_second divides by the forwarding thread's own CPU time (schedstat), so time taken by other processes on a shared machine does not count; cycles_per_packet is that CPU time in TSC cycles per packet",
         },
-        "sluice_worker_forwarder": {"mpps_per_core": sm, "cycles_per_packet": median(&mut s_cpp), "runs_mpps": runs_s},
-        "testpmd_macswap": {"mpps_per_core": tm, "cycles_per_packet": median(&mut t_cpp), "runs_mpps": runs_t},
-        "ratio_sluice_to_testpmd": if tm > 0.0 { sm / tm } else { 0.0 },
+        "sluice_worker_forwarder": s_sum,
+        "testpmd_macswap": t_sum,
+        "ratio_sluice_to_testpmd": ratio("mpps_per_core"),
+        "ratio_sluice_to_testpmd_cpu_normalized": ratio("mpps_per_cpu_second"),
         "errors": errors,
     })
 }
