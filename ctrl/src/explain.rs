@@ -224,25 +224,10 @@ pub fn explain(ir: &Ir, q: &Query) -> Value {
         );
         return out;
     }
-    if l.kind == ListenerKind::TlsAutoPassthrough {
-        let reason = match parsed.sni.as_deref().and_then(decode_auto_passthrough) {
-            Some((port, subset, host)) => format!(
-                "AUTO_PASSTHROUGH: SNI names service {host} port {port}{}",
-                if subset.is_empty() {
-                    String::new()
-                } else {
-                    format!(" subset {subset}")
-                }
-            ),
-            None => "AUTO_PASSTHROUGH needs an SNI of the form outbound_.<port>_.<subset>_.<host>"
-                .into(),
-        };
-        set(&mut out, "verdict", json!("reject"));
-        set(&mut out, "reason", json!(reason));
-        return out;
-    }
     let name = match l.kind {
-        ListenerKind::TlsPassthrough => parsed.sni.clone(),
+        ListenerKind::TlsPassthrough | ListenerKind::TlsAutoPassthrough => {
+            parsed.sni.clone()
+        }
         ListenerKind::TlsTerminate => {
             if l.tls.as_ref().is_some_and(|t| t.http) {
                 parsed.http_host.clone().or(parsed.sni.clone())
@@ -256,6 +241,16 @@ pub fn explain(ir: &Ir, q: &Query) -> Value {
     let binding = pick_binding(l, name.as_deref());
     let Some(b) = binding else {
         set(&mut out, "verdict", json!("reject"));
+        let decoded = (l.kind == ListenerKind::TlsAutoPassthrough)
+            .then(|| name.as_deref().and_then(decode_auto_passthrough))
+            .flatten();
+        if let Some((port, subset, host)) = decoded {
+            set(&mut out, "reason", json!(format!(
+                "AUTO_PASSTHROUGH: the SNI names {host} port {port}{}, which no admitted Service provides",
+                if subset.is_empty() { String::new() } else { format!(" subset {subset}") }
+            )));
+            return out;
+        }
         let reason = match (&name, l.kind.inspects()) {
             (None, true) => "the listener routes by name and the connection names none (no SNI/Host); no catch-all route".to_string(),
             (Some(n), _) => format!("no route of this listener matches `{n}`"),

@@ -343,3 +343,74 @@ status: {podIP: 10.0.0.9}
     let share = f64::from(rejected) / 200.0;
     assert!((0.7..=0.9).contains(&share), "rejected share {share}");
 }
+
+#[test]
+fn auto_passthrough_routes_by_the_destination_in_the_sni() {
+    let cfg = temp_file(
+        "auto.yaml",
+        br#"apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: east-west, namespace: istio-system}
+spec:
+  servers:
+  - port: {number: 15443, name: tls, protocol: TLS}
+    bind: 192.0.2.50
+    hosts: ["*.local"]
+    tls: {mode: AUTO_PASSTHROUGH}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: bookinfo}
+spec:
+  host: reviews
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: reviews, namespace: bookinfo}
+spec: {selector: {app: reviews}, ports: [{name: http, port: 9080}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: reviews-v1, namespace: bookinfo, labels: {app: reviews, version: v1}}
+status: {podIP: 10.0.1.1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: reviews-v2, namespace: bookinfo, labels: {app: reviews, version: v2}}
+status: {podIP: 10.0.1.2}
+"#,
+    );
+    let cfg = cfg.display().to_string();
+    let go = |sni: &str| {
+        explain(&[
+            "-c",
+            &cfg,
+            "--src",
+            "198.51.100.1:1234",
+            "--dst",
+            "192.0.2.50:15443",
+            "--sni",
+            sni,
+        ])
+    };
+    let v = go("outbound_.9080_.v2_.reviews.bookinfo.svc.cluster.local");
+    assert_eq!(v["verdict"], "forward", "{v}");
+    assert_eq!(v["backend"], "10.0.1.2:9080");
+    let v = go("outbound_.9080_._.reviews.bookinfo.svc.cluster.local");
+    assert!(
+        ["10.0.1.1:9080", "10.0.1.2:9080"].contains(&v["backend"].as_str().unwrap_or("")),
+        "{v}"
+    );
+    let v = go("outbound_.9090_.v1_.reviews.bookinfo.svc.cluster.local");
+    assert_eq!(v["verdict"], "reject");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("port 9090 subset v1"),
+        "{v}"
+    );
+}

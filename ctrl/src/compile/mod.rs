@@ -33,6 +33,9 @@ use crate::validate::{self, Index};
 use ir::*;
 use sluice_dataplane::tables::hostname;
 
+/// The cluster DNS domain of Service host names (`name.ns.svc.<domain>`).
+pub const CLUSTER_DOMAIN: &str = "cluster.local";
+
 /// Maglev table size used when neither a DestinationRule nor the Appliance sets one.
 pub const DEFAULT_MAGLEV_TABLE_SIZE: u64 = 65537;
 
@@ -485,6 +488,11 @@ impl Ctx<'_> {
                     None => ("*".to_string(), h.to_ascii_lowercase()),
                 })
                 .collect();
+            if kind == ListenerKind::TlsAutoPassthrough {
+                self.auto_passthrough(&server_hosts, u32::from(port), &mut listener, ir);
+                ir.listeners.push(listener);
+                continue;
+            }
             for vit in self.items {
                 let Object::VirtualService(vs) = &vit.object else {
                     continue;
@@ -675,6 +683,74 @@ impl Ctx<'_> {
                 }
             }
             ir.listeners.push(listener);
+        }
+    }
+
+    /// AUTO_PASSTHROUGH: the destination is in the SNI, `outbound_.<port>_.<subset>_.<host>`
+    /// (Istio's cluster naming). Every Service port (and DestinationRule subset) whose
+    /// host `name.ns.svc.cluster.local` the server's hosts admit becomes an exact SNI
+    /// binding to a route of its own, so the dataplane routes these like any SNI.
+    fn auto_passthrough(
+        &self,
+        server_hosts: &[(String, String)],
+        server_port: u32,
+        listener: &mut Listener,
+        ir: &mut Ir,
+    ) {
+        for it in self.items {
+            let Object::Service(svc) = &it.object else {
+                continue;
+            };
+            let ns = svc.meta.namespace();
+            let fqdn = format!("{}.{ns}.svc.{CLUSTER_DOMAIN}", svc.meta.name);
+            let admitted = server_hosts.iter().any(|(nsc, h)| {
+                (nsc == "*" || nsc == ns) && hostname::istio_matches(h, &fqdn)
+            });
+            if !admitted {
+                continue;
+            }
+            let mut subsets: Vec<String> = vec![String::new()];
+            for d in self.items {
+                if let Object::DestinationRule(dr) = &d.object {
+                    let (dns, dname) =
+                        validate::service_of_host(&dr.spec.host, dr.meta.namespace());
+                    if dns == ns && dname == svc.meta.name {
+                        subsets.extend(dr.spec.subsets.iter().map(|s| s.name.clone()));
+                    }
+                }
+            }
+            for sp in &svc.spec.ports {
+                let Ok(port) = u32::try_from(sp.port) else {
+                    continue;
+                };
+                for subset in &subsets {
+                    let sni = format!("outbound_.{port}_.{subset}_.{fqdn}");
+                    if listener.bindings.iter().any(|b| b.host == sni) {
+                        continue;
+                    }
+                    let backend = self.backend(
+                        ns,
+                        &svc.meta.name,
+                        Some(port),
+                        None,
+                        (!subset.is_empty()).then_some(subset.as_str()),
+                        1,
+                    );
+                    let ri = ir.routes.len();
+                    ir.routes.push(Route {
+                        name: format!("AUTO_PASSTHROUGH {sni} (server port {server_port})"),
+                        kind: RouteKind::Tls,
+                        destination_subnets: Vec::new(),
+                        backends: vec![backend],
+                        http: Vec::new(),
+                        maglev_table_size: self.maglev_size_for(ns, &svc.meta.name),
+                    });
+                    listener.bindings.push(Binding {
+                        host: sni,
+                        route: ri,
+                    });
+                }
+            }
         }
     }
 
