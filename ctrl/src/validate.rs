@@ -477,6 +477,10 @@ fn weight(it: &Item, at: &str, w: Option<i64>, r: &mut Reporter) {
     }
 }
 
+/// What the servers of one Istio Gateway bound so far on a (bind, port): the protocol
+/// class, and each host with how it is handled (plain, passthrough, terminate).
+type PortUse = (String, BTreeMap<String, &'static str>);
+
 fn istio_gateway(it: &Item, spec: &istio::GatewaySpec, index: &Index, r: &mut Reporter) {
     if spec.servers.is_empty() {
         r.error(
@@ -487,7 +491,7 @@ fn istio_gateway(it: &Item, spec: &istio::GatewaySpec, index: &Index, r: &mut Re
     let ns = it.object.meta().namespace().to_string();
     let mut names = BTreeSet::new();
     // (bind, port) -> (protocol class, hosts seen)
-    let mut ports: BTreeMap<(String, u32), (String, BTreeSet<String>)> = BTreeMap::new();
+    let mut ports: BTreeMap<(String, u32), PortUse> = BTreeMap::new();
     for (i, s) in spec.servers.iter().enumerate() {
         let at = format!("spec.servers[{i}]");
         if !(1..=65535).contains(&s.port.number) {
@@ -556,7 +560,7 @@ fn istio_gateway(it: &Item, spec: &istio::GatewaySpec, index: &Index, r: &mut Re
         let key = (s.bind.clone().unwrap_or_default(), s.port.number);
         let entry = ports
             .entry(key)
-            .or_insert_with(|| (class.to_string(), BTreeSet::new()));
+            .or_insert_with(|| (class.to_string(), BTreeMap::new()));
         if entry.0 != class {
             r.error(&it.path(&format!("{at}.port")), format!("port {} is already used by a {} server of this gateway; {class} cannot share it", s.port.number, entry.0));
         } else if class == "TCP" && !entry.1.is_empty() {
@@ -568,16 +572,32 @@ fn istio_gateway(it: &Item, spec: &istio::GatewaySpec, index: &Index, r: &mut Re
                 ),
             );
         }
+        let handling = match s.tls.as_ref().map(|t| t.mode) {
+            _ if class != "TLS" => "plain",
+            Some(TlsMode::Passthrough | TlsMode::AutoPassthrough) | None => "passthrough",
+            Some(_) => "terminate",
+        };
         for h in &s.hosts {
-            if class != "TCP" && !entry.1.insert(h.clone()) {
-                r.error(
+            if class == "TCP" {
+                break;
+            }
+            match entry.1.insert(h.clone(), handling) {
+                Some(prev) if prev != handling => r.error(
+                    &it.path(&format!("{at}.hosts")),
+                    format!(
+                        "host `{h}` is both {prev} and {handling} on port {}: one TLS port cannot pass a name through and terminate it",
+                        s.port.number
+                    ),
+                ),
+                Some(_) => r.error(
                     &it.path(&format!("{at}.hosts")),
                     format!("host `{h}` appears twice on port {}", s.port.number),
-                );
+                ),
+                None => {}
             }
         }
         if class == "TCP" {
-            entry.1.insert("*".into());
+            entry.1.insert("*".into(), handling);
         }
     }
 }

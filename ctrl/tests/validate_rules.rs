@@ -1050,3 +1050,24 @@ items:
         "unknown variant `Sideways`",
     );
 }
+
+#[test]
+fn passthrough_and_terminate_of_one_host_on_one_port() {
+    error(
+        r#"apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: g, namespace: default}
+spec:
+  servers:
+  - port: {number: 7443, name: pass, protocol: TLS}
+    hosts: ["a.example.com"]
+    tls: {mode: PASSTHROUGH}
+  - port: {number: 7443, name: term, protocol: HTTPS}
+    hosts: #<-
+    - a.example.com
+    tls: {mode: SIMPLE, serverCertificate: /c.pem, privateKey: /k.pem}
+"#,
+        "spec.servers[1].hosts",
+        "host `a.example.com` is both passthrough and terminate on port 7443",
+    );
+}
