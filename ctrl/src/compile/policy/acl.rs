@@ -27,7 +27,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 use sluice_dataplane::tables::policy::{
-    merge_ranges, Direction, IdentityEntry, PeerKind, PortRange, ProtoClass, NONE, PEER_KINDS,
+    merge_ranges, Direction, IdentityEntry, PeerKind, PortRange, ProtoClass, NONE,
 };
 
 use super::CompiledPolicy;
@@ -343,7 +343,17 @@ pub fn export(c: &CompiledPolicy, family: Family) -> (AclRules, AclRules) {
     let any = any_net(family);
     let tree = class_tree(c, family);
     let class_key0 = c.info.keys.class(0);
-    let mut key_cover: HashMap<(usize, u32), Vec<IpNet>> = HashMap::new();
+    // Per (peer kind, key): the ipcache intervals whose identity carries it.
+    let mut key_intervals: HashMap<(usize, u32), Vec<usize>> = HashMap::new();
+    for (i, &(_, _, id)) in sets.intervals.iter().enumerate() {
+        if let Some(e) = ids.get(id as usize) {
+            for (k, &key) in e.peer.iter().enumerate() {
+                if key != NONE {
+                    key_intervals.entry((k, key)).or_default().push(i);
+                }
+            }
+        }
+    }
     let mut out = Vec::new();
     for (direction, table) in [
         (Direction::Egress, c.tables.egress()),
@@ -411,17 +421,39 @@ pub fn export(c: &CompiledPolicy, family: Family) -> (AclRules, AclRules) {
                     _ => add_to(pod_sets.entry((*kind, *key)).or_default(), *proto, ranges),
                 }
             }
+            // Each peer address interval gets the union of what its keys allow; intervals
+            // with the same allowed set merge before they are cut into prefixes.
+            let mut tagged: Vec<(usize, &ProtoSet)> = Vec::new();
             for ((kind, key), set) in &pod_sets {
-                let k = *kind as usize;
-                let peers = key_cover
-                    .entry((k, *key))
-                    .or_insert_with(|| {
-                        sets.cover(|id| {
-                            ids.get(id as usize)
-                                .is_some_and(|e| k < PEER_KINDS && e.peer[k] == *key)
-                        })
-                    })
-                    .clone();
+                if let Some(list) = key_intervals.get(&(*kind as usize, *key)) {
+                    tagged.extend(list.iter().map(|&i| (i, set)));
+                }
+            }
+            tagged.sort_by_key(|t| t.0);
+            let mut by_set: BTreeMap<ProtoSet, Vec<(u128, u128)>> = BTreeMap::new();
+            let mut i = 0;
+            while i < tagged.len() {
+                let at = tagged[i].0;
+                let mut set = tagged[i].1.clone();
+                i += 1;
+                while i < tagged.len() && tagged[i].0 == at {
+                    for (p, rs) in tagged[i].1 {
+                        add_to(&mut set, *p, rs);
+                    }
+                    i += 1;
+                }
+                let (lo, hi, _) = sets.intervals[at];
+                let list = by_set.entry(set).or_default();
+                match list.last_mut() {
+                    Some(last) if last.1.checked_add(1) == Some(lo) => last.1 = hi,
+                    _ => list.push((lo, hi)),
+                }
+            }
+            for (set, ranges) in &by_set {
+                let mut peers = Vec::new();
+                for &(lo, hi) in ranges {
+                    to_prefixes(lo, hi, family, &mut peers);
+                }
                 let its = items(set);
                 for l in &locals {
                     for p in &peers {
