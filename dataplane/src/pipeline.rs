@@ -163,6 +163,18 @@ pub struct Forwarder {
     /// The last next hop this worker resolved, pinned to its cache slot and sequence:
     /// a hit costs one compare and one load instead of a hash lookup.
     memo: Option<Memo>,
+    /// The same for the IPv4 fast path, keyed by the next hop as a word.
+    memo4: Option<Memo4>,
+    /// sluice's MAC per port (a copy of the configuration's, for the fast path).
+    macs: Box<[MacAddr]>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Memo4 {
+    nh: u32,
+    slot: usize,
+    seq: u32,
+    mac: MacAddr,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -182,10 +194,13 @@ const ICMPV6_QUOTE_MAX: usize = 1280 - ipv6::HEADER_LEN - icmpv6::HEADER_LEN;
 impl Forwarder {
     /// A forwarder over a shared configuration and neighbour cache (one per worker).
     pub fn new(conf: Arc<ForwarderConfig>, neigh: Arc<NeighbourCache>) -> Forwarder {
+        let macs = conf.ports.iter().map(|p| p.mac).collect();
         Forwarder {
             conf,
             neigh,
             memo: None,
+            memo4: None,
+            macs,
         }
     }
 
@@ -231,9 +246,9 @@ impl Forwarder {
     fn fast_v4(&mut self, in_port: usize, pkt: &mut Pkt) -> Option<Verdict> {
         let (total, dst) = {
             let d = pkt.data();
-            let port = self.conf.ports.get(in_port)?;
+            let port_mac = self.macs.get(in_port)?;
             let h: &[u8; 34] = d.get(..34)?.try_into().ok()?;
-            if h[12] != 0x08 || h[13] != 0x00 || h[14] != 0x45 || h[..6] != port.mac.0 {
+            if h[12] != 0x08 || h[13] != 0x00 || h[14] != 0x45 || h[..6] != port_mac.0 {
                 return None;
             }
             let total = usize::from(u16::from_be_bytes([h[16], h[17]]));
@@ -258,11 +273,20 @@ impl Forwarder {
             }
             (total, dst)
         };
-        let nh = self.conf.fib.lookup_v4(Ipv4Addr::from(dst))?;
-        let Neighbour::Reachable(mac) = self.next_hop_mac(nh.addr) else {
-            return None;
+        let (out, nh) = self.conf.fib.lookup_v4_word(dst)?;
+        let mac = match self.memo4 {
+            Some(m) if m.nh == nh && self.neigh.unchanged(m.slot, m.seq) => m.mac,
+            _ => match self.neigh.lookup_pinned(IpAddr::V4(Ipv4Addr::from(nh))) {
+                (Neighbour::Reachable(mac), pin) => {
+                    if let Some((slot, seq)) = pin {
+                        self.memo4 = Some(Memo4 { nh, slot, seq, mac });
+                    }
+                    mac
+                }
+                _ => return None,
+            },
         };
-        let out_mac = self.conf.ports.get(nh.port)?.mac;
+        let out_mac = *self.macs.get(out)?;
         let d = pkt.data_mut();
         let padded = d.len() != ETH + total;
         d[..6].copy_from_slice(&mac.0);
@@ -276,7 +300,7 @@ impl Forwarder {
             // Link padding is not part of the datagram.
             let _ = pkt.set_len(ETH + total);
         }
-        Some(Verdict::tx(nh.port))
+        Some(Verdict::tx(out))
     }
 
     /// The general path: every packet the fast path declines.

@@ -155,12 +155,34 @@ impl<S: Stage> Worker<S> {
                 counters,
                 ..
             } = self;
+            // The common case: the whole burst goes out of one port whose buffer is empty.
+            // Swap the two buffers instead of moving packets one by one.
+            if let Verdict::Tx(out) = verdicts[0] {
+                let out = out as usize;
+                if out < tx.len()
+                    && tx[out].is_empty()
+                    && verdicts[1..n].iter().all(|v| *v == verdicts[0])
+                {
+                    core::mem::swap(rx, &mut tx[out]);
+                    counters.ports[out].tx_bytes += tx[out]
+                        .as_slice()
+                        .iter()
+                        .map(|p| p.len() as u64)
+                        .sum::<u64>();
+                    if tx[out].is_full() {
+                        flush_port(&mut queues[out], &mut tx[out], out, counters);
+                    }
+                    continue;
+                }
+            }
             for (p, v) in rx.drain().zip(verdicts.iter()) {
                 match *v {
-                    Verdict::Tx(out) if out < tx.len() => {
+                    Verdict::Tx(out) if (out as usize) < tx.len() => {
+                        let out = out as usize;
                         if tx[out].is_full() {
                             flush_port(&mut queues[out], &mut tx[out], out, counters);
                         }
+                        counters.ports[out].tx_bytes += p.len() as u64;
                         // Cannot fail: just flushed if it was full.
                         let _ = tx[out].push(p);
                     }
@@ -259,16 +281,16 @@ impl<S: Stage> Worker<S> {
     }
 }
 
+/// Sends a tx buffer. Bytes were counted when packets entered the buffer; those of
+/// packets the device did not take are taken back here.
 #[inline]
 fn flush_port(q: &mut Box<dyn Queue>, b: &mut Burst, port: usize, c: &mut Counters) {
-    let bytes: u64 = b.as_slice().iter().map(|p| p.len() as u64).sum();
     let sent = q.tx_burst(b);
-    let left_bytes: u64 = b.as_slice().iter().map(|p| p.len() as u64).sum();
-    let pc = &mut c.ports[port];
-    pc.tx_packets += sent as u64;
-    pc.tx_bytes += bytes - left_bytes;
-    let left = b.clear();
-    if left > 0 {
+    c.ports[port].tx_packets += sent as u64;
+    if !b.is_empty() {
+        let left_bytes: u64 = b.as_slice().iter().map(|p| p.len() as u64).sum();
+        c.ports[port].tx_bytes -= left_bytes;
+        let left = b.clear();
         c.drop_n(DropReason::TxFull, left as u64);
     }
 }
@@ -302,7 +324,7 @@ mod tests {
                 *v = if p.data().first() == Some(&0xdd) {
                     Verdict::Drop(DropReason::NoRoute)
                 } else {
-                    Verdict::Tx(1 - in_port)
+                    Verdict::tx(1 - in_port)
                 };
             }
         }

@@ -167,6 +167,15 @@ impl Fib {
             })
     }
 
+    /// [`Fib::lookup_v4`] on words: `(port, next hop)`.
+    #[inline(always)]
+    pub fn lookup_v4_word(&self, dst: u32) -> Option<(usize, u32)> {
+        self.v4
+            .iter()
+            .find(|e| dst & e.mask == e.net)
+            .map(|e| (e.port, e.via.map_or(dst, u32::from)))
+    }
+
     /// The next hop for `dst`, by longest prefix.
     #[inline]
     pub fn lookup(&self, dst: IpAddr) -> Option<NextHop> {

@@ -21,9 +21,9 @@
 
 use serde_json::{json, Value};
 use sluice_dataplane::pipeline::{
-    Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Route,
+    Ctx, Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Route, Stage, Verdict,
 };
-use sluice_dataplane::port::{dpdk, pcap, tap, Burst, Pool};
+use sluice_dataplane::port::{dpdk, pcap, tap, Burst, Pkt, Pool};
 use sluice_dataplane::wire::{ethernet, icmpv4, ip_proto, ipv4, udp, EtherType, MacAddr};
 use sluice_dataplane::worker::{Idle, Worker, WorkerConfig};
 use std::io::{BufReader, Read, Write};
@@ -178,8 +178,34 @@ impl Run {
     }
 }
 
-/// One sluice run: the worker with the forwarder, port 0 -> port 1, on `FWD_CORE`.
-fn sluice_run(capture: &Path, secs: f64) -> Result<Run, String> {
+/// testpmd's macswap as a sluice stage: swaps the MACs and sends to the other port. Run
+/// in sluice's worker it isolates the worker's and port layer's own cost.
+struct MacSwap;
+
+impl Stage for MacSwap {
+    fn process_burst(
+        &mut self,
+        in_port: usize,
+        pkts: &mut [Pkt],
+        v: &mut [Verdict],
+        _: &mut Ctx<'_>,
+    ) {
+        for (p, v) in pkts.iter_mut().zip(v.iter_mut()) {
+            let d = p.data_mut();
+            if d.len() >= 12 {
+                let mut a = [0u8; 6];
+                a.copy_from_slice(&d[..6]);
+                d.copy_within(6..12, 0);
+                d[6..12].copy_from_slice(&a);
+            }
+            *v = Verdict::tx(1 - in_port.min(1));
+        }
+    }
+}
+
+/// One sluice run: the worker with the forwarder (or the macswap stage), port 0 -> port 1,
+/// on `FWD_CORE`.
+fn sluice_run(capture: &Path, secs: f64, macswap: bool) -> Result<Run, String> {
     let [v0, v1] = vdevs(capture);
     let a = dpdk::open("in", &v0, 1).map_err(|e| e.to_string())?;
     let b = dpdk::open("out", &v1, 1).map_err(|e| e.to_string())?;
@@ -213,18 +239,26 @@ fn sluice_run(capture: &Path, secs: f64) -> Result<Run, String> {
     let mut queues = Vec::new();
     queues.extend(a.queues);
     queues.extend(b.queues);
-    let w = Worker::new(
-        WorkerConfig {
-            id: 0,
-            core: Some(FWD_CORE),
-            idle: Idle::Spin,
-        },
-        queues,
-        Forwarder::new(Arc::new(conf), neigh),
-    );
-    let shared = w.shared_counters();
+    let cfg = WorkerConfig {
+        id: 0,
+        core: Some(FWD_CORE),
+        idle: Idle::Spin,
+    };
     let stop = Arc::new(AtomicBool::new(false));
-    let h = sluice_dataplane::worker::spawn(w, stop.clone()).map_err(|e| e.to_string())?;
+    let (shared, h) = if macswap {
+        let w = Worker::new(cfg, queues, MacSwap);
+        (
+            w.shared_counters(),
+            sluice_dataplane::worker::spawn(w, stop.clone()),
+        )
+    } else {
+        let w = Worker::new(cfg, queues, Forwarder::new(Arc::new(conf), neigh));
+        (
+            w.shared_counters(),
+            sluice_dataplane::worker::spawn(w, stop.clone()),
+        )
+    };
+    let h = h.map_err(|e| e.to_string())?;
     // Warm up, then measure a window of published counters and thread CPU time.
     std::thread::sleep(Duration::from_millis(300));
     let (p0, c0, t0) = (
@@ -379,11 +413,20 @@ fn dpdk_bench(o: &Opts, dir: &Path) -> Value {
     if let Err(e) = dpdk::init(&args) {
         return json!({"error": e.to_string()});
     }
-    let (mut sl, mut tp, mut errors) = (Vec::<Run>::new(), Vec::<Run>::new(), vec![]);
+    let (mut sl, mut tp, mut ms, mut errors) = (
+        Vec::<Run>::new(),
+        Vec::<Run>::new(),
+        Vec::<Run>::new(),
+        vec![],
+    );
     for _ in 0..o.runs {
-        match sluice_run(&capture, o.duration) {
+        match sluice_run(&capture, o.duration, false) {
             Ok(r) => sl.push(r),
             Err(e) => errors.push(format!("sluice: {e}")),
+        }
+        match sluice_run(&capture, o.duration, true) {
+            Ok(r) => ms.push(r),
+            Err(e) => errors.push(format!("sluice macswap: {e}")),
         }
         match testpmd_run(&capture, o.duration) {
             Ok(r) => tp.push(r),
@@ -423,6 +466,7 @@ fn dpdk_bench(o: &Opts, dir: &Path) -> Value {
             "note": "mpps_per_cpu_second divides by the forwarding thread's own CPU time (schedstat), so time taken by other processes on a shared machine does not count; cycles_per_packet is that CPU time in TSC cycles per packet",
         },
         "sluice_worker_forwarder": s_sum,
+        "sluice_worker_macswap_stage": summary(&ms),
         "testpmd_macswap": t_sum,
         "ratio_sluice_to_testpmd": ratio("mpps_per_core"),
         "ratio_sluice_to_testpmd_cpu_normalized": ratio("mpps_per_cpu_second"),
