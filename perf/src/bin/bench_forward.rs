@@ -629,12 +629,14 @@ fn tap_plain(secs: f64) -> Result<f64, String> {
     let mut last_progress = Instant::now();
     while t0.elapsed().as_secs_f64() < secs {
         while inflight < WINDOW {
-            match file.write(&frames[next % frames.len()]) {
-                Ok(_) => {
+            let frame = &frames[next % frames.len()];
+            match file.write(frame) {
+                // A TAP write takes the whole frame or fails.
+                Ok(n) if n == frame.len() => {
                     next += 1;
                     inflight += 1;
                 }
-                Err(_) => break,
+                Ok(_) | Err(_) => break,
             }
         }
         let mut got = false;
