@@ -225,9 +225,7 @@ pub fn explain(ir: &Ir, q: &Query) -> Value {
         return out;
     }
     let name = match l.kind {
-        ListenerKind::TlsPassthrough | ListenerKind::TlsAutoPassthrough => {
-            parsed.sni.clone()
-        }
+        ListenerKind::TlsPassthrough | ListenerKind::TlsAutoPassthrough => parsed.sni.clone(),
         ListenerKind::TlsTerminate => {
             if l.tls.as_ref().is_some_and(|t| t.http) {
                 parsed.http_host.clone().or(parsed.sni.clone())

@@ -703,9 +703,9 @@ impl Ctx<'_> {
             };
             let ns = svc.meta.namespace();
             let fqdn = format!("{}.{ns}.svc.{CLUSTER_DOMAIN}", svc.meta.name);
-            let admitted = server_hosts.iter().any(|(nsc, h)| {
-                (nsc == "*" || nsc == ns) && hostname::istio_matches(h, &fqdn)
-            });
+            let admitted = server_hosts
+                .iter()
+                .any(|(nsc, h)| (nsc == "*" || nsc == ns) && hostname::istio_matches(h, &fqdn));
             if !admitted {
                 continue;
             }
