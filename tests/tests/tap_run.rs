@@ -215,3 +215,122 @@ fn embedded_default_answers_ping_on_sl0() {
     assert!(out.contains("embedded default"), "{out}");
     assert!(!link_exists("sl0"));
 }
+
+/// `sluice run` with a pcap port: the capture's ARP request and pings are answered into
+/// the output capture.
+#[test]
+fn run_replays_a_pcap_port() {
+    use sluice_dataplane::port::pcap;
+    use sluice_dataplane::wire::{arp, ethernet, icmpv4, ip_proto, ipv4, EtherType, MacAddr};
+    let dir = TempDir::new("sluice-pcap-run");
+    let (inp, outp) = (dir.0.join("in.pcap"), dir.0.join("out.pcap"));
+    let peer = MacAddr([0x02, 0, 0, 0, 0, 1]);
+    let mut frames = Vec::new();
+    let mut f = vec![0u8; 42];
+    ethernet::Repr {
+        dst_addr: MacAddr::BROADCAST,
+        src_addr: peer,
+        ethertype: EtherType::Arp,
+    }
+    .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
+    arp::Repr {
+        operation: arp::Operation::Request,
+        source_hardware_addr: peer,
+        source_protocol_addr: "10.9.0.1".parse().unwrap(),
+        target_hardware_addr: MacAddr::ZERO,
+        target_protocol_addr: "10.9.0.2".parse().unwrap(),
+    }
+    .emit(&mut arp::Packet::new_unchecked(&mut f[14..]));
+    frames.push(f);
+    for seq in 0..3u16 {
+        let mut f = vec![0u8; 14 + 20 + 8 + 4];
+        ethernet::Repr {
+            dst_addr: MacAddr::BROADCAST,
+            src_addr: peer,
+            ethertype: EtherType::Ipv4,
+        }
+        .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
+        let mut ip = ipv4::Packet::new_unchecked(&mut f[14..]);
+        ipv4::Repr {
+            src_addr: "10.9.0.1".parse().unwrap(),
+            dst_addr: "10.9.0.2".parse().unwrap(),
+            protocol: ip_proto::ICMP,
+            payload_len: 12,
+            ttl: 64,
+        }
+        .emit(&mut ip);
+        icmpv4::Repr::EchoRequest {
+            ident: 1,
+            seq_no: seq,
+            data_len: 4,
+        }
+        .emit(&mut icmpv4::Packet::new_unchecked(ip.payload_mut()));
+        frames.push(f);
+    }
+    pcap::write_file(&inp, frames.iter().map(|f| &f[..])).unwrap();
+    let cfg = format!(
+        "apiVersion: sluice.dev/v1alpha1\nkind: Appliance\nmetadata: {{name: p}}\nspec:\n  cores: [0]\n  ports:\n  - name: cap\n    pcap: {{rx: {}, tx: {}}}\n    addresses: [10.9.0.2/24]\n",
+        inp.display(),
+        outp.display()
+    );
+    let cfgf = dir.0.join("appliance.yaml");
+    std::fs::write(&cfgf, cfg).unwrap();
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg("-c")
+        .arg(&cfgf)
+        .arg("--admin-socket")
+        .arg(dir.0.join("admin.sock"))
+        .args(["--duration", "1", "--quiet"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = pcap::read_file(&outp).unwrap();
+    assert_eq!(got.len(), 4, "ARP reply + 3 echo replies");
+    assert_eq!(&got[0][12..14], &[0x08, 0x06]);
+    assert_eq!(&got[0][20..22], &[0, 2], "ARP reply");
+    for g in &got[1..] {
+        assert_eq!(&g[..6], &peer.0, "back to the sender");
+        assert_eq!(g[34], 0, "echo reply");
+    }
+}
+
+/// `sluice run` with a DPDK port (a `net_tap` vdev, EAL arguments from the Appliance): the
+/// kernel in a namespace pings sluice through it.
+#[cfg(feature = "dpdk")]
+#[test]
+fn run_with_a_dpdk_net_tap_port() {
+    require_root();
+    let ifname = unique_name("slq");
+    let cfg = format!(
+        "apiVersion: sluice.dev/v1alpha1\nkind: Appliance\nmetadata: {{name: d}}\nspec:\n  cores: [1]\n  ports:\n  - name: vdev\n    dpdk: {{devargs: \"net_tap0,iface={ifname}\"}}\n    addresses: [10.98.0.2/24]\n  eal: [\"--no-huge\", \"--no-pci\", \"--no-shconf\", \"-m\", \"256\", \"-l\", \"0\", \"--file-prefix\", \"{ifname}\", \"--log-level\", \"lib.eal:error\"]\n"
+    );
+    let s = start(Some(&cfg));
+    wait_for("the net_tap device", Duration::from_secs(10), || {
+        link_exists(&ifname)
+    });
+    let ns = Netns::new("slqn");
+    must("ip", &["link", "set", &ifname, "netns", &ns.name]);
+    ns.exec(&["ip", "addr", "add", "10.98.0.1/24", "dev", &ifname]);
+    ns.exec(&["ip", "link", "set", &ifname, "up"]);
+    let out = ns.try_exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.98.0.2"]);
+    // Give the device back before sluice closes it (net_tap deletes it by name).
+    let _ = ns.try_exec(&["ip", "link", "set", &ifname, "netns", "1"]);
+    assert!(
+        out.status.success(),
+        "ping through sluice's DPDK port: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let mut v = s.ctl_stats();
+    wait_for("published counters", Duration::from_secs(10), || {
+        v = s.ctl_stats();
+        v["ports"][0]["workers"]["tx_packets"].as_u64().unwrap_or(0) >= 4
+    });
+    assert_eq!(v["workers"][0]["core"], 1);
+    s.stop();
+    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{ifname}"));
+}
