@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::Path;
 
-use sluice_dataplane::tables::policy::{DenyReason, Direction, DirOutcome, Verdict};
+use sluice_dataplane::tables::policy::{DenyReason, DirOutcome, Direction, Verdict};
 
 use super::*;
 use crate::compile::ir::{Node, Workload};
