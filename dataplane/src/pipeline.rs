@@ -17,7 +17,17 @@
 //! - drops everything else under a [`DropReason`].
 //!
 //! Replies are built in the received buffer: no allocation, no copy beyond the quoted
-//! header of an ICMP error. Nothing here panics on any input (see the property test).
+//! header of an ICMP error. Nothing here panics on any input (see the property tests).
+//!
+//! The common IPv4 case (unicast to our MAC, no options, good checksum, TTL > 1, routed to a
+//! resolved next hop) takes a one-pass fast path over fixed offsets; everything else takes
+//! the general path, and a property test checks both decide every packet alike.
+//!
+//! Known limits of this first stage (later issues replace it): neighbour entries are
+//! refreshed by ARP/ND traffic but never expire or get probed; ICMP errors are not rate
+//! limited; IPv6 extension headers are not walked (a packet to sluice with one is
+//! `local_unhandled`, one in transit is forwarded unchanged); VLAN-tagged frames are
+//! dropped; broadcast/multicast IP is never routed.
 
 pub mod fib;
 pub mod neigh;
