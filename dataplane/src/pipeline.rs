@@ -265,11 +265,10 @@ impl Forwarder {
             if total < ipv4::HEADER_LEN || ETH + total > d.len() || h[22] <= 1 {
                 return None;
             }
-            let mut sum = 0u32;
-            for i in 0..10 {
-                sum += u32::from(u16::from_be_bytes([h[14 + 2 * i], h[15 + 2 * i]]));
-            }
-            if checksum::fold(u64::from(sum)) != 0xffff {
+            // The ones' complement sum is byte-order independent (RFC 1071 §2): add the
+            // header as five native 32-bit words and fold; all-ones reads the same either way.
+            let w = |i: usize| u64::from(u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
+            if checksum::fold(w(14) + w(18) + w(22) + w(26) + w(30)) != 0xffff {
                 return None;
             }
             let dst = u32::from_be_bytes([h[30], h[31], h[32], h[33]]);
