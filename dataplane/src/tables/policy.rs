@@ -366,6 +366,31 @@ struct ProfileInfo {
     count: [u8; 4],
     /// Per protocol class: the union's ranges.
     union: [[PortRange; UNION_INLINE]; 4],
+    /// Per peer kind: a 64-bit Bloom filter of the keys with entries (any protocol),
+    /// so that most keys without an entry cost no probe.
+    bloom: [u64; PEER_KINDS],
+}
+
+#[inline]
+fn bloom_bit(key: u32) -> u64 {
+    1u64 << ((u64::from(key).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as u32)
+}
+
+/// Merges a list sorted by (key, range) into per-key merged range lists.
+fn merge_sorted(flat: &[(u64, PortRange)]) -> Vec<(u64, Vec<PortRange>)> {
+    let mut out: Vec<(u64, Vec<PortRange>)> = Vec::new();
+    for &(k, r) in flat {
+        match out.last_mut() {
+            Some((lk, rs)) if *lk == k => match rs.last_mut() {
+                Some(last) if u32::from(r.lo) <= u32::from(last.hi) + 1 => {
+                    last.hi = last.hi.max(r.hi);
+                }
+                _ => rs.push(r),
+            },
+            _ => out.push((k, vec![r])),
+        }
+    }
+    out
 }
 
 const UNION_INLINE: usize = 2;
@@ -398,12 +423,14 @@ impl DirTable {
                 kinds: 0,
                 count: [0; 4],
                 union: [[SENTINEL; UNION_INLINE]; 4],
+                bloom: [0; PEER_KINDS],
             };
             profiles as usize
         ]
         .into_boxed_slice();
-        let mut merged: std::collections::BTreeMap<u64, Vec<PortRange>> = Default::default();
-        let mut unions: std::collections::BTreeMap<(u32, u8), Vec<PortRange>> = Default::default();
+        // One flat list of (key, range), sorted, then merged per key: no map, no
+        // per-entry allocation (tables reach millions of ranges).
+        let mut flat: Vec<(u64, PortRange)> = Vec::new();
         for e in entries {
             if e.profile >= profiles {
                 return Err(PolicyError::UnknownProfile {
@@ -414,27 +441,36 @@ impl DirTable {
             if e.key == NONE {
                 return Err(PolicyError::ReservedKey);
             }
-            unions
-                .entry((e.profile, e.proto as u8))
-                .or_default()
-                .extend_from_slice(&e.ranges);
             let k = pack(e.profile, e.kind as u8, e.proto as u8, e.key);
-            merged.entry(k).or_default().extend(e.ranges);
+            flat.extend(e.ranges.iter().filter(|r| r.lo <= r.hi).map(|&r| (k, r)));
         }
-        for ((profile, proto), ranges) in unions.iter_mut() {
-            merge_ranges(ranges);
-            let Some(info) = infos.get_mut(*profile as usize) else {
+        // Port unions per (profile, protocol), under the pseudo-kind key.
+        let mut unions: Vec<(u64, PortRange)> = flat
+            .iter()
+            .map(|&(k, r)| {
+                (
+                    pack((k >> 37) as u32, UNION_KIND, ((k >> 32) & 3) as u8, 0),
+                    r,
+                )
+            })
+            .collect();
+        unions.sort_unstable();
+        let unions = merge_sorted(&unions);
+        for (k, ranges) in &unions {
+            let Some(info) = infos.get_mut((k >> 37) as usize) else {
                 continue;
             };
-            let pc = *proto as usize & 3;
+            let pc = ((k >> 32) & 3) as usize;
             if ranges.len() <= UNION_INLINE {
                 info.count[pc] = ranges.len() as u8;
                 info.union[pc][..ranges.len()].copy_from_slice(ranges);
             } else {
                 info.count[pc] = UNION_SPILLED;
-                merged.insert(pack(*profile, UNION_KIND, *proto, 0), ranges.clone());
             }
         }
+        flat.sort_unstable();
+        let mut merged = merge_sorted(&flat);
+        merged.extend(unions.into_iter().filter(|(_, r)| r.len() > UNION_INLINE));
         let cap = (merged.len() * 2).next_power_of_two().max(16);
         let shift = 64 - cap.trailing_zeros();
         let empty = Slot {
@@ -445,8 +481,7 @@ impl DirTable {
         let mut slots = vec![empty; cap].into_boxed_slice();
         let mut extra = Vec::new();
         let mut total = 0usize;
-        for (k, mut ranges) in merged {
-            merge_ranges(&mut ranges);
+        for (k, ranges) in merged {
             let Some(&first) = ranges.first() else {
                 continue;
             };
@@ -456,6 +491,9 @@ impl DirTable {
                 total += ranges.len();
                 if let Some(info) = infos.get_mut(profile) {
                     info.kinds |= 1 << kind;
+                    if let Some(b) = info.bloom.get_mut(usize::from(kind)) {
+                        *b |= bloom_bit(k as u32);
+                    }
                 }
             }
             let more = if ranges.len() > 1 {
@@ -571,7 +609,10 @@ impl DirTable {
             return DirOutcome::Denied(DenyReason::PortNotAllowed);
         }
         for (kind, &key) in peer.iter().enumerate() {
-            if info.kinds & (1 << kind) == 0 || key == NONE {
+            if info.kinds & (1 << kind) == 0
+                || key == NONE
+                || info.bloom[kind] & bloom_bit(key) == 0
+            {
                 continue;
             }
             if let Some(s) = self.find(pack(profile, kind as u8, proto as u8, key)) {

@@ -46,8 +46,7 @@ use ipnet::IpNet;
 use serde::Serialize;
 use sluice_dataplane::tables::ipcache::IpCache;
 use sluice_dataplane::tables::policy::{
-    merge_ranges, DirEntry, DirTable, IdentityEntry, PeerKind, PolicyTables, PortRange, ProtoClass,
-    NONE,
+    DirEntry, DirTable, IdentityEntry, PeerKind, PolicyTables, PortRange, ProtoClass, NONE,
 };
 
 use crate::compile::ir::{Ir, Policy};
@@ -338,6 +337,12 @@ enum PortSpec {
     Named(String, Protocol),
 }
 
+/// Peer keys shared between rules and profiles.
+type PeerKeys = std::rc::Rc<Vec<(PeerKind, u32)>>;
+
+/// One merged entry of a profile: `(peer kind, peer key, protocol) -> sorted ranges`.
+type ProfileEntry = ((PeerKind, u32, ProtoClass), Vec<PortRange>);
+
 /// What makes two groups share a profile: the selecting policies, and (for ingress
 /// rules with named ports) the group's named ports.
 type ProfileKey = (Vec<usize>, Vec<(String, Protocol, u16)>);
@@ -354,7 +359,8 @@ struct Builder<'a> {
     groups_by_ns: Vec<Vec<u32>>,
     groups_by_class: BTreeMap<u32, Vec<u32>>,
     keys: KeySpace,
-    peer_cache: HashMap<String, std::rc::Rc<Vec<(PeerKind, u32)>>>,
+    peer_cache: HashMap<String, PeerKeys>,
+    rule_cache: HashMap<(usize, usize, usize), PeerKeys>,
 }
 
 impl<'a> Builder<'a> {
@@ -377,11 +383,7 @@ impl<'a> Builder<'a> {
     }
 
     /// The peer keys one `NetworkPolicyPeer` of a policy in namespace `ns` names.
-    fn peer_keys(
-        &mut self,
-        ns: u32,
-        peer: &NetworkPolicyPeer,
-    ) -> std::rc::Rc<Vec<(PeerKind, u32)>> {
+    fn peer_keys(&mut self, ns: u32, peer: &NetworkPolicyPeer) -> PeerKeys {
         let cache_key = format!(
             "{ns}|{:?}|{:?}|{:?}",
             peer.pod_selector, peer.namespace_selector, peer.ip_block
@@ -495,57 +497,74 @@ impl<'a> Builder<'a> {
         out
     }
 
+    /// The peer keys of rule `ri` of policy `pi` in `dir` (all its peers, deduplicated;
+    /// "anything" when it has none), computed once per rule.
+    fn rule_keys(
+        &mut self,
+        pi: usize,
+        dir: PolicyType,
+        ri: usize,
+        ns: u32,
+        peers: &[NetworkPolicyPeer],
+    ) -> PeerKeys {
+        let d = usize::from(dir == PolicyType::Ingress);
+        if let Some(k) = self.rule_cache.get(&(pi, d, ri)) {
+            return k.clone();
+        }
+        let mut keys: Vec<(PeerKind, u32)> = Vec::new();
+        if peers.is_empty() {
+            keys.push((PeerKind::Any, self.keys.any()));
+        } else {
+            for peer in peers {
+                keys.extend(self.peer_keys(ns, peer).iter().copied());
+            }
+            keys.sort_unstable();
+            keys.dedup();
+        }
+        let keys = std::rc::Rc::new(keys);
+        self.rule_cache.insert((pi, d, ri), keys.clone());
+        keys
+    }
+
     /// Builds one profile: the union of the rules of `policies` in `dir`, for `local`.
     fn profile_entries(
         &mut self,
         policies: &[usize],
         dir: PolicyType,
         local: &Group,
-    ) -> BTreeMap<(PeerKind, u32, ProtoClass), Vec<PortRange>> {
-        let mut entries: BTreeMap<(PeerKind, u32, ProtoClass), Vec<PortRange>> = BTreeMap::new();
+    ) -> Vec<ProfileEntry> {
+        let mut entries: Vec<(PeerKind, u32, ProtoClass, PortRange)> = Vec::new();
         let ir = self.ir;
         for &pi in policies {
             let p = &ir.policies[pi];
             let Some(ns) = self.ns_of(&p.namespace) else {
                 continue;
             };
-            for (ports, peers) in rules(p, dir) {
+            for (ri, (ports, peers)) in rules(p, dir).into_iter().enumerate() {
                 let specs = self.port_specs(ports, dir, local);
                 if specs.is_empty() {
                     continue;
                 }
-                let mut keys: Vec<(PeerKind, u32)> = Vec::new();
-                if peers.is_empty() {
-                    keys.push((PeerKind::Any, self.keys.any()));
-                } else {
-                    for peer in peers {
-                        keys.extend(self.peer_keys(ns, peer).iter().copied());
-                    }
-                    keys.sort_unstable();
-                    keys.dedup();
-                }
+                let keys = self.rule_keys(pi, dir, ri, ns, peers);
                 let mut named_groups: Option<BTreeSet<u32>> = None;
                 for spec in &specs {
                     match spec {
                         PortSpec::All => {
-                            for &(kind, key) in &keys {
+                            for &(kind, key) in keys.iter() {
                                 for pc in ProtoClass::ALL {
-                                    entries
-                                        .entry((kind, key, pc))
-                                        .or_default()
-                                        .push(PortRange::ALL);
+                                    entries.push((kind, key, pc, PortRange::ALL));
                                 }
                             }
                         }
                         PortSpec::Range(pc, r) => {
-                            for &(kind, key) in &keys {
-                                entries.entry((kind, key, *pc)).or_default().push(*r);
+                            for &(kind, key) in keys.iter() {
+                                entries.push((kind, key, *pc, *r));
                             }
                         }
                         PortSpec::Named(name, proto) => {
                             let gs = named_groups.get_or_insert_with(|| {
                                 let mut s = BTreeSet::new();
-                                for &(kind, key) in &keys {
+                                for &(kind, key) in keys.iter() {
                                     self.groups_of_key(kind, key, &mut s);
                                 }
                                 s
@@ -553,14 +572,12 @@ impl<'a> Builder<'a> {
                             for &g in gs.iter() {
                                 for (n, pr, num) in &self.groups[g as usize].named_ports {
                                     if n == name && pr == proto {
-                                        entries
-                                            .entry((
-                                                PeerKind::Workload,
-                                                self.keys.group(g),
-                                                proto_class(*proto),
-                                            ))
-                                            .or_default()
-                                            .push(PortRange::one(*num));
+                                        entries.push((
+                                            PeerKind::Workload,
+                                            self.keys.group(g),
+                                            proto_class(*proto),
+                                            PortRange::one(*num),
+                                        ));
                                     }
                                 }
                             }
@@ -569,10 +586,20 @@ impl<'a> Builder<'a> {
                 }
             }
         }
-        for r in entries.values_mut() {
-            merge_ranges(r);
+        entries.sort_unstable();
+        let mut out: Vec<ProfileEntry> = Vec::new();
+        for (kind, key, pc, r) in entries {
+            match out.last_mut() {
+                Some(((k, y, p), rs)) if (*k, *y, *p) == (kind, key, pc) => match rs.last_mut() {
+                    Some(last) if u32::from(r.lo) <= u32::from(last.hi) + 1 => {
+                        last.hi = last.hi.max(r.hi);
+                    }
+                    _ => rs.push(r),
+                },
+                _ => out.push(((kind, key, pc), vec![r])),
+            }
         }
-        entries
+        out
     }
 }
 
@@ -741,6 +768,7 @@ pub fn compile_with(ir: &Ir, limits: Limits) -> Result<CompiledPolicy, Vec<Polic
         groups_by_class,
         keys,
         peer_cache: HashMap::new(),
+        rule_cache: HashMap::new(),
     };
 
     // 4. Profiles.

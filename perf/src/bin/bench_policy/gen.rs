@@ -6,8 +6,8 @@
 //! internet as `0.0.0.0/0` minus private ranges, ingress from external CIDRs with
 //! excepts and port ranges, set-based selectors, egress to other namespaces).
 //!
-//! Addressing: each namespace owns an aligned IPv4 /23 (IPv6 /112 inside one /64), each
-//! deployment an aligned /28 inside it (per-namespace IPAM blocks), and each node hosts a
+//! Addressing: each namespace owns an aligned IPv4 /23 (a /119 of one IPv6 /64), each
+//! deployment an aligned /28 inside it, filled from its first address (per-namespace IPAM blocks), and each node hosts a
 //! contiguous run of 50 addresses. Identity tables do not care; the ClassBench export
 //! does (an ACL has no identity indirection, so scattered pods would make its rule set a
 //! cross product of /32s).
@@ -218,7 +218,7 @@ pub fn cluster(n_pods: usize, n_policies: usize, seed: u64) -> Cluster {
         while in_ns < 100 && k < 32 {
             let tier = TIERS[(k as usize) % TIERS.len()];
             let name = format!("a{k}");
-            let size = 5 + rng.below(11);
+            let size = 5 + rng.below(12);
             for p in 0..size {
                 let version = if k % 2 == 1 && p >= size / 2 {
                     "v2"
@@ -226,7 +226,7 @@ pub fn cluster(n_pods: usize, n_policies: usize, seed: u64) -> Cluster {
                     "v1"
                 };
                 let l = labels(&[("app", &name), ("tier", tier), ("version", version)]);
-                let offset = base + (k << 4) + p as u32 + 1;
+                let offset = base + (k << 4) + p as u32;
                 out_pods.push(add_pod(
                     &mut ir,
                     ns,
@@ -283,7 +283,9 @@ pub fn cluster(n_pods: usize, n_policies: usize, seed: u64) -> Cluster {
     let mut per_ns = vec![0usize; n_ns];
     for n in 0..n_policies {
         let nsi = n % n_ns;
-        let t = per_ns[nsi];
+        // The k-th policy of namespace i uses template (i + k) mod 10: every template is
+        // used evenly at any policy count.
+        let t = per_ns[nsi] + nsi;
         per_ns[nsi] += 1;
         let ns = &ns_names[nsi];
         let my = &apps[nsi];
@@ -427,7 +429,10 @@ pub fn cluster(n_pods: usize, n_policies: usize, seed: u64) -> Cluster {
                 policy_types: Some(vec![PolicyType::Egress]),
                 egress: Some(vec![EgressRule {
                     ports: vec![port(Protocol::Tcp, 8080), port(Protocol::Sctp, 3868)],
-                    to: vec![nss(sel(&[("env", "prod")]), Some(sel(&[("tier", "api")])))],
+                    to: vec![nss(
+                        sel(&[("env", "prod"), ("team", &other_team)]),
+                        Some(sel(&[("tier", "api")])),
+                    )],
                 }]),
                 ..Default::default()
             },
@@ -463,7 +468,8 @@ pub struct Probe {
 /// A trace of `n` connection attempts: 70 % pod to pod (half within the namespace
 /// block), 12 % outside to pod, 12 % pod to outside, 6 % node to pod; destination ports
 /// mostly the destination's named ports or common ones; TCP 85 %, UDP 12 %, SCTP 3 %.
-pub fn trace(c: &Cluster, n: usize, v6: bool, seed: u64) -> Vec<Probe> {
+/// With `dsts`, destinations (of the pod-bound shares) are drawn from those pod indices.
+pub fn trace(c: &Cluster, n: usize, v6: bool, seed: u64, dsts: Option<&[usize]>) -> Vec<Probe> {
     let mut rng = Rng::new(seed);
     let mut out = Vec::with_capacity(n);
     let addr = |p: &(Ipv4Addr, Ipv6Addr, Vec<u16>)| -> IpAddr {
@@ -487,7 +493,10 @@ pub fn trace(c: &Cluster, n: usize, v6: bool, seed: u64) -> Vec<Probe> {
     };
     for _ in 0..n {
         let roll = rng.below(100);
-        let di = rng.below(c.pods.len());
+        let di = match dsts {
+            Some(list) if !list.is_empty() => list[rng.below(list.len())],
+            _ => rng.below(c.pods.len()),
+        };
         let d = &c.pods[di];
         let (src, dst, dport_pool): (IpAddr, IpAddr, &[u16]) = if roll < 70 {
             let s = if rng.pct(50) {

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use sluice_ctrl::compile::policy::acl::{self, Family};
 use sluice_ctrl::compile::policy::{compile, CompiledPolicy};
-use sluice_dataplane::tables::policy::{Conn4, Conn6, DirOutcome, PolicyTables, Verdict};
+use sluice_dataplane::tables::policy::{Conn4, Conn6, DirOutcome, PolicyTables, Verdict, NONE};
 
 const TRACE: usize = 65_536;
 const ROUNDS: usize = 7;
@@ -47,6 +47,7 @@ const ACL_TIMEOUT: Duration = Duration::from_secs(900);
 struct Args {
     quick: bool,
     acl: bool,
+    rules_only: bool,
     out: Option<PathBuf>,
 }
 
@@ -54,6 +55,7 @@ fn args() -> Args {
     let mut a = Args {
         quick: false,
         acl: true,
+        rules_only: false,
         out: None,
     };
     let mut it = std::env::args().skip(1);
@@ -61,6 +63,7 @@ fn args() -> Args {
         match x.as_str() {
             "--quick" => a.quick = true,
             "--no-acl" => a.acl = false,
+            "--rules-only" => a.rules_only = true,
             "--out" => a.out = it.next().map(PathBuf::from),
             other => eprintln!("bench_policy: ignoring unknown argument {other}"),
         }
@@ -308,11 +311,15 @@ fn acl_side(
     trace: &[gen::Probe],
     v6: bool,
     sluice_lps: f64,
+    rules_only: bool,
 ) -> Value {
     let family = if v6 { Family::V6 } else { Family::V4 };
     let t0 = Instant::now();
     let (eg, ing) = acl::export(c, family);
     let export_s = t0.elapsed().as_secs_f64();
+    if rules_only {
+        return json!({"rules": {"egress": eg.rules.len(), "ingress": ing.rules.len()}, "export_seconds": export_s});
+    }
     let tag = if v6 { "v6" } else { "v4" };
     let trace_path = dir.join(format!("trace.{tag}"));
     if let Err(e) = std::fs::write(&trace_path, trace_file(trace, v6)) {
@@ -434,9 +441,11 @@ fn main() {
     };
     let dir = std::env::temp_dir().join(format!("sluice-bench-policy-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
-    let acl_present = a.acl
-        && std::env::var_os("PATH")
-            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("dpdk-test-acl").is_file()));
+    let acl_present = a.rules_only
+        || a.acl
+            && std::env::var_os("PATH").is_some_and(|p| {
+                std::env::split_paths(&p).any(|d| d.join("dpdk-test-acl").is_file())
+            });
     let mut results = Vec::new();
     for &(pods, policies) in scenarios {
         eprintln!("bench_policy: {pods} pods, {policies} policies");
@@ -469,12 +478,39 @@ fn main() {
             },
         });
         for (key, v6) in [("ipv4", false), ("ipv6", true)] {
-            let trace = gen::trace(&cluster, TRACE, v6, 0x7ace + policies as u64);
-            let s = sluice_rate(&c.tables, &trace, v6);
+            let trace = gen::trace(&cluster, TRACE, v6, 0x7ace + policies as u64, None);
+            let mut s = sluice_rate(&c.tables, &trace, v6);
+            // The same mix with every destination an ingress-isolated pod: the cost of
+            // evaluating policy, apart from how much of the cluster policy covers.
+            let isolated: Vec<usize> = cluster
+                .pods
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| {
+                    let ip = if v6 { IpAddr::V6(p.1) } else { IpAddr::V4(p.0) };
+                    let id = c.tables.identity(ip) as usize;
+                    c.tables
+                        .identities()
+                        .get(id)
+                        .is_some_and(|e| e.ingress != NONE)
+                })
+                .map(|(i, _)| i)
+                .collect();
+            if !isolated.is_empty() {
+                let t2 = gen::trace(
+                    &cluster,
+                    TRACE,
+                    v6,
+                    0x150 + policies as u64,
+                    Some(&isolated),
+                );
+                let s2 = sluice_rate(&c.tables, &t2, v6);
+                s["isolated_destinations"] = s2;
+            }
             let lps = s["lookups_per_sec"].as_f64().unwrap_or(0.0);
             let acl = if acl_present {
                 eprintln!("bench_policy:   {key}: rte_acl");
-                acl_side(&dir, &c, &trace, v6, lps)
+                acl_side(&dir, &c, &trace, v6, lps, a.rules_only)
             } else {
                 json!({"skipped": if a.acl { "dpdk-test-acl not found (Debian package dpdk-dev)" } else { "--no-acl" }})
             };
@@ -503,6 +539,25 @@ fn main() {
         };
         if let (Some(lo), Some(hi)) = (lo, hi) {
             growth.insert(key.into(), json!(hi / lo));
+        }
+        let iso = |pods: usize, pol: usize| {
+            results
+                .iter()
+                .find(|r| {
+                    r["policies"] == pol
+                        && r["pods"]
+                            .as_u64()
+                            .is_some_and(|p| p as usize >= pods * 9 / 10)
+                })
+                .and_then(|r| r[key]["sluice"]["isolated_destinations"]["ns_per_lookup"].as_f64())
+        };
+        let (lo, hi) = if a.quick {
+            (iso(1_000, 10), iso(10_000, 1_000))
+        } else {
+            (iso(50_000, 10), iso(50_000, 10_000))
+        };
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            growth.insert(format!("{key}_isolated_destinations"), json!(hi / lo));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
