@@ -10,6 +10,7 @@
 //! - [`compile`]: the resolved IR (listeners, routes, backends, workloads, policies).
 //! - [`config`]: load -> validate -> IR in one call, summaries and table dumps.
 //! - [`explain`]: trace one hypothetical connection (`sluice explain`).
+//! - [`stdout`]: command output that survives a closed pipe.
 //! - [`run`]: `sluice run`: the Appliance translated into ports and pinned workers.
 //! - [`api`]: the admin socket of a running instance and `sluice ctl`, its client.
 
@@ -21,4 +22,5 @@ pub mod explain;
 pub mod load;
 pub mod model;
 pub mod run;
+pub mod stdout;
 pub mod validate;

@@ -99,7 +99,7 @@ fn main() -> ExitCode {
                     eprintln!("{d}");
                 }
             }
-            print!("{}", c.summary());
+            sluice_ctrl::stdout::write(&c.summary());
             ExitCode::SUCCESS
         }
         Command::Explain {
@@ -133,7 +133,7 @@ fn main() -> ExitCode {
                 payload,
             };
             let v = explain::explain(&ir, &q);
-            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            sluice_ctrl::stdout::line(&serde_json::to_string_pretty(&v).unwrap_or_default());
             ExitCode::SUCCESS
         }
         Command::Tables { config, route } => {
@@ -143,7 +143,9 @@ fn main() -> ExitCode {
             let v = config::tables_json(&ir, route.as_deref());
             match v {
                 Some(v) => {
-                    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                    sluice_ctrl::stdout::line(
+                        &serde_json::to_string_pretty(&v).unwrap_or_default(),
+                    );
                     ExitCode::SUCCESS
                 }
                 None => {

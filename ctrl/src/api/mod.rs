@@ -324,8 +324,8 @@ pub fn ctl(args: &CtlArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     match &args.command {
-        CtlCommand::Stats { json: false } => print!("{}", human_stats(&v)),
-        _ => println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default()),
+        CtlCommand::Stats { json: false } => crate::stdout::write(&human_stats(&v)),
+        _ => crate::stdout::line(&serde_json::to_string_pretty(&v).unwrap_or_default()),
     }
     ExitCode::SUCCESS
 }
