@@ -207,7 +207,7 @@ fn run_acl(
         "--no-huge",
         "--no-pci",
         "-m",
-        "3072",
+        "6144",
         "-l",
         "0",
         &format!("--file-prefix=sluice-bench-policy-{}", std::process::id()),
@@ -517,6 +517,15 @@ fn main() {
             entry[key] = json!({"trace": TRACE, "sluice": s, "rte_acl": acl});
         }
         results.push(entry);
+        // Keep what is measured so far, in case a long rte_acl build is interrupted.
+        if let Some(p) = &a.out {
+            let partial =
+                json!({"benchmark": "bench_policy", "partial": true, "scenarios": results});
+            let _ = std::fs::write(
+                p,
+                serde_json::to_string_pretty(&partial).unwrap_or_default(),
+            );
+        }
     }
     // Growth of the lookup cost from the fewest to the most policies at the same pods.
     let mut growth = serde_json::Map::new();
