@@ -18,6 +18,7 @@
 pub mod backends;
 pub mod ir;
 pub mod policy;
+pub mod snapshot;
 pub mod tables;
 
 use std::collections::BTreeMap;

@@ -7,3 +7,4 @@ pub mod listeners;
 pub mod lpm;
 pub mod maglev;
 pub mod policy;
+pub mod snapshot;
