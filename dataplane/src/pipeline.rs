@@ -48,6 +48,9 @@ use std::sync::Arc;
 pub enum Verdict {
     /// Send it on this port (index in configuration order).
     Tx(u32),
+    /// Hand it to this worker (the owner of its flow) through the redirect ring; it
+    /// arrives there as if received on the same port.
+    Redirect(u32),
     /// Drop it, counting the reason.
     Drop(DropReason),
 }
@@ -81,6 +84,10 @@ pub trait Stage: Send {
         verdicts: &mut [Verdict],
         ctx: &mut Ctx<'_>,
     );
+
+    /// Called once per poll round after the bursts (the quiescent point): timers and
+    /// other housekeeping. The default does nothing.
+    fn maintain(&mut self, _ctx: &mut Ctx<'_>) {}
 }
 
 /// One port as the pipeline sees it.
@@ -101,6 +108,9 @@ pub struct ForwarderConfig {
     pub ports: Vec<PortConf>,
     /// Forwarding table.
     pub fib: Fib,
+    /// Virtual addresses (listener addresses): sluice answers ARP/ND and echo for them on
+    /// every port, and they count as its own.
+    pub virtual_addrs: Vec<IpAddr>,
     /// Every IPv4 address of sluice, and every directed broadcast of its networks, as
     /// words (the per-packet "is it ours?" checks).
     local_v4: Vec<u32>,
@@ -110,6 +120,15 @@ pub struct ForwarderConfig {
 impl ForwarderConfig {
     /// Builds the configuration, deriving the FIB from the ports' addresses and `routes`.
     pub fn new(ports: Vec<PortConf>, routes: &[Route]) -> Result<ForwarderConfig, String> {
+        ForwarderConfig::with_virtual(ports, routes, Vec::new())
+    }
+
+    /// As [`ForwarderConfig::new`], plus virtual addresses answered on every port.
+    pub fn with_virtual(
+        ports: Vec<PortConf>,
+        routes: &[Route],
+        virtual_addrs: Vec<IpAddr>,
+    ) -> Result<ForwarderConfig, String> {
         let addrs: Vec<Vec<IfAddr>> = ports.iter().map(|p| p.addrs.clone()).collect();
         let fib = Fib::new(&addrs, routes)?;
         let mut local_v4 = Vec::new();
@@ -122,9 +141,15 @@ impl ForwarderConfig {
                 }
             }
         }
+        for a in &virtual_addrs {
+            if let IpAddr::V4(v) = a {
+                local_v4.push(u32::from(*v));
+            }
+        }
         Ok(ForwarderConfig {
             ports,
             fib,
+            virtual_addrs,
             local_v4,
             bcast_v4,
         })
@@ -152,16 +177,31 @@ impl ForwarderConfig {
             })
     }
 
-    fn is_ours(&self, ip: IpAddr) -> bool {
-        self.ports
-            .iter()
-            .any(|p| p.addrs.iter().any(|a| a.addr == ip))
+    /// Whether `ip` is one of sluice's addresses (a port's, or a virtual one).
+    pub fn is_ours(&self, ip: IpAddr) -> bool {
+        self.virtual_addrs.contains(&ip)
+            || self
+                .ports
+                .iter()
+                .any(|p| p.addrs.iter().any(|a| a.addr == ip))
     }
 
+    /// Whether `ip` is sluice's on `port` (its own address there, or a virtual one).
     fn is_ours_on(&self, port: usize, ip: IpAddr) -> bool {
-        self.ports
-            .get(port)
-            .is_some_and(|p| p.addrs.iter().any(|a| a.addr == ip))
+        self.virtual_addrs.contains(&ip)
+            || self
+                .ports
+                .get(port)
+                .is_some_and(|p| p.addrs.iter().any(|a| a.addr == ip))
+    }
+
+    /// sluice's first address of `ip`'s family on `port` (the source address NAT uses
+    /// towards hosts behind that port).
+    pub fn addr_on(&self, port: usize, family_of: IpAddr) -> Option<IpAddr> {
+        match family_of {
+            IpAddr::V4(_) => self.v4_on(port).map(IpAddr::V4),
+            IpAddr::V6(_) => self.v6_on(port).map(IpAddr::V6),
+        }
     }
 }
 
@@ -637,12 +677,16 @@ impl Forwarder {
         };
         let _ = pkt.set_len(ETH + ipv6::HEADER_LEN + plen);
         if dst.is_multicast() {
-            let ours = self.conf.ports.get(in_port).is_some_and(|p| {
-                p.addrs.iter().any(|a| match a.addr {
-                    IpAddr::V6(v) => ipv6::solicited_node(v) == dst,
-                    IpAddr::V4(_) => false,
-                })
-            });
+            let solicited = |a: &IpAddr| match a {
+                IpAddr::V6(v) => ipv6::solicited_node(*v) == dst,
+                IpAddr::V4(_) => false,
+            };
+            let ours = self
+                .conf
+                .ports
+                .get(in_port)
+                .is_some_and(|p| p.addrs.iter().any(|a| solicited(&a.addr)))
+                || self.conf.virtual_addrs.iter().any(solicited);
             if next == ip_proto::ICMPV6
                 && (ours || dst == Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1))
             {

@@ -7,33 +7,53 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-macro_rules! drop_reasons {
-    ($($(#[doc = $doc:literal])* $name:ident => $text:literal,)*) => {
-        /// Why a packet was dropped.
+macro_rules! named_counters {
+    ($(#[doc = $edoc:literal])* $enum:ident { $($(#[doc = $doc:literal])* $name:ident => $text:literal,)* }) => {
+        $(#[doc = $edoc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         #[repr(u8)]
         #[non_exhaustive]
-        pub enum DropReason {
+        pub enum $enum {
             $($(#[doc = $doc])* $name,)*
         }
 
-        impl DropReason {
-            /// Every reason, in counter order.
-            pub const ALL: &'static [DropReason] = &[$(DropReason::$name,)*];
-            /// Number of reasons.
-            pub const COUNT: usize = [$(DropReason::$name,)*].len();
+        impl $enum {
+            /// Every variant, in counter order.
+            pub const ALL: &'static [$enum] = &[$($enum::$name,)*];
+            /// Number of variants.
+            pub const COUNT: usize = [$($enum::$name,)*].len();
 
-            /// The reason's stable snake_case name (used in stats output).
+            /// The stable snake_case name (used in stats output).
             pub const fn name(self) -> &'static str {
                 match self {
-                    $(DropReason::$name => $text,)*
+                    $($enum::$name => $text,)*
                 }
             }
         }
     };
 }
 
-drop_reasons! {
+named_counters! {
+/// Events worth counting that are not drops (flows, redirects).
+Event {
+    /// A flow was admitted (NAT, transparent or routed).
+    FlowCreated => "flow_created",
+    /// A flow timed out.
+    FlowExpired => "flow_expired",
+    /// A flow's policy was re-checked after a table swap.
+    PolicyRechecked => "policy_rechecked",
+    /// A packet was handed to another worker (the owner of its flow).
+    RedirectedOut => "redirected_out",
+    /// A packet arrived from another worker's redirect.
+    RedirectedIn => "redirected_in",
+    /// A TCP RST or ICMP unreachable was sent for a rejected backend share.
+    RejectSent => "reject_sent",
+}
+}
+
+named_counters! {
+/// Why a packet was dropped.
+DropReason {
     /// Shorter than an Ethernet header.
     EthTruncated => "eth_truncated",
     /// Unicast to another MAC, or multicast sluice does not listen to.
@@ -82,6 +102,33 @@ drop_reasons! {
     BadPort => "bad_port",
     /// The packet does not fit the buffer after a rewrite.
     NoRoom => "no_room",
+    /// A new connection NetworkPolicy does not allow (source -> backend or destination).
+    PolicyDenied => "policy_denied",
+    /// A packet of a flow that a newer policy no longer allows: the flow was closed.
+    PolicyRevoked => "policy_revoked",
+    /// A new flow while the worker's flow table is full (established flows untouched).
+    FlowTableFull => "flow_table_full",
+    /// A TCP segment other than a SYN that belongs to no tracked connection.
+    NoFlow => "no_flow",
+    /// The connection hashed to an invalid backend's share: answered with a TCP RST or an
+    /// ICMP port unreachable.
+    BackendRejected => "backend_rejected",
+    /// No source NAT port free for this backend on this worker.
+    SnatPortsExhausted => "snat_ports_exhausted",
+    /// No sluice address of the backend's family on the port towards it (nothing to
+    /// source-NAT to), or the backend's family differs from the client's in transparent
+    /// mode.
+    NoSnatAddress => "no_snat_address",
+    /// A fragment of a datagram to a listener (sluice does not reassemble).
+    Fragment => "fragment",
+    /// A connection to a listener that routes by SNI or Host, which needs delayed binding.
+    NeedsDelayedBinding => "needs_delayed_binding",
+    /// The owner worker's redirect ring was full.
+    RedirectFull => "redirect_full",
+    /// The listener's route does not apply to this destination (destinationSubnets), or
+    /// the listener has no route for the connection.
+    NoRouteMatch => "no_route_match",
+}
 }
 
 impl core::fmt::Display for DropReason {
@@ -110,6 +157,10 @@ pub struct Counters {
     pub ports: Vec<PortCounters>,
     /// Drops by reason, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::COUNT],
+    /// Events, indexed by `Event as usize`.
+    pub events: [u64; Event::COUNT],
+    /// Flows in the worker's table when last published.
+    pub flows: u64,
     /// Poll rounds that received nothing on any port.
     pub empty_polls: u64,
     /// Poll rounds that received something.
@@ -126,6 +177,8 @@ impl Counters {
         Counters {
             ports: vec![PortCounters::default(); ports],
             drops: [0; DropReason::COUNT],
+            events: [0; Event::COUNT],
+            flows: 0,
             empty_polls: 0,
             busy_polls: 0,
             busy_cycles: 0,
@@ -143,6 +196,17 @@ impl Counters {
     #[inline]
     pub fn drop_n(&mut self, r: DropReason, n: u64) {
         self.drops[r as usize] += n;
+    }
+
+    /// Counts one event.
+    #[inline]
+    pub fn event(&mut self, e: Event) {
+        self.events[e as usize] += 1;
+    }
+
+    /// Events counted under `e`.
+    pub fn events_of(&self, e: Event) -> u64 {
+        self.events[e as usize]
     }
 
     /// Drops counted under `r`.
@@ -169,6 +233,10 @@ impl Counters {
         for (a, b) in self.drops.iter_mut().zip(o.drops.iter()) {
             *a += b;
         }
+        for (a, b) in self.events.iter_mut().zip(o.events.iter()) {
+            *a += b;
+        }
+        self.flows += o.flows;
         self.empty_polls += o.empty_polls;
         self.busy_polls += o.busy_polls;
         self.busy_cycles += o.busy_cycles;
@@ -195,7 +263,8 @@ struct AlignedU64(AtomicU64);
 pub struct SharedCounters {
     ports: Box<[[AlignedU64; 4]]>,
     drops: Box<[AlignedU64]>,
-    polls: [AlignedU64; 4],
+    events: Box<[AlignedU64]>,
+    polls: [AlignedU64; 5],
 }
 
 impl core::fmt::Debug for SharedCounters {
@@ -212,6 +281,7 @@ impl SharedCounters {
             drops: (0..DropReason::COUNT)
                 .map(|_| AlignedU64::default())
                 .collect(),
+            events: (0..Event::COUNT).map(|_| AlignedU64::default()).collect(),
             polls: Default::default(),
         }
     }
@@ -231,6 +301,10 @@ impl SharedCounters {
         self.polls[1].0.store(c.busy_polls, Relaxed);
         self.polls[2].0.store(c.busy_cycles, Relaxed);
         self.polls[3].0.store(c.packets, Relaxed);
+        self.polls[4].0.store(c.flows, Relaxed);
+        for (s, e) in self.events.iter().zip(c.events.iter()) {
+            s.0.store(*e, Relaxed);
+        }
     }
 
     /// Reads the last published counters.
@@ -249,6 +323,10 @@ impl SharedCounters {
         c.busy_polls = self.polls[1].0.load(Relaxed);
         c.busy_cycles = self.polls[2].0.load(Relaxed);
         c.packets = self.polls[3].0.load(Relaxed);
+        c.flows = self.polls[4].0.load(Relaxed);
+        for (e, s) in c.events.iter_mut().zip(self.events.iter()) {
+            *e = s.0.load(Relaxed);
+        }
         c
     }
 }

@@ -13,7 +13,8 @@
 
 use crate::pipeline::{Ctx, Stage, Verdict};
 use crate::port::{self, Burst, Queue, BURST};
-use crate::stats::{Counters, DropReason, SharedCounters};
+use crate::stats::{Counters, DropReason, Event, SharedCounters};
+use crossbeam_queue::ArrayQueue;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,6 +66,40 @@ pub struct Worker<S: Stage> {
     last_flush: u64,
     start_tsc: u64,
     discarded_seen: u64,
+    redirects: Option<Arc<Redirects>>,
+    /// A redirected packet popped while grouping another port's: first of the next group.
+    held: Option<(u32, port::Pkt)>,
+}
+
+/// Lock-free rings between workers, one per worker (many producers, one consumer): a
+/// worker that receives a packet of a flow another worker owns (the NIC or kernel steered
+/// it differently) hands it over with the port it came in on. Allocated once.
+pub struct Redirects {
+    rings: Box<[ArrayQueue<(u32, port::Pkt)>]>,
+}
+
+impl core::fmt::Debug for Redirects {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Redirects")
+            .field("workers", &self.rings.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Redirects {
+    /// Rings for `workers` workers, `depth` packets each.
+    pub fn new(workers: usize, depth: usize) -> Arc<Redirects> {
+        Arc::new(Redirects {
+            rings: (0..workers)
+                .map(|_| ArrayQueue::new(depth.max(1)))
+                .collect(),
+        })
+    }
+
+    /// Packets waiting for worker `w`.
+    pub fn pending(&self, w: usize) -> usize {
+        self.rings.get(w).map_or(0, ArrayQueue::len)
+    }
 }
 
 impl<S: Stage> core::fmt::Debug for Worker<S> {
@@ -97,6 +132,8 @@ impl<S: Stage> Worker<S> {
             last_flush: now,
             start_tsc: now,
             discarded_seen: 0,
+            redirects: None,
+            held: None,
         }
     }
 
@@ -120,8 +157,16 @@ impl<S: Stage> Worker<S> {
         port::tsc().wrapping_sub(self.start_tsc) / self.tsc_per_ms
     }
 
+    /// Hands this worker the rings through which workers pass each other the packets of
+    /// flows they do not own (see [`Redirects`]).
+    pub fn with_redirects(mut self, redirects: Arc<Redirects>) -> Worker<S> {
+        self.redirects = Some(redirects);
+        self
+    }
+
     /// One poll round over every port at time `now_ms` (the worker's clock, or a virtual
-    /// one in simulations). Returns the number of packets received.
+    /// one in simulations): each port's rx burst, then what other workers redirected
+    /// here, then the stage's timers. Returns the number of packets received.
     pub fn poll_once(&mut self, now_ms: u64) -> usize {
         let t0 = port::tsc();
         let mut total = 0usize;
@@ -141,55 +186,15 @@ impl<S: Stage> Worker<S> {
                 .iter()
                 .map(|p| p.len() as u64)
                 .sum::<u64>();
+            self.handle_burst(pi, now_ms);
+        }
+        total += self.poll_redirects(now_ms);
+        {
             let mut ctx = Ctx {
                 now_ms,
                 counters: &mut self.counters,
             };
-            self.stage
-                .process_burst(pi, self.rx.as_mut_slice(), &mut self.verdicts, &mut ctx);
-            let Self {
-                rx,
-                tx,
-                verdicts,
-                queues,
-                counters,
-                ..
-            } = self;
-            // The common case: the whole burst goes out of one port whose buffer is empty.
-            // Swap the two buffers instead of moving packets one by one.
-            if let Verdict::Tx(out) = verdicts[0] {
-                let out = out as usize;
-                if out < tx.len()
-                    && tx[out].is_empty()
-                    && verdicts[1..n].iter().all(|v| *v == verdicts[0])
-                {
-                    core::mem::swap(rx, &mut tx[out]);
-                    counters.ports[out].tx_bytes += tx[out]
-                        .as_slice()
-                        .iter()
-                        .map(|p| p.len() as u64)
-                        .sum::<u64>();
-                    if tx[out].is_full() {
-                        flush_port(&mut queues[out], &mut tx[out], out, counters);
-                    }
-                    continue;
-                }
-            }
-            for (p, v) in rx.drain().zip(verdicts.iter()) {
-                match *v {
-                    Verdict::Tx(out) if (out as usize) < tx.len() => {
-                        let out = out as usize;
-                        if tx[out].is_full() {
-                            flush_port(&mut queues[out], &mut tx[out], out, counters);
-                        }
-                        counters.ports[out].tx_bytes += p.len() as u64;
-                        // Cannot fail: just flushed if it was full.
-                        let _ = tx[out].push(p);
-                    }
-                    Verdict::Tx(_) => counters.drop(DropReason::BadPort),
-                    Verdict::Drop(r) => counters.drop(r),
-                }
-            }
+            self.stage.maintain(&mut ctx);
         }
         let now = port::tsc();
         if !saturated || now.wrapping_sub(self.last_flush) >= self.flush_ticks {
@@ -208,6 +213,108 @@ impl<S: Stage> Worker<S> {
             self.publish();
         }
         total
+    }
+
+    /// Takes up to a burst from this worker's redirect ring, grouped by port (a packet of
+    /// another port waits for the next group), and processes it. Returns how many.
+    fn poll_redirects(&mut self, now_ms: u64) -> usize {
+        let Some(r) = self.redirects.clone() else {
+            return 0;
+        };
+        let Some(ring) = r.rings.get(self.cfg.id) else {
+            return 0;
+        };
+        let mut total = 0;
+        while total < BURST {
+            let Some((port, first)) = self.held.take().or_else(|| ring.pop()) else {
+                break;
+            };
+            let _ = self.rx.push(first);
+            while !self.rx.is_full() {
+                match ring.pop() {
+                    Some((p, pkt)) if p == port => {
+                        let _ = self.rx.push(pkt);
+                    }
+                    Some(other) => {
+                        self.held = Some(other);
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            let n = self.rx.len();
+            total += n;
+            for _ in 0..n {
+                self.counters.event(Event::RedirectedIn);
+            }
+            self.handle_burst(port as usize, now_ms);
+        }
+        total
+    }
+
+    /// Runs the stage over the burst in `self.rx` (received on `pi`) and moves every
+    /// packet by its verdict.
+    fn handle_burst(&mut self, pi: usize, now_ms: u64) {
+        let n = self.rx.len();
+        let mut ctx = Ctx {
+            now_ms,
+            counters: &mut self.counters,
+        };
+        self.stage
+            .process_burst(pi, self.rx.as_mut_slice(), &mut self.verdicts, &mut ctx);
+        let Self {
+            rx,
+            tx,
+            verdicts,
+            queues,
+            counters,
+            redirects,
+            ..
+        } = self;
+        // The common case: the whole burst goes out of one port whose buffer is empty.
+        // Swap the two buffers instead of moving packets one by one.
+        if let Verdict::Tx(out) = verdicts[0] {
+            let out = out as usize;
+            if out < tx.len()
+                && tx[out].is_empty()
+                && verdicts[1..n].iter().all(|v| *v == verdicts[0])
+            {
+                core::mem::swap(rx, &mut tx[out]);
+                counters.ports[out].tx_bytes += tx[out]
+                    .as_slice()
+                    .iter()
+                    .map(|p| p.len() as u64)
+                    .sum::<u64>();
+                if tx[out].is_full() {
+                    flush_port(&mut queues[out], &mut tx[out], out, counters);
+                }
+                return;
+            }
+        }
+        for (p, v) in rx.drain().zip(verdicts.iter()) {
+            match *v {
+                Verdict::Tx(out) if (out as usize) < tx.len() => {
+                    let out = out as usize;
+                    if tx[out].is_full() {
+                        flush_port(&mut queues[out], &mut tx[out], out, counters);
+                    }
+                    counters.ports[out].tx_bytes += p.len() as u64;
+                    // Cannot fail: just flushed if it was full.
+                    let _ = tx[out].push(p);
+                }
+                Verdict::Tx(_) => counters.drop(DropReason::BadPort),
+                Verdict::Redirect(w) => {
+                    match redirects.as_ref().and_then(|r| r.rings.get(w as usize)) {
+                        Some(ring) => match ring.push((pi as u32, p)) {
+                            Ok(()) => counters.event(Event::RedirectedOut),
+                            Err(_) => counters.drop(DropReason::RedirectFull),
+                        },
+                        None => counters.drop(DropReason::BadPort),
+                    }
+                }
+                Verdict::Drop(r) => counters.drop(r),
+            }
+        }
     }
 
     /// Sends every tx buffer now.

@@ -78,6 +78,7 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, String> {
                 .map(|b| (b.host.clone(), b.route as u32))
                 .collect(),
             https_redirect: l.https_redirect,
+            transparent: false,
         })
         .collect();
     ListenerTable::build(specs, routes).map_err(|e| e.to_string())

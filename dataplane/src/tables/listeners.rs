@@ -146,6 +146,9 @@ pub struct ListenerEntry {
     pub hosts: HostMatcher<u32>,
     /// Plain HTTP answered with a redirect to https.
     pub https_redirect: bool,
+    /// Transparent: forward without source NAT (sluice is the backends' gateway), so the
+    /// backend sees the client's address.
+    pub transparent: bool,
 }
 
 impl ListenerEntry {
@@ -181,6 +184,8 @@ pub struct ListenerSpec {
     pub bindings: Vec<(String, u32)>,
     /// httpsRedirect.
     pub https_redirect: bool,
+    /// No source NAT (see [`ListenerEntry::transparent`]).
+    pub transparent: bool,
 }
 
 /// Why the listener table could not be built.
@@ -278,9 +283,18 @@ impl ListenerTable {
                 kind: spec.kind,
                 hosts,
                 https_redirect: spec.https_redirect,
+                transparent: spec.transparent,
             });
         }
         Ok(t)
+    }
+
+    /// The listener bound to exactly this address, port and protocol (not the any-address
+    /// ones: those only apply to traffic addressed to sluice itself).
+    #[inline]
+    pub fn lookup_bound(&self, dst: IpAddr, port: u16, proto: u8) -> Option<&ListenerEntry> {
+        let i = *self.bound.get(&(dst, port, proto))?;
+        self.listeners.get(i as usize)
     }
 
     /// The listener for a destination, if any: one bound to the address first, then one
@@ -353,6 +367,7 @@ mod tests {
                     kind: ListenerKind::TlsPassthrough,
                     bindings: vec![("*.example.com".into(), 0), ("a.example.com".into(), 1)],
                     https_redirect: false,
+                    transparent: false,
                 },
                 ListenerSpec {
                     name: "vip".into(),
@@ -362,6 +377,7 @@ mod tests {
                     kind: ListenerKind::Tcp,
                     bindings: vec![("*".into(), 2)],
                     https_redirect: false,
+                    transparent: false,
                 },
             ],
             vec![
@@ -406,6 +422,7 @@ mod tests {
             kind: ListenerKind::Tcp,
             bindings: vec![("*".into(), 0)],
             https_redirect: false,
+            transparent: false,
         };
         assert!(matches!(
             ListenerTable::build(vec![spec(1), spec(1)], vec![route("r", "10.0.0.1:1")]),
