@@ -29,6 +29,7 @@
 //! `local_unhandled`, one in transit is forwarded unchanged); VLAN-tagged frames are
 //! dropped; broadcast/multicast IP is never routed.
 
+pub mod balancer;
 pub mod fib;
 pub mod neigh;
 
@@ -272,6 +273,11 @@ impl Forwarder {
             });
         }
         n
+    }
+
+    /// The configuration (ports, FIB, addresses).
+    pub fn config(&self) -> &ForwarderConfig {
+        &self.conf
     }
 
     /// The shared neighbour cache.
