@@ -24,6 +24,7 @@ use crate::model::appliance::ApplianceSpec;
 use crate::model::Object;
 use crate::reload::{self, Prepared, ReloadOutcome, ReloadStatus, Reloader};
 use crate::sources::{FileWatch, Sighup, Trigger};
+use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{
     Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Route,
 };
@@ -340,27 +341,28 @@ fn open_port(p: &PortPlan, queues: u16, pool: &Pool) -> Result<Opened, String> {
     r.map_err(|e| format!("port {}: {e}", p.name))
 }
 
-/// What one worker's stage needs besides its forwarder and its tables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StageSettings {
-    /// This worker's index.
-    pub worker: usize,
-    /// Number of workers.
-    pub workers: usize,
-    /// Flow-table entries.
-    pub flow_capacity: usize,
-}
+/// The stage every worker runs: connection tracking, policy, Maglev and NAT in front of
+/// the forwarder, reading the published tables once per burst.
+type RunStage = Balancer;
 
-/// The stage every worker runs.
-type RunStage = Forwarder;
-
-/// Builds one worker's stage: the forwarder, plus the flow table and the NAT stage that
-/// read the published tables through `tables`.
-fn stage(fwd: Forwarder, tables: Reader<Tables>, s: StageSettings) -> RunStage {
-    // The NAT stage (`pipeline::balancer::Balancer`) is not in the dataplane yet: until it
-    // is, workers forward and the reader stays offline (it holds back no reclamation).
-    let _ = (tables, s);
-    fwd
+/// Builds worker `worker`'s stage (of `workers`), with `flow_capacity` flow-table entries.
+fn stage(
+    fwd: Forwarder,
+    tables: Reader<Tables>,
+    worker: usize,
+    workers: usize,
+    flow_capacity: usize,
+) -> RunStage {
+    Balancer::new(
+        fwd,
+        tables,
+        BalancerConfig {
+            worker,
+            workers,
+            flow_capacity,
+            ..BalancerConfig::default()
+        },
+    )
 }
 
 fn run_inner(args: &RunArgs) -> Result<(), String> {
@@ -443,11 +445,6 @@ fn run_inner(args: &RunArgs) -> Result<(), String> {
         let tables = reloader
             .reader()
             .ok_or_else(|| format!("worker {id}: no table reader left"))?;
-        let settings = StageSettings {
-            worker: id,
-            workers: workers_n,
-            flow_capacity: plan.flow_capacity,
-        };
         let w = Worker::new(
             WorkerConfig {
                 id,
@@ -458,7 +455,9 @@ fn run_inner(args: &RunArgs) -> Result<(), String> {
             stage(
                 Forwarder::new(conf.clone(), neighbours.clone()),
                 tables,
-                settings,
+                id,
+                workers_n,
+                plan.flow_capacity,
             ),
         )
         .with_redirects(redirects.clone());
@@ -649,6 +648,37 @@ mod tests {
             ]
         );
         assert_eq!(p.admin_socket, PathBuf::from(DEFAULT_ADMIN_SOCKET));
+        assert_eq!(p.flow_capacity, DEFAULT_FLOWS_PER_WORKER);
+        assert!(p.virtual_addrs.is_empty());
+    }
+
+    /// The whole configuration is compiled at start: a broken manifest next to the
+    /// Appliance stops `sluice run` before any port opens, with every error.
+    #[test]
+    fn load_rejects_a_broken_configuration() {
+        let d = crate::sources::testing::Scratch::new("run-load");
+        let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/demo");
+        let args = RunArgs {
+            config: vec![demo.clone()],
+            ..RunArgs::default()
+        };
+        let (p, tables) = load(&args).expect("the demo loads");
+        assert!(!p.is_default);
+        assert_eq!(p.virtual_addrs.len(), 2);
+        assert!(!tables.tables.listeners.is_empty());
+        let bad = d.0.join("bad.yaml");
+        std::fs::write(
+            &bad,
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: g}\nspec:\n  gatewayClassName: x\n  listeners:\n  - {name: t, port: 0, protocol: TCP}\n",
+        )
+        .unwrap();
+        let args = RunArgs {
+            config: vec![demo, bad.clone()],
+            ..RunArgs::default()
+        };
+        let e = load(&args).unwrap_err();
+        assert!(e.contains(&format!("{}:7:", bad.display())), "{e}");
+        assert!(e.contains("configuration rejected"), "{e}");
     }
 
     #[test]
@@ -669,6 +699,8 @@ spec:
   routes: [{to: 0.0.0.0/0, via: 10.77.0.1}]
   eal: ["--no-huge", "-m", "512"]
   admin: {socket: /tmp/x.sock}
+  virtualAddresses: [10.77.0.10, "fd77::10"]
+  limits: {flowsPerWorker: 4096}
 "#;
         let mut loaded = crate::load::Loaded::default();
         crate::load::load_str("t.yaml", y, &mut loaded);
@@ -692,6 +724,14 @@ spec:
             }]
         );
         assert_eq!(p.admin_socket, PathBuf::from("/tmp/x.sock"));
+        assert_eq!(
+            p.virtual_addrs,
+            vec![
+                "10.77.0.10".parse::<IpAddr>().unwrap(),
+                "fd77::10".parse().unwrap()
+            ]
+        );
+        assert_eq!(p.flow_capacity, 4096);
         assert_eq!(
             p.eal_args(),
             ["--no-huge", "-m", "512", "--vdev", "net_tap0,iface=x"]
