@@ -197,6 +197,16 @@ pub fn validate(loaded: &mut Loaded) {
                 }
                 _ => {}
             }
+            if matches!(it.object.kind(), Kind::Gateway | Kind::IstioGateway) {
+                let meta = it.object.meta();
+                if let Err(e) = crate::compile::ir::transparent_by_annotation(&meta.annotations) {
+                    r.error(
+                        &it.path("metadata.annotations")
+                            .key(crate::compile::ir::SOURCE_NAT_ANNOTATION),
+                        e,
+                    );
+                }
+            }
         }
     }
     loaded.diagnostics.extend(out);

@@ -434,6 +434,9 @@ impl Ctx<'_> {
     fn istio_gateway(&mut self, it: &Item, spec: &istio::GatewaySpec, ir: &mut Ir) {
         let gns = it.object.meta().namespace().to_string();
         let gname = it.object.meta().name.clone();
+        // A bad value is a validation error, so the IR is never built with one.
+        let transparent =
+            ir::transparent_by_annotation(&it.object.meta().annotations).unwrap_or(false);
         for (si, server) in spec.servers.iter().enumerate() {
             let proto = server.port.protocol.to_ascii_uppercase();
             let Ok(port) = u16::try_from(server.port.number) else {
@@ -477,6 +480,7 @@ impl Ctx<'_> {
                 kind,
                 tls: terminate,
                 https_redirect: tls.is_some_and(|t| t.https_redirect),
+                transparent,
                 bindings: Vec::new(),
             };
             // Server host entries: (namespace constraint, host pattern).
@@ -764,6 +768,8 @@ impl Ctx<'_> {
     ) {
         let gns = it.object.meta().namespace().to_string();
         let gname = it.object.meta().name.clone();
+        let transparent =
+            ir::transparent_by_annotation(&it.object.meta().annotations).unwrap_or(false);
         let explicit: Vec<IpAddr> = spec
             .addresses
             .iter()
@@ -806,6 +812,7 @@ impl Ctx<'_> {
                     http: l.protocol == "HTTPS",
                 }),
                 https_redirect: false,
+                transparent,
                 bindings: Vec::new(),
             };
             let want_kind = match kind {
