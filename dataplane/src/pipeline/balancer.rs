@@ -517,6 +517,10 @@ impl State {
                     crate::flow::InsertError::Exists => DropReason::NoFlow,
                 })
         } else {
+            // Full NAT keeps the family (NAT64 would need header translation).
+            if backend.is_ipv4() != l4.src.is_ipv4() {
+                return Verdict::Drop(DropReason::NoSnatAddress);
+            }
             let Some(snat_ip) = self.fwd.config().addr_on(nh.port, backend.ip()) else {
                 return Verdict::Drop(DropReason::NoSnatAddress);
             };
