@@ -78,6 +78,7 @@ spec:
   listeners:
   - {{name: echo, port: 7000, protocol: TCP}}
   - {{name: bad, port: 7100, protocol: TCP}}
+  - {{name: dns, port: 5300, protocol: UDP}}
   - {{name: six, port: 7006, protocol: TCP}}
 ---
 apiVersion: gateway.networking.k8s.io/v1alpha2
@@ -100,6 +101,14 @@ spec:
   - backendRefs:
     - {{name: ghost, port: 7000, weight: 80}}
     - {{name: a, port: 7000, weight: 20}}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata: {{name: dns, namespace: sim}}
+spec:
+  parentRefs: [{{name: gw, sectionName: dns}}]
+  rules:
+  - backendRefs: [{{name: a, port: 5300}}]
 ---
 apiVersion: gateway.networking.k8s.io/v1alpha2
 kind: TCPRoute
@@ -603,7 +612,7 @@ fn policy_denies_new_flows_and_a_swap_revokes_established_ones() {
 }
 
 #[test]
-#[ignore = "needs UDPRoute"]
+
 fn udp_datagrams_are_balanced_and_answered_from_the_virtual_address() {
     let (mut sim, _publisher) = sim(ALLOW_CLIENTS, Faults::NONE, 17);
     let udp_sock = |port: u16, sockets: &mut SocketSet<'static>| {
@@ -638,7 +647,13 @@ fn udp_datagrams_are_balanced_and_answered_from_the_virtual_address() {
             }
         }
     }
-    assert_eq!(answers.len(), 5, "every datagram answered");
+    let c = sim.worker.counters();
+    let drops: Vec<_> = DropReason::ALL
+        .iter()
+        .filter(|r| c.drops_of(**r) > 0)
+        .map(|r| (r.name(), c.drops_of(*r)))
+        .collect();
+    assert_eq!(answers.len(), 5, "every datagram answered; drops {drops:?}");
     for (i, (data, from)) in answers.iter().enumerate() {
         assert_eq!(data, &[b'Q', i as u8]);
         assert_eq!(*from, vip, "the answer comes from the virtual address");
