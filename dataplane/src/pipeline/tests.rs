@@ -5,6 +5,8 @@ use crate::port::Pool;
 use crate::wire::{tcp, udp};
 use proptest::prelude::*;
 
+mod neigh;
+
 const US0: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x10]);
 const US1: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x11]);
 const PEER: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x01]);
