@@ -594,7 +594,7 @@ impl Forwarder {
         let Some(nh) = self.conf.fib.lookup_v4(dst) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
-        self.to_next_hop(nh, in_port, pkt, ctx)
+        self.forward_to(nh, in_port, pkt, ctx)
     }
 
     fn echo_v4(&self, in_port: usize, pkt: &mut Pkt) -> Verdict {
@@ -775,7 +775,7 @@ impl Forwarder {
         let Some(nh) = self.conf.fib.lookup(IpAddr::V6(dst)) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
-        self.to_next_hop(nh, in_port, pkt, ctx)
+        self.forward_to(nh, in_port, pkt, ctx)
     }
 
     #[allow(clippy::too_many_arguments)]

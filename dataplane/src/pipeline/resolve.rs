@@ -196,7 +196,7 @@ impl Forwarder {
     /// Sends a routed packet (TTL already checked) towards `nh`: MACs set and TTL / hop
     /// limit decremented when resolved (probing a stale entry when due, releasing older
     /// parked packets first); parked, or turned into a request, when not.
-    pub(super) fn to_next_hop(
+    pub(super) fn forward_to(
         &mut self,
         nh: NextHop,
         in_port: usize,
