@@ -34,6 +34,7 @@
 //! `local_unhandled`, one in transit is forwarded unchanged); VLAN-tagged frames are
 //! dropped; broadcast/multicast IP is never routed.
 
+pub mod balancer;
 pub mod fib;
 pub mod neigh;
 mod resolve;
@@ -396,6 +397,11 @@ impl Forwarder {
     /// Packets this forwarder has parked (waiting for their next hop's MAC).
     pub fn parked(&self) -> usize {
         self.lot.packets()
+    }
+
+    /// The configuration (ports, FIB, addresses).
+    pub fn config(&self) -> &ForwarderConfig {
+        &self.conf
     }
 
     /// The shared neighbour cache.

@@ -2,7 +2,7 @@
 //! virtual clock, seeded faults.
 
 use sluice_dataplane::pipeline::{
-    Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Route,
+    Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Route, Stage,
 };
 use sluice_dataplane::port::{mem, Burst, Pkt, Pool, Queue};
 use sluice_dataplane::worker::{Idle, Worker, WorkerConfig};
@@ -368,14 +368,15 @@ impl Queue for FaultyQueue {
     }
 }
 
-/// sluice (one worker with the forwarder) between hosts, all on one virtual clock.
-pub struct Sim {
+/// sluice (one worker with a stage: the forwarder unless built with [`Sim::build`])
+/// between hosts, all on one virtual clock.
+pub struct Sim<S: Stage = Forwarder> {
     /// Virtual time in ms.
     pub now_ms: u64,
     /// The hosts, one per link, in link order.
     pub hosts: Vec<Host>,
     /// sluice's worker.
-    pub worker: Worker<Forwarder>,
+    pub worker: Worker<S>,
     /// The shared neighbour cache of the forwarder.
     pub neighbours: Arc<NeighbourCache>,
     /// sluice's MAC per link.
@@ -384,10 +385,34 @@ pub struct Sim {
     pub pool: Pool,
 }
 
-impl Sim {
+impl Sim<Forwarder> {
     /// Builds a simulation: for each link a wire, a host (addresses `host_addrs[i]`,
-    /// gateway = sluice's first address of the family on that link) and a sluice port.
+    /// gateway = sluice's first address of the family on that link) and a sluice port;
+    /// sluice runs the plain forwarder.
     pub fn new(links: &[LinkSpec], host_addrs: &[Vec<IpCidr>], routes: &[Route], seed: u64) -> Sim {
+        Sim::build(links, host_addrs, routes, &[], seed, |fw| fw)
+    }
+
+    /// An address of sluice as a smoltcp address.
+    pub fn addr(ip: IpAddr) -> IpAddress {
+        match ip {
+            IpAddr::V4(v) => IpAddress::Ipv4(v),
+            IpAddr::V6(v) => IpAddress::Ipv6(v),
+        }
+    }
+}
+
+impl<S: Stage> Sim<S> {
+    /// As [`Sim::new`], with virtual addresses and the stage made from the forwarder by
+    /// `stage` (e.g. a `Balancer` around it).
+    pub fn build(
+        links: &[LinkSpec],
+        host_addrs: &[Vec<IpCidr>],
+        routes: &[Route],
+        virtual_addrs: &[IpAddr],
+        seed: u64,
+        stage: impl FnOnce(Forwarder) -> S,
+    ) -> Sim<S> {
         let pool = Pool::new(8192);
         let mut hosts = Vec::new();
         let mut queues: Vec<Box<dyn Queue>> = Vec::new();
@@ -428,7 +453,8 @@ impl Sim {
                 out: VecDeque::new(),
             }));
         }
-        let conf = ForwarderConfig::new(ports, routes).expect("valid simulation config");
+        let conf = ForwarderConfig::with_virtual(ports, routes, virtual_addrs.to_vec())
+            .expect("valid simulation config");
         let neighbours = Arc::new(NeighbourCache::new(1024));
         let fw = Forwarder::new(Arc::new(conf), neighbours.clone());
         let worker = Worker::new(
@@ -438,7 +464,7 @@ impl Sim {
                 idle: Idle::Spin,
             },
             queues,
-            fw,
+            stage(fw),
         );
         Sim {
             now_ms: 0,
@@ -465,7 +491,7 @@ impl Sim {
 
     /// Steps until `done` returns true or `limit_ms` of virtual time pass; returns whether
     /// `done` became true.
-    pub fn run_until(&mut self, limit_ms: u64, mut done: impl FnMut(&mut Sim) -> bool) -> bool {
+    pub fn run_until(&mut self, limit_ms: u64, mut done: impl FnMut(&mut Sim<S>) -> bool) -> bool {
         let end = self.now_ms + limit_ms;
         while self.now_ms < end {
             self.step();
@@ -474,13 +500,5 @@ impl Sim {
             }
         }
         false
-    }
-
-    /// An address of sluice as a smoltcp address.
-    pub fn addr(ip: IpAddr) -> IpAddress {
-        match ip {
-            IpAddr::V4(v) => IpAddress::Ipv4(v),
-            IpAddr::V6(v) => IpAddress::Ipv6(v),
-        }
     }
 }
