@@ -375,6 +375,8 @@ impl Stage for Balancer {
     }
 
     fn maintain(&mut self, ctx: &mut Ctx<'_>) {
+        // The forwarder's neighbour timers: parked packets, retries, failures.
+        self.state.fwd.maintain(ctx);
         let now_s = (ctx.now_ms / 1000) as u32;
         let expired = self.state.flows.expire(now_s, |_| ());
         ctx.counters.events[Event::FlowExpired as usize] += expired as u64;
