@@ -517,6 +517,18 @@ fn ipv6_connections_are_balanced_and_nated() {
     for p in &backends.peers {
         assert_eq!(p.addr, Sim::addr(ip("fd78::2")));
     }
+    // Port 7000's backends are IPv4 only: an IPv6 client's connection is refused (full NAT
+    // keeps the family), not silently dropped.
+    let out = run_connections(
+        &mut sim,
+        &mut backends,
+        ip("fd77::10"),
+        7000,
+        10,
+        5,
+        &mut rng,
+    );
+    assert_eq!((out.reset, out.echoed), (10, 0), "{out:?}");
 }
 
 #[test]

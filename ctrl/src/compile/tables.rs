@@ -6,7 +6,7 @@ use sluice_dataplane::tables::listeners::{
     RouteEntry,
 };
 
-use super::backends::maglev_table;
+use super::backends::{maglev_table, mixes_families, table_for};
 use super::ir::{Ir, ListenerKind, RouteKind, StringMatch, L4};
 
 fn kind(k: ListenerKind) -> DpKind {
@@ -25,7 +25,15 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, String> {
     let mut routes = Vec::with_capacity(ir.routes.len());
     for r in &ir.routes {
         let size = r.maglev_table_size;
-        let table = maglev_table(&r.backends, size).map_err(|e| format!("{}: {e}", r.name))?;
+        let err = |e: sluice_dataplane::tables::maglev::BuildError| format!("{}: {e}", r.name);
+        let (table, table_v6) = if mixes_families(&r.backends) {
+            (
+                table_for(&r.backends, size, false).map_err(err)?,
+                Some(table_for(&r.backends, size, true).map_err(err)?),
+            )
+        } else {
+            (maglev_table(&r.backends, size).map_err(err)?, None)
+        };
         let mut http = Vec::new();
         if r.kind == RouteKind::Http {
             for rule in &r.http {
@@ -57,6 +65,7 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, String> {
                 .map(|n| (n.network(), n.prefix_len()))
                 .collect(),
             table,
+            table_v6,
             http: http.into_boxed_slice(),
         });
     }
