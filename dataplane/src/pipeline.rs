@@ -11,9 +11,11 @@
 //!   learns neighbours from ARP and NDP into the shared [`NeighbourCache`];
 //! - answers ICMP and ICMPv6 echo requests to any of its addresses;
 //! - forwards other IP packets by the [`Fib`] (connected networks + static routes): next hop
-//!   resolved from the neighbour cache (a miss turns the packet into an ARP request or a
-//!   neighbour solicitation, rate-limited per address), TTL / hop limit decremented (IPv4
-//!   checksum updated incrementally), and ICMP time exceeded sent back when it runs out;
+//!   resolved from the neighbour cache, TTL / hop limit decremented (IPv4 checksum updated
+//!   incrementally), and ICMP time exceeded sent back when it runs out;
+//! - parks packets whose next hop is unresolved while it sends ARP requests / neighbour
+//!   solicitations (retried, then failed with an ICMP unreachable), and re-probes stale
+//!   neighbours (module `resolve`, states in [`neigh`]);
 //! - drops everything else under a [`DropReason`].
 //!
 //! Replies are built in the received buffer: no allocation, no copy beyond the quoted
@@ -23,8 +25,11 @@
 //! resolved next hop) takes a one-pass fast path over fixed offsets; everything else takes
 //! the general path, and a property test checks both decide every packet alike.
 //!
-//! Known limits of this first stage (later issues replace it): neighbour entries are
-//! refreshed by ARP/ND traffic but never expire or get probed; ICMP errors are not rate
+//! Packets a stage makes up or sends late (requests, released packets) go out through the
+//! worker's [`StageIo`] in [`Ctx::io`]; without one (a caller that offers no buffers) the
+//! forwarder falls back to turning the unresolved packet into the request itself.
+//!
+//! Known limits of this first stage (later issues replace it): ICMP errors are not rate
 //! limited; IPv6 extension headers are not walked (a packet to sluice with one is
 //! `local_unhandled`, one in transit is forwarded unchanged); VLAN-tagged frames are
 //! dropped; broadcast/multicast IP is never routed.
@@ -32,12 +37,13 @@
 pub mod balancer;
 pub mod fib;
 pub mod neigh;
+mod resolve;
 
 pub use fib::{Fib, IfAddr, NextHop, Route};
-pub use neigh::{Neighbour, NeighbourCache};
+pub use neigh::{NeighConfig, Neighbour, NeighbourCache};
 
-use crate::port::Pkt;
-use crate::stats::{Counters, DropReason};
+use crate::port::{Allocator, Pkt, BURST};
+use crate::stats::{Counters, DropReason, Event};
 use crate::wire::{
     arp, checksum, ethernet, icmpv4, icmpv6, ip_proto, ipv4, ipv6, EtherType, MacAddr,
 };
@@ -54,6 +60,10 @@ pub enum Verdict {
     Redirect(u32),
     /// Drop it, counting the reason.
     Drop(DropReason),
+    /// The stage kept the packet for later (parked until its next hop resolves) and left
+    /// a spare buffer in its place, which the worker frees without counting anything. The
+    /// packet leaves later through [`StageIo`], or is dropped and counted then.
+    Kept,
 }
 
 impl Verdict {
@@ -72,6 +82,104 @@ pub struct Ctx<'a> {
     /// The worker's counters (for packets replaced by a reply: the original is counted as
     /// dropped here, the reply goes out under its verdict).
     pub counters: &'a mut Counters,
+    /// Fresh buffers and packets to send besides the verdicts (the worker's); `None`
+    /// where the caller offers neither (the stage then makes do without).
+    pub io: Option<&'a mut StageIo>,
+}
+
+impl<'a> Ctx<'a> {
+    /// A context without [`StageIo`].
+    pub fn new(now_ms: u64, counters: &'a mut Counters) -> Ctx<'a> {
+        Ctx {
+            now_ms,
+            counters,
+            io: None,
+        }
+    }
+
+    /// A context with the worker's [`StageIo`].
+    pub fn with_io(now_ms: u64, counters: &'a mut Counters, io: &'a mut StageIo) -> Ctx<'a> {
+        Ctx {
+            now_ms,
+            counters,
+            io: Some(io),
+        }
+    }
+}
+
+/// Packets a [`StageIo`] holds at most between two drains by the worker.
+pub const EXTRA_TX: usize = 2 * BURST;
+
+/// What a worker lends its stage beyond the burst: an allocator of fresh buffers, and a
+/// fixed-capacity list of packets to send besides the verdicts (ARP requests, packets
+/// released after resolution), which the worker moves into its tx buffers after each
+/// burst (before the burst's own packets, which are newer) and after `maintain`.
+/// Allocated once; no allocation per packet.
+#[derive(Debug)]
+pub struct StageIo {
+    alloc: Option<Allocator>,
+    tx: Vec<(u32, Pkt)>,
+}
+
+impl StageIo {
+    /// An empty list, drawing fresh buffers from `alloc` (`None`: no buffers).
+    pub fn new(alloc: Option<Allocator>) -> StageIo {
+        StageIo {
+            alloc,
+            tx: Vec::with_capacity(EXTRA_TX),
+        }
+    }
+
+    /// Replaces the allocator.
+    pub fn set_allocator(&mut self, alloc: Option<Allocator>) {
+        self.alloc = alloc;
+    }
+
+    /// Whether there is an allocator at all.
+    #[inline]
+    pub fn can_alloc(&self) -> bool {
+        self.alloc.is_some()
+    }
+
+    /// A fresh empty buffer, or `None` (no allocator, or none free).
+    #[inline]
+    pub fn alloc(&self) -> Option<Pkt> {
+        self.alloc.as_ref()?.alloc()
+    }
+
+    /// Queues `pkt` to be sent on `port`; gives it back when the list is full.
+    #[inline]
+    pub fn send(&mut self, port: usize, pkt: Pkt) -> Result<(), Pkt> {
+        if self.tx.len() >= EXTRA_TX {
+            return Err(pkt);
+        }
+        self.tx.push((port as u32, pkt));
+        Ok(())
+    }
+
+    /// Room left in the list.
+    #[inline]
+    pub fn room(&self) -> usize {
+        EXTRA_TX - self.tx.len().min(EXTRA_TX)
+    }
+
+    /// Packets queued.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.tx.len()
+    }
+
+    /// Whether nothing is queued.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.tx.is_empty()
+    }
+
+    /// Takes every queued packet with its port, in the order queued.
+    #[inline]
+    pub fn drain(&mut self) -> std::vec::Drain<'_, (u32, Pkt)> {
+        self.tx.drain(..)
+    }
 }
 
 /// A packet-processing stage.
@@ -207,7 +315,9 @@ impl ForwarderConfig {
 }
 
 /// The first pipeline stage: ARP/ND, echo, neighbour learning, routed forwarding.
-#[derive(Debug, Clone)]
+///
+/// Cloning gives a forwarder with the same tables and an empty parking lot.
+#[derive(Debug)]
 pub struct Forwarder {
     conf: Arc<ForwarderConfig>,
     neigh: Arc<NeighbourCache>,
@@ -218,6 +328,21 @@ pub struct Forwarder {
     memo4: Option<Memo4>,
     /// sluice's MAC per port (a copy of the configuration's, for the fast path).
     macs: Box<[MacAddr]>,
+    /// Packets waiting for their next hop's MAC (this worker's).
+    lot: resolve::Lot,
+}
+
+impl Clone for Forwarder {
+    fn clone(&self) -> Forwarder {
+        Forwarder {
+            conf: self.conf.clone(),
+            neigh: self.neigh.clone(),
+            memo: None,
+            memo4: None,
+            macs: self.macs.clone(),
+            lot: resolve::Lot::for_config(self.neigh.config()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -225,6 +350,8 @@ struct Memo4 {
     nh: u32,
     slot: usize,
     seq: u32,
+    /// The entry is Reachable before this time (ms); Stale from then on.
+    until: u64,
     mac: MacAddr,
 }
 
@@ -233,10 +360,20 @@ struct Memo {
     addr: IpAddr,
     slot: usize,
     seq: u32,
+    until: u64,
     mac: MacAddr,
 }
 
 const ETH: usize = ethernet::HEADER_LEN;
+
+/// The ICMP errors the forwarder sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IcmpError {
+    /// TTL / hop limit exhausted in transit.
+    TimeExceeded,
+    /// The next hop did not resolve (host / address unreachable).
+    Unreachable,
+}
 const DEFAULT_TTL: u8 = 64;
 /// The most of the offending packet an ICMPv6 error quotes (RFC 4443 §2.4: the error
 /// must fit the minimum MTU of 1280).
@@ -246,33 +383,20 @@ impl Forwarder {
     /// A forwarder over a shared configuration and neighbour cache (one per worker).
     pub fn new(conf: Arc<ForwarderConfig>, neigh: Arc<NeighbourCache>) -> Forwarder {
         let macs = conf.ports.iter().map(|p| p.mac).collect();
+        let lot = resolve::Lot::for_config(neigh.config());
         Forwarder {
             conf,
             neigh,
             memo: None,
             memo4: None,
             macs,
+            lot,
         }
     }
 
-    /// The neighbour entry of a next hop, through the memo.
-    #[inline(always)]
-    fn next_hop_mac(&mut self, addr: IpAddr) -> Neighbour {
-        if let Some(m) = self.memo {
-            if m.addr == addr && self.neigh.unchanged(m.slot, m.seq) {
-                return Neighbour::Reachable(m.mac);
-            }
-        }
-        let (n, pin) = self.neigh.lookup_pinned(addr);
-        if let (Neighbour::Reachable(mac), Some((slot, seq))) = (n, pin) {
-            self.memo = Some(Memo {
-                addr,
-                slot,
-                seq,
-                mac,
-            });
-        }
-        n
+    /// Packets this forwarder has parked (waiting for their next hop's MAC).
+    pub fn parked(&self) -> usize {
+        self.lot.packets()
     }
 
     /// The configuration (ports, FIB, addresses).
@@ -288,7 +412,7 @@ impl Forwarder {
     /// Decides one packet.
     #[inline]
     pub fn process(&mut self, in_port: usize, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
-        if let Some(v) = self.fast_v4(in_port, pkt) {
+        if let Some(v) = self.fast_v4(in_port, pkt, ctx.now_ms) {
             return v;
         }
         self.slow(in_port, pkt, ctx)
@@ -296,10 +420,11 @@ impl Forwarder {
 
     /// The common case in one pass over fixed offsets: an IPv4 packet without options,
     /// unicast to our MAC, correct header checksum, TTL > 1, not for us, routed to a
-    /// resolved next hop. Anything else returns `None` and takes the general path, which
-    /// decides it (and names the drop reason) from scratch.
+    /// resolved (Reachable) next hop. Anything else returns `None` and takes the general
+    /// path, which decides it (and names the drop reason) from scratch; so does a memo miss
+    /// while packets are parked (they must leave before newer ones).
     #[inline(always)]
-    fn fast_v4(&mut self, in_port: usize, pkt: &mut Pkt) -> Option<Verdict> {
+    fn fast_v4(&mut self, in_port: usize, pkt: &mut Pkt, now: u64) -> Option<Verdict> {
         let (total, dst) = {
             let d = pkt.data();
             let port_mac = self.macs.get(in_port)?;
@@ -330,11 +455,21 @@ impl Forwarder {
         };
         let (out, nh) = self.conf.fib.lookup_v4_word(dst)?;
         let mac = match self.memo4 {
-            Some(m) if m.nh == nh && self.neigh.unchanged(m.slot, m.seq) => m.mac,
-            _ => match self.neigh.lookup_pinned(IpAddr::V4(Ipv4Addr::from(nh))) {
+            Some(m) if m.nh == nh && now < m.until && self.neigh.unchanged(m.slot, m.seq) => m.mac,
+            _ if !self.lot.is_empty() => return None,
+            _ => match self
+                .neigh
+                .lookup_pinned(IpAddr::V4(Ipv4Addr::from(nh)), now)
+            {
                 (Neighbour::Reachable(mac), pin) => {
-                    if let Some((slot, seq)) = pin {
-                        self.memo4 = Some(Memo4 { nh, slot, seq, mac });
+                    if let Some(p) = pin {
+                        self.memo4 = Some(Memo4 {
+                            nh,
+                            slot: p.slot,
+                            seq: p.seq,
+                            until: p.fresh_until,
+                            mac,
+                        });
                     }
                     mac
                 }
@@ -465,20 +600,7 @@ impl Forwarder {
         let Some(nh) = self.conf.fib.lookup_v4(dst) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
-        match self.next_hop_mac(nh.addr) {
-            Neighbour::Reachable(mac) => {
-                let Some(out) = self.conf.ports.get(nh.port) else {
-                    return Verdict::Drop(DropReason::BadPort);
-                };
-                let d = pkt.data_mut();
-                let mut f = ethernet::Frame::new_unchecked(&mut d[..]);
-                f.set_dst_addr(mac);
-                f.set_src_addr(out.mac);
-                ipv4::Packet::new_unchecked(&mut d[ETH..]).decrement_ttl();
-                Verdict::tx(nh.port)
-            }
-            _ => self.resolve(nh, pkt, ctx),
-        }
+        self.forward_to(nh, in_port, pkt, ctx)
     }
 
     fn echo_v4(&self, in_port: usize, pkt: &mut Pkt) -> Verdict {
@@ -531,8 +653,18 @@ impl Forwarder {
 
     /// Rewrites the packet into an ICMP time exceeded to its sender, out of `in_port`.
     fn time_exceeded_v4(&self, in_port: usize, pkt: &mut Pkt) -> Verdict {
+        if self.icmp_error_v4(in_port, pkt, IcmpError::TimeExceeded) {
+            Verdict::tx(in_port)
+        } else {
+            Verdict::Drop(DropReason::TtlExceeded)
+        }
+    }
+
+    /// Rewrites the packet into an ICMP error of `kind` to its sender, to go out of
+    /// `in_port`. `false` (packet unchanged or garbage) when no error may be sent.
+    fn icmp_error_v4(&self, in_port: usize, pkt: &mut Pkt, kind: IcmpError) -> bool {
         let Some(our) = self.conf.v4_on(in_port) else {
-            return Verdict::Drop(DropReason::TtlExceeded);
+            return false;
         };
         let (src_mac, src, hl, total, no_error) = {
             let d = pkt.data();
@@ -560,12 +692,12 @@ impl Forwarder {
             || src.is_broadcast()
             || src.is_multicast()
         {
-            return Verdict::Drop(DropReason::TtlExceeded);
+            return false;
         }
         let quote = (hl + 8).min(total);
         let shift = ipv4::HEADER_LEN + icmpv4::HEADER_LEN;
         if !pkt.set_len(ETH + shift + quote) {
-            return Verdict::Drop(DropReason::NoRoom);
+            return false;
         }
         let d = pkt.data_mut();
         d.copy_within(ETH..ETH + quote, ETH + shift);
@@ -582,87 +714,19 @@ impl Forwarder {
         };
         let mut ip = ipv4::Packet::new_unchecked(&mut d[ETH..]);
         repr.emit(&mut ip);
-        icmpv4::Repr::TimeExceeded {
-            code: 0,
-            data_len: quote,
+        match kind {
+            IcmpError::TimeExceeded => icmpv4::Repr::TimeExceeded {
+                code: 0,
+                data_len: quote,
+            },
+            // Code 1: host unreachable (RFC 1812 §5.2.7.1: the next hop does not answer).
+            IcmpError::Unreachable => icmpv4::Repr::DstUnreachable {
+                code: 1,
+                data_len: quote,
+            },
         }
         .emit(&mut icmpv4::Packet::new_unchecked(ip.payload_mut()));
-        Verdict::tx(in_port)
-    }
-
-    /// The next hop's MAC is unknown: turn the packet into a resolution request (if none is
-    /// pending) and count the original as dropped.
-    fn resolve(&self, nh: NextHop, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
-        if !self.neigh.mark_pending(nh.addr, ctx.now_ms) {
-            return Verdict::Drop(DropReason::NeighbourUnresolved);
-        }
-        let Some(out) = self.conf.ports.get(nh.port) else {
-            return Verdict::Drop(DropReason::BadPort);
-        };
-        let verdict = match nh.addr {
-            IpAddr::V4(target) => {
-                let Some(our) = self.conf.v4_on(nh.port) else {
-                    return Verdict::Drop(DropReason::NoRoute);
-                };
-                if !pkt.set_len(ETH + arp::PACKET_LEN) {
-                    return Verdict::Drop(DropReason::NoRoom);
-                }
-                let d = pkt.data_mut();
-                ethernet::Repr {
-                    src_addr: out.mac,
-                    dst_addr: MacAddr::BROADCAST,
-                    ethertype: EtherType::Arp,
-                }
-                .emit(&mut ethernet::Frame::new_unchecked(&mut d[..]));
-                arp::Repr {
-                    operation: arp::Operation::Request,
-                    source_hardware_addr: out.mac,
-                    source_protocol_addr: our,
-                    target_hardware_addr: MacAddr::ZERO,
-                    target_protocol_addr: target,
-                }
-                .emit(&mut arp::Packet::new_unchecked(&mut d[ETH..]));
-                Verdict::tx(nh.port)
-            }
-            IpAddr::V6(target) => {
-                let Some(our) = self.conf.v6_on(nh.port) else {
-                    return Verdict::Drop(DropReason::NoRoute);
-                };
-                let sn = ipv6::solicited_node(target);
-                let ns = icmpv6::Repr::NeighborSolicit {
-                    target,
-                    source_ll: Some(out.mac),
-                };
-                let l4 = ns.buffer_len();
-                if !pkt.set_len(ETH + ipv6::HEADER_LEN + l4) {
-                    return Verdict::Drop(DropReason::NoRoom);
-                }
-                let d = pkt.data_mut();
-                ethernet::Repr {
-                    src_addr: out.mac,
-                    dst_addr: MacAddr::ipv6_multicast(sn),
-                    ethertype: EtherType::Ipv6,
-                }
-                .emit(&mut ethernet::Frame::new_unchecked(&mut d[..]));
-                let mut ip = ipv6::Packet::new_unchecked(&mut d[ETH..]);
-                ipv6::Repr {
-                    src_addr: our,
-                    dst_addr: sn,
-                    next_header: ip_proto::ICMPV6,
-                    payload_len: l4,
-                    hop_limit: 255,
-                }
-                .emit(&mut ip);
-                ns.emit(
-                    &mut icmpv6::Packet::new_unchecked(ip.payload_mut()),
-                    our,
-                    sn,
-                );
-                Verdict::tx(nh.port)
-            }
-        };
-        ctx.counters.drop(DropReason::NeighbourUnresolved);
-        verdict
+        true
     }
 
     fn ipv6(&mut self, in_port: usize, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
@@ -717,20 +781,7 @@ impl Forwarder {
         let Some(nh) = self.conf.fib.lookup(IpAddr::V6(dst)) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
-        match self.next_hop_mac(nh.addr) {
-            Neighbour::Reachable(mac) => {
-                let Some(out) = self.conf.ports.get(nh.port) else {
-                    return Verdict::Drop(DropReason::BadPort);
-                };
-                let d = pkt.data_mut();
-                let mut f = ethernet::Frame::new_unchecked(&mut d[..]);
-                f.set_dst_addr(mac);
-                f.set_src_addr(out.mac);
-                ipv6::Packet::new_unchecked(&mut d[ETH..]).set_hop_limit(hop - 1);
-                Verdict::tx(nh.port)
-            }
-            _ => self.resolve(nh, pkt, ctx),
-        }
+        self.forward_to(nh, in_port, pkt, ctx)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -864,8 +915,18 @@ impl Forwarder {
     }
 
     fn time_exceeded_v6(&self, in_port: usize, pkt: &mut Pkt) -> Verdict {
+        if self.icmp_error_v6(in_port, pkt, IcmpError::TimeExceeded) {
+            Verdict::tx(in_port)
+        } else {
+            Verdict::Drop(DropReason::TtlExceeded)
+        }
+    }
+
+    /// Rewrites the packet into an ICMPv6 error of `kind` to its sender, to go out of
+    /// `in_port`. `false` (packet unchanged or garbage) when no error may be sent.
+    fn icmp_error_v6(&self, in_port: usize, pkt: &mut Pkt, kind: IcmpError) -> bool {
         let Some(our) = self.conf.v6_on(in_port) else {
-            return Verdict::Drop(DropReason::TtlExceeded);
+            return false;
         };
         let (src_mac, src, len, no_error) = {
             let d = pkt.data();
@@ -876,12 +937,12 @@ impl Forwarder {
             (f.src_addr(), ip.src_addr(), d.len() - ETH, no_error)
         };
         if no_error || !src_mac.is_unicast() || src.is_multicast() || src.is_unspecified() {
-            return Verdict::Drop(DropReason::TtlExceeded);
+            return false;
         }
         let quote = len.min(ICMPV6_QUOTE_MAX);
         let shift = ipv6::HEADER_LEN + icmpv6::HEADER_LEN;
         if !pkt.set_len(ETH + shift + quote) {
-            return Verdict::Drop(DropReason::NoRoom);
+            return false;
         }
         let d = pkt.data_mut();
         d.copy_within(ETH..ETH + quote, ETH + shift);
@@ -898,16 +959,23 @@ impl Forwarder {
             hop_limit: DEFAULT_TTL,
         }
         .emit(&mut ip);
-        icmpv6::Repr::TimeExceeded {
-            code: 0,
-            data_len: quote,
+        match kind {
+            IcmpError::TimeExceeded => icmpv6::Repr::TimeExceeded {
+                code: 0,
+                data_len: quote,
+            },
+            // Code 3: address unreachable (RFC 4443 §3.1, for failed resolution).
+            IcmpError::Unreachable => icmpv6::Repr::DstUnreachable {
+                code: 3,
+                data_len: quote,
+            },
         }
         .emit(
             &mut icmpv6::Packet::new_unchecked(ip.payload_mut()),
             our,
             src,
         );
-        Verdict::tx(in_port)
+        true
     }
 }
 
@@ -923,6 +991,10 @@ impl Stage for Forwarder {
         for (p, v) in pkts.iter_mut().zip(verdicts.iter_mut()) {
             *v = self.process(in_port, p, ctx);
         }
+    }
+
+    fn maintain(&mut self, ctx: &mut Ctx<'_>) {
+        self.maintain_neighbours(ctx);
     }
 }
 

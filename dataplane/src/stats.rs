@@ -48,6 +48,13 @@ Event {
     RedirectedIn => "redirected_in",
     /// A TCP RST or ICMP unreachable was sent for a rejected backend share.
     RejectSent => "reject_sent",
+    /// A packet was parked until its next hop's MAC is known.
+    NeighbourParked => "neighbour_parked",
+    /// A parked packet was sent once its next hop resolved.
+    NeighbourReleased => "neighbour_released",
+    /// An ARP request or neighbour solicitation was sent (first try, retry or probe of a
+    /// stale entry).
+    NeighbourSolicited => "neighbour_solicited",
 }
 }
 
@@ -89,8 +96,9 @@ DropReason {
     IpMulticast => "ip_multicast",
     /// No route to the destination.
     NoRoute => "no_route",
-    /// The next hop's MAC is unknown: the packet was turned into an ARP request / neighbour
-    /// solicitation (or dropped while one is pending).
+    /// The next hop's MAC could not be resolved: every request went unanswered (parked
+    /// packets), the next hop is in its failed hold-down, or (without a buffer allocator)
+    /// the packet was turned into the request itself or dropped while one was pending.
     NeighbourUnresolved => "neighbour_unresolved",
     /// TTL or hop limit exhausted (an ICMP time exceeded was sent back).
     TtlExceeded => "ttl_exceeded",
@@ -120,6 +128,9 @@ DropReason {
     NoSnatAddress => "no_snat_address",
     /// A fragment of a datagram to a listener (sluice does not reassemble).
     Fragment => "fragment",
+    /// The per-worker parking lot for unresolved next hops was full: the oldest packet of
+    /// the next hop's queue (or the new packet, when no next hop slot was free) was dropped.
+    NeighbourQueueFull => "neighbour_queue_full",
     /// A connection to a listener that routes by SNI or Host, which needs delayed binding.
     NeedsDelayedBinding => "needs_delayed_binding",
     /// The owner worker's redirect ring was full.

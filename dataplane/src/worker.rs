@@ -7,12 +7,18 @@
 //! did not saturate rx, and at the latest every [`FLUSH_US`] microseconds; what the device
 //! does not take is freed and counted (`tx_full`).
 //!
+//! The stage also gets the worker's [`StageIo`]: fresh buffers (from the first queue
+//! that has an allocator, or the one given to [`Worker::with_allocator`]) and a list of
+//! packets it sends besides its verdicts (ARP requests, packets parked until their next
+//! hop resolved). The worker moves that list into the tx buffers after each burst, before
+//! the burst's own packets, and after the stage's `maintain`.
+//!
 //! Counters are plain integers owned by the worker and published to its
 //! [`SharedCounters`] every [`PUBLISH_ROUNDS`] rounds and when it stops. No allocation,
 //! lock or syscall happens per packet (TAP's read/write aside, which is the device).
 
-use crate::pipeline::{Ctx, Stage, Verdict};
-use crate::port::{self, Burst, Queue, BURST};
+use crate::pipeline::{Ctx, Stage, StageIo, Verdict};
+use crate::port::{self, Allocator, Burst, Queue, BURST};
 use crate::stats::{Counters, DropReason, Event, SharedCounters};
 use crossbeam_queue::ArrayQueue;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,6 +75,8 @@ pub struct Worker<S: Stage> {
     redirects: Option<Arc<Redirects>>,
     /// A redirected packet popped while grouping another port's: first of the next group.
     held: Option<(u32, port::Pkt)>,
+    /// Buffers for the stage and the packets it sends besides its verdicts.
+    io: StageIo,
 }
 
 /// Lock-free rings between workers, one per worker (many producers, one consumer): a
@@ -115,6 +123,7 @@ impl<S: Stage> Worker<S> {
     /// A worker polling `queues` (index = port index as the stage knows it).
     pub fn new(cfg: WorkerConfig, queues: Vec<Box<dyn Queue>>, stage: S) -> Worker<S> {
         let n = queues.len();
+        let alloc = queues.iter().find_map(|q| q.allocator());
         let hz = port::tsc_hz();
         let now = port::tsc();
         Worker {
@@ -134,7 +143,15 @@ impl<S: Stage> Worker<S> {
             discarded_seen: 0,
             redirects: None,
             held: None,
+            io: StageIo::new(alloc),
         }
+    }
+
+    /// Gives the stage fresh buffers from `alloc` (instead of the queues' own; needed
+    /// with in-memory ports, which have none).
+    pub fn with_allocator(mut self, alloc: Allocator) -> Worker<S> {
+        self.io.set_allocator(Some(alloc));
+        self
     }
 
     /// The counters this worker publishes.
@@ -190,12 +207,10 @@ impl<S: Stage> Worker<S> {
         }
         total += self.poll_redirects(now_ms);
         {
-            let mut ctx = Ctx {
-                now_ms,
-                counters: &mut self.counters,
-            };
+            let mut ctx = Ctx::with_io(now_ms, &mut self.counters, &mut self.io);
             self.stage.maintain(&mut ctx);
         }
+        self.move_extra();
         let now = port::tsc();
         if !saturated || now.wrapping_sub(self.last_flush) >= self.flush_ticks {
             self.flush();
@@ -256,12 +271,12 @@ impl<S: Stage> Worker<S> {
     /// packet by its verdict.
     fn handle_burst(&mut self, pi: usize, now_ms: u64) {
         let n = self.rx.len();
-        let mut ctx = Ctx {
-            now_ms,
-            counters: &mut self.counters,
-        };
+        let mut ctx = Ctx::with_io(now_ms, &mut self.counters, &mut self.io);
         self.stage
             .process_burst(pi, self.rx.as_mut_slice(), &mut self.verdicts, &mut ctx);
+        // What the stage sent besides its verdicts is older than the burst (released
+        // parked packets) or about it (requests): it goes first.
+        self.move_extra();
         let Self {
             rx,
             tx,
@@ -313,7 +328,36 @@ impl<S: Stage> Worker<S> {
                     }
                 }
                 Verdict::Drop(r) => counters.drop(r),
+                // A spare buffer the stage left for a packet it kept.
+                Verdict::Kept => drop(p),
             }
+        }
+    }
+
+    /// Moves the packets the stage sent through [`StageIo`] into the tx buffers.
+    fn move_extra(&mut self) {
+        if self.io.is_empty() {
+            return;
+        }
+        let Self {
+            io,
+            tx,
+            queues,
+            counters,
+            ..
+        } = self;
+        for (out, p) in io.drain() {
+            let out = out as usize;
+            if out >= tx.len() {
+                counters.drop(DropReason::BadPort);
+                continue;
+            }
+            if tx[out].is_full() {
+                flush_port(&mut queues[out], &mut tx[out], out, counters);
+            }
+            counters.ports[out].tx_bytes += p.len() as u64;
+            // Cannot fail: just flushed if it was full.
+            let _ = tx[out].push(p);
         }
     }
 

@@ -465,7 +465,9 @@ impl<S: Stage> Sim<S> {
             },
             queues,
             stage(fw),
-        );
+        )
+        // Buffers for ARP/ND requests, so packets wait for their next hop.
+        .with_allocator(pool.clone().into());
         Sim {
             now_ms: 0,
             hosts,

@@ -342,7 +342,7 @@ proptest! {
             let valid_in = checksums_ok(&f) == Some(true);
             let mut pkts: Vec<Pkt> = vec![pool.alloc_copy(&f).expect("buffer")];
             let mut verdicts = [Verdict::Drop(sluice_dataplane::stats::DropReason::BadPort)];
-            let mut ctx = Ctx { now_ms: i as u64 * 10, counters: &mut counters };
+            let mut ctx = Ctx::new(i as u64 * 10, &mut counters);
             b.process_burst(in_port, &mut pkts, &mut verdicts, &mut ctx);
             b.maintain(&mut ctx);
             if let Verdict::Tx(_) = verdicts[0] {

@@ -378,6 +378,8 @@ impl Stage for Balancer {
         // The quiescent point: an idle worker still moves to the newest snapshot, so the
         // control thread can free the older ones (one load and one store).
         let _ = self.snapshot.read();
+        // The forwarder's neighbour timers: parked packets, retries, failures.
+        self.state.fwd.maintain(ctx);
         let now_s = (ctx.now_ms / 1000) as u32;
         let expired = self.state.flows.expire(now_s, |_| ());
         ctx.counters.events[Event::FlowExpired as usize] += expired as u64;

@@ -1,13 +1,41 @@
-//! The neighbour cache: IP -> MAC, shared by every worker, lock-free.
+//! The neighbour cache: IP -> MAC, shared by every worker, lock-free; and its states.
 //!
 //! A fixed table of slots (no allocation after construction). Each slot is a seqlock:
 //! a writer claims it by moving its sequence from even to odd with one compare-and-swap
 //! (a writer that loses the race simply skips: learning is idempotent and repeats with the
 //! next ARP/ND packet), readers retry a bounded number of times while a write is in
-//! flight. Readers never block and never wait for a writer.
+//! flight. Readers never block and never wait for a writer. State changes that decide who
+//! sends a request ([`NeighbourCache::solicit`], [`NeighbourCache::probe`]) write only if
+//! the slot is still at the sequence they read, so of several workers racing for the same
+//! transition exactly one wins and sends.
 //!
 //! An address is looked up by hash with linear probing over [`PROBE`] slots; when every
 //! probed slot is taken by another address, the one written longest ago is replaced.
+//! Slots are never emptied (that would cut probe chains): a deleted entry stays as a
+//! tombstone that reads as [`Neighbour::Unknown`].
+//!
+//! # States (Linux `neigh.c` / RFC 4861 §7.3, sized for a dataplane)
+//!
+//! - **Incomplete**: broadcast ARP requests / multicast solicitations go out every
+//!   [`NeighConfig::retrans_ms`], at most [`NeighConfig::mcast_probes`] in all (RFC 4861's
+//!   MAX_MULTICAST_SOLICIT, 3). When the last one has gone unanswered for `retrans_ms` the
+//!   entry becomes **Failed** ([`NeighbourCache::solicit`] says so once; the worker that
+//!   parked packets drops them).
+//! - **Failed**: for [`NeighConfig::failed_ms`] no new request is sent and packets to the
+//!   address are dropped at once (a flood towards a dead host costs no requests and
+//!   parks nothing). After that the next packet starts over.
+//! - **Reachable**: confirmed (an ARP request or reply, a solicitation or advertisement
+//!   from it) less than [`NeighConfig::reachable_ms`] ago.
+//! - **Stale**: confirmed longer ago. Still used, and used it gets re-probed: unicast
+//!   requests to the known MAC every `retrans_ms`, at most [`NeighConfig::ucast_probes`]
+//!   (Linux's PROBE state; there is no DELAY state, a router has no upper-layer hints).
+//!   Any confirmation makes it Reachable again. When the last probe has gone unanswered
+//!   for `retrans_ms`, the next use deletes the entry (see [`NeighbourCache::probe`]) and
+//!   resolution starts over from Incomplete. An entry nobody uses is never probed; it
+//!   stays Stale until it is used or its slot is reused.
+//!
+//! Times are the workers' milliseconds; every comparison saturates, so a worker whose
+//! clock runs a little behind another's sees at worst a slightly late transition.
 
 use crate::wire::MacAddr;
 use std::net::IpAddr;
@@ -15,22 +43,110 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// Slots probed per address.
 pub const PROBE: usize = 8;
-/// Seconds a resolution request stays pending before another one may be sent.
+/// Default milliseconds between resolution requests (RFC 4861 RETRANS_TIMER).
 pub const RETRY_MS: u64 = 1000;
+
+/// Neighbour resolution settings (Linux's `neigh` sysctls, the ones a dataplane needs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeighConfig {
+    /// Milliseconds between two requests for one address (`retrans_time_ms`).
+    pub retrans_ms: u64,
+    /// Broadcast/multicast requests sent before an unresolved address fails
+    /// (`mcast_solicit`).
+    pub mcast_probes: u32,
+    /// Unicast probes of a stale entry before it is deleted (`ucast_solicit`).
+    pub ucast_probes: u32,
+    /// Milliseconds an entry stays Reachable after a confirmation
+    /// (`base_reachable_time_ms`, without the random factor).
+    pub reachable_ms: u64,
+    /// Milliseconds a failed address is not asked for again.
+    pub failed_ms: u64,
+    /// Packets parked per unresolved next hop, per worker (`unres_qlen`).
+    pub queue_len: usize,
+    /// Unresolved next hops with parked packets, per worker.
+    pub queue_hops: usize,
+    /// Send an ICMP host unreachable / ICMPv6 address unreachable back for the first
+    /// parked packet when resolution fails.
+    pub icmp_unreachable: bool,
+}
+
+impl Default for NeighConfig {
+    fn default() -> NeighConfig {
+        NeighConfig {
+            retrans_ms: RETRY_MS,
+            mcast_probes: 3,
+            ucast_probes: 3,
+            reachable_ms: 30_000,
+            failed_ms: 1000,
+            queue_len: 8,
+            queue_hops: 64,
+            icmp_unreachable: true,
+        }
+    }
+}
 
 /// What the cache knows about an address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Neighbour {
-    /// Resolved.
+    /// Resolved (and, where the caller gave a time, confirmed within the reachable time).
     Reachable(MacAddr),
-    /// A request was sent at this time (ms) and no answer has come yet.
+    /// Resolved but not confirmed within the reachable time: usable, to be re-probed.
+    Stale(MacAddr),
+    /// A request was last sent at this time (ms) and no answer has come yet.
     Incomplete(u64),
+    /// Resolution failed at this time (ms).
+    Failed(u64),
     /// Nothing known.
     Unknown,
 }
 
+/// What a worker holding packets for an unresolved address should do now
+/// ([`NeighbourCache::solicit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Solicit {
+    /// Send a broadcast/multicast request now: this worker won the right to send the
+    /// `n`-th one (1-based).
+    Send(u32),
+    /// A request is out and has not timed out yet (perhaps another worker's): wait
+    /// until the given time (ms), then ask again.
+    Wait(u64),
+    /// Resolution failed (every request went unanswered, or the address is in its
+    /// failed hold-down): drop what waits for it.
+    Failed,
+    /// The address is resolved (perhaps stale): use this MAC.
+    Resolved(MacAddr),
+}
+
+/// What a worker using a stale entry should do ([`NeighbourCache::probe`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// Nothing (the entry is fresh, a probe went out recently, or another worker won).
+    NotDue,
+    /// Send a unicast request to this MAC now.
+    Send(MacAddr),
+    /// The probes went unanswered: the entry was deleted; resolve from scratch.
+    Deleted,
+}
+
+/// Where a resolved entry sits: a worker memoises it and checks it with one load
+/// ([`NeighbourCache::unchanged`]) and one compare against `fresh_until`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pin {
+    /// Slot index.
+    pub slot: usize,
+    /// The slot's sequence when read.
+    pub seq: u32,
+    /// Until when (ms, exclusive) the entry is Reachable.
+    pub fresh_until: u64,
+}
+
 const FLAG_VALID: u64 = 1 << 62;
 const FLAG_COMPLETE: u64 = 1 << 63;
+const FLAG_FAILED: u64 = 1 << 61;
+const FLAG_DELETED: u64 = 1 << 60;
+const COUNT_SHIFT: u32 = 48;
+const COUNT_MASK: u64 = 0xff << COUNT_SHIFT;
+const MAC_MASK: u64 = (1 << 48) - 1;
 
 #[repr(align(64))]
 #[derive(Default)]
@@ -38,8 +154,11 @@ struct Slot {
     seq: AtomicU32,
     key_hi: AtomicU64,
     key_lo: AtomicU64,
-    /// bit 63: complete, bit 62: valid, low 48 bits: MAC.
+    /// bit 63: complete, bit 62: valid, bit 61: failed, bit 60: deleted, bits 48..56:
+    /// requests sent (incomplete) or probes sent (complete, stale), low 48 bits: MAC.
     mac: AtomicU64,
+    /// Complete without probes: confirmation time. Complete with probes, incomplete:
+    /// time of the last request. Failed, deleted: when it happened.
     updated_ms: AtomicU64,
 }
 
@@ -47,12 +166,14 @@ struct Slot {
 pub struct NeighbourCache {
     slots: Box<[Slot]>,
     mask: usize,
+    cfg: NeighConfig,
 }
 
 impl core::fmt::Debug for NeighbourCache {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("NeighbourCache")
             .field("slots", &self.slots.len())
+            .field("cfg", &self.cfg)
             .finish()
     }
 }
@@ -80,10 +201,19 @@ fn mac_bits(m: MacAddr) -> u64 {
 }
 
 fn bits_mac(v: u64) -> MacAddr {
-    let b = v.to_be_bytes();
+    let b = (v & MAC_MASK).to_be_bytes();
     MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]])
 }
 
+fn count(v: u64) -> u32 {
+    ((v & COUNT_MASK) >> COUNT_SHIFT) as u32
+}
+
+fn with_count(v: u64, n: u32) -> u64 {
+    (v & !COUNT_MASK) | (u64::from(n.min(0xff)) << COUNT_SHIFT)
+}
+
+#[derive(Clone, Copy)]
 struct Read {
     key: (u64, u64),
     mac: u64,
@@ -91,7 +221,8 @@ struct Read {
 }
 
 impl Slot {
-    fn read(&self) -> Option<Read> {
+    /// A consistent read and the (even) sequence it was made at.
+    fn read_seq(&self) -> Option<(Read, u32)> {
         for _ in 0..4 {
             let s1 = self.seq.load(Ordering::Acquire);
             if s1 & 1 == 1 {
@@ -108,14 +239,18 @@ impl Slot {
             };
             fence(Ordering::Acquire);
             if self.seq.load(Ordering::Relaxed) == s1 {
-                return Some(r);
+                return Some((r, s1));
             }
         }
         None
     }
 
-    fn write(&self, k: (u64, u64), mac: u64, now: u64) -> bool {
-        let s = self.seq.load(Ordering::Relaxed);
+    fn read(&self) -> Option<Read> {
+        self.read_seq().map(|(r, _)| r)
+    }
+
+    /// Writes if the slot is still at (even) sequence `s`.
+    fn write_at(&self, s: u32, k: (u64, u64), mac: u64, now: u64) -> bool {
         if s & 1 == 1
             || self
                 .seq
@@ -134,66 +269,115 @@ impl Slot {
     }
 }
 
+/// An entry's state at a time, from its raw words.
+fn state(cfg: &NeighConfig, r: &Read, now: Option<u64>) -> Neighbour {
+    if r.mac & FLAG_COMPLETE != 0 {
+        let mac = bits_mac(r.mac);
+        let stale = match now {
+            Some(now) => count(r.mac) > 0 || now.saturating_sub(r.updated) >= cfg.reachable_ms,
+            None => false,
+        };
+        if stale {
+            Neighbour::Stale(mac)
+        } else {
+            Neighbour::Reachable(mac)
+        }
+    } else if r.mac & FLAG_DELETED != 0 {
+        Neighbour::Unknown
+    } else if r.mac & FLAG_FAILED != 0 {
+        Neighbour::Failed(r.updated)
+    } else {
+        Neighbour::Incomplete(r.updated)
+    }
+}
+
+/// Where an address is or would go: its slot (holding it, empty, or the victim), what
+/// the slot held and at which sequence.
+struct Place {
+    idx: usize,
+    seq: u32,
+    read: Read,
+    /// The slot holds this address.
+    found: bool,
+}
+
 impl NeighbourCache {
-    /// A cache of at least `capacity` slots (rounded up to a power of two).
+    /// A cache of at least `capacity` slots (rounded up to a power of two) with the
+    /// default [`NeighConfig`].
     pub fn new(capacity: usize) -> NeighbourCache {
+        NeighbourCache::with_config(capacity, NeighConfig::default())
+    }
+
+    /// A cache of at least `capacity` slots with the given settings.
+    pub fn with_config(capacity: usize, cfg: NeighConfig) -> NeighbourCache {
         let n = capacity.max(PROBE).next_power_of_two();
         NeighbourCache {
             slots: (0..n).map(|_| Slot::default()).collect(),
             mask: n - 1,
+            cfg,
         }
     }
 
-    /// What is known about `ip`.
-    #[inline]
-    pub fn lookup(&self, ip: IpAddr) -> Neighbour {
-        let k = key(ip);
-        let start = hash(k);
-        for i in 0..PROBE {
-            let slot = &self.slots[(start + i) & self.mask];
-            let Some(r) = slot.read() else { continue };
-            if r.mac & FLAG_VALID == 0 {
-                // Slots fill in probe order and are never emptied: nothing further on.
-                return Neighbour::Unknown;
-            }
-            if r.key == k {
-                return if r.mac & FLAG_COMPLETE != 0 {
-                    Neighbour::Reachable(bits_mac(r.mac))
-                } else {
-                    Neighbour::Incomplete(r.updated)
-                };
-            }
-        }
-        Neighbour::Unknown
+    /// The settings.
+    pub fn config(&self) -> &NeighConfig {
+        &self.cfg
     }
 
-    /// Like [`NeighbourCache::lookup`], and for a resolved address also where it sits:
-    /// `(slot, sequence)`, which [`NeighbourCache::unchanged`] checks with one load. A
-    /// worker memoises its last next hop this way.
+    /// The slot holding `k`, if any, with its contents.
     #[inline]
-    pub fn lookup_pinned(&self, ip: IpAddr) -> (Neighbour, Option<(usize, u32)>) {
-        let k = key(ip);
+    fn find(&self, k: (u64, u64)) -> Option<(usize, Read, u32)> {
         let start = hash(k);
         for i in 0..PROBE {
             let idx = (start + i) & self.mask;
-            let slot = &self.slots[idx];
-            let s1 = slot.seq.load(Ordering::Acquire);
-            let Some(r) = slot.read() else { continue };
+            let Some((r, s)) = self.slots[idx].read_seq() else {
+                continue;
+            };
             if r.mac & FLAG_VALID == 0 {
-                return (Neighbour::Unknown, None);
+                // Slots fill in probe order and are never emptied: nothing further on.
+                return None;
             }
             if r.key == k {
-                return if r.mac & FLAG_COMPLETE != 0 {
-                    let pin = (s1 & 1 == 0).then_some((idx, s1));
-                    // The entry read may be newer than s1: then the pin is stale and the
-                    // next check fails, which only costs a lookup.
-                    (Neighbour::Reachable(bits_mac(r.mac)), pin)
-                } else {
-                    (Neighbour::Incomplete(r.updated), None)
-                };
+                return Some((idx, r, s));
             }
         }
-        (Neighbour::Unknown, None)
+        None
+    }
+
+    /// What is known about `ip`, regardless of age: a resolved entry reads as
+    /// [`Neighbour::Reachable`] even when stale (for `sluice ctl` and tests).
+    #[inline]
+    pub fn lookup(&self, ip: IpAddr) -> Neighbour {
+        match self.find(key(ip)) {
+            Some((_, r, _)) => state(&self.cfg, &r, None),
+            None => Neighbour::Unknown,
+        }
+    }
+
+    /// What is known about `ip` at `now_ms` (distinguishing Reachable from Stale).
+    #[inline]
+    pub fn lookup_at(&self, ip: IpAddr, now_ms: u64) -> Neighbour {
+        match self.find(key(ip)) {
+            Some((_, r, _)) => state(&self.cfg, &r, Some(now_ms)),
+            None => Neighbour::Unknown,
+        }
+    }
+
+    /// Like [`NeighbourCache::lookup_at`], and for a Reachable address also where it sits
+    /// and until when it stays fresh, which a worker memoises.
+    #[inline]
+    pub fn lookup_pinned(&self, ip: IpAddr, now_ms: u64) -> (Neighbour, Option<Pin>) {
+        match self.find(key(ip)) {
+            Some((slot, r, seq)) => {
+                let n = state(&self.cfg, &r, Some(now_ms));
+                let pin = matches!(n, Neighbour::Reachable(_)).then_some(Pin {
+                    slot,
+                    seq,
+                    fresh_until: r.updated.saturating_add(self.cfg.reachable_ms),
+                });
+                (n, pin)
+            }
+            None => (Neighbour::Unknown, None),
+        }
     }
 
     /// Whether the slot still holds what was read at sequence `seq` (no write since).
@@ -204,49 +388,138 @@ impl NeighbourCache {
             .is_some_and(|s| s.seq.load(Ordering::Acquire) == seq)
     }
 
-    /// Records that `ip` is at `mac` (learning from ARP/ND).
+    /// Records that `ip` is at `mac` (learning from ARP/ND): Reachable from `now_ms`.
     pub fn learn(&self, ip: IpAddr, mac: MacAddr, now_ms: u64) {
-        self.store(ip, mac_bits(mac) | FLAG_VALID | FLAG_COMPLETE, now_ms);
+        let k = key(ip);
+        let Some(p) = self.place(k) else { return };
+        let new = mac_bits(mac) | FLAG_VALID | FLAG_COMPLETE;
+        // An unchanged, recently confirmed entry: avoid dirtying the cache line.
+        let quiet = self.cfg.retrans_ms.min(self.cfg.reachable_ms / 2);
+        if p.found && p.read.mac == new && now_ms.saturating_sub(p.read.updated) < quiet {
+            return;
+        }
+        self.slots[p.idx].write_at(p.seq, k, new, now_ms);
+    }
+
+    /// Decides whether a resolution request for `ip` goes out now (see the module docs).
+    /// A `Send` answer has already been recorded: the caller must send the request.
+    pub fn solicit(&self, ip: IpAddr, now_ms: u64) -> Solicit {
+        let k = key(ip);
+        let Some(p) = self.place(k) else {
+            // Every probed slot is being written: try again shortly.
+            return Solicit::Wait(now_ms.saturating_add(1));
+        };
+        let retrans = self.cfg.retrans_ms;
+        let mut n = 1;
+        if p.found {
+            match state(&self.cfg, &p.read, Some(now_ms)) {
+                Neighbour::Reachable(mac) | Neighbour::Stale(mac) => return Solicit::Resolved(mac),
+                Neighbour::Failed(t) if now_ms.saturating_sub(t) < self.cfg.failed_ms => {
+                    return Solicit::Failed
+                }
+                Neighbour::Incomplete(t) => {
+                    let due = t.saturating_add(retrans);
+                    if now_ms < due {
+                        return Solicit::Wait(due);
+                    }
+                    let sent = count(p.read.mac);
+                    if sent >= self.cfg.mcast_probes {
+                        let failed = FLAG_VALID | FLAG_FAILED;
+                        return if self.slots[p.idx].write_at(p.seq, k, failed, now_ms) {
+                            Solicit::Failed
+                        } else {
+                            Solicit::Wait(now_ms.saturating_add(1))
+                        };
+                    }
+                    n = sent + 1;
+                }
+                Neighbour::Failed(_) | Neighbour::Unknown => {}
+            }
+        }
+        if self.cfg.mcast_probes == 0 {
+            return Solicit::Failed;
+        }
+        let incomplete = with_count(FLAG_VALID, n);
+        if self.slots[p.idx].write_at(p.seq, k, incomplete, now_ms) {
+            Solicit::Send(n)
+        } else {
+            // Another worker changed the entry in between: it sends, or will tell us.
+            Solicit::Wait(now_ms.saturating_add(1))
+        }
+    }
+
+    /// Called by a worker about to use `ip`'s entry: says whether a unicast probe of a
+    /// stale entry is due (and records it), or that the probes went unanswered and the
+    /// entry was just deleted.
+    pub fn probe(&self, ip: IpAddr, now_ms: u64) -> Probe {
+        let k = key(ip);
+        let Some((idx, r, seq)) = self.find(k) else {
+            return Probe::NotDue;
+        };
+        if r.mac & FLAG_COMPLETE == 0 {
+            return Probe::NotDue;
+        }
+        let sent = count(r.mac);
+        let since = now_ms.saturating_sub(r.updated);
+        if (sent == 0 && since < self.cfg.reachable_ms) || (sent > 0 && since < self.cfg.retrans_ms)
+        {
+            return Probe::NotDue;
+        }
+        if sent >= self.cfg.ucast_probes {
+            let deleted = FLAG_VALID | FLAG_DELETED;
+            return if self.slots[idx].write_at(seq, k, deleted, now_ms) {
+                Probe::Deleted
+            } else {
+                Probe::NotDue
+            };
+        }
+        if self.slots[idx].write_at(seq, k, with_count(r.mac, sent + 1), now_ms) {
+            Probe::Send(bits_mac(r.mac))
+        } else {
+            Probe::NotDue
+        }
     }
 
     /// Records that a resolution request for `ip` went out at `now_ms`. Returns `false`
-    /// (and records nothing) if one is already pending since less than [`RETRY_MS`] or the
-    /// address is already resolved: the caller then sends no request.
+    /// (and records nothing) if one is already pending since less than the retransmit
+    /// time, the address failed recently, or it is already resolved: the caller then
+    /// sends no request. (The same as [`NeighbourCache::solicit`] answering `Send`.)
     pub fn mark_pending(&self, ip: IpAddr, now_ms: u64) -> bool {
-        match self.lookup(ip) {
-            Neighbour::Reachable(_) => false,
-            Neighbour::Incomplete(t) if now_ms.saturating_sub(t) < RETRY_MS => false,
-            _ => {
-                self.store(ip, FLAG_VALID, now_ms);
-                true
-            }
-        }
+        matches!(self.solicit(ip, now_ms), Solicit::Send(_))
     }
 
-    fn store(&self, ip: IpAddr, mac: u64, now: u64) {
-        let k = key(ip);
+    /// The slot for `k`: the one holding it, else the first empty one, else the one
+    /// written longest ago. `None` only if every probed slot was mid-write.
+    fn place(&self, k: (u64, u64)) -> Option<Place> {
         let start = hash(k);
-        let mut victim: Option<(usize, u64)> = None;
+        let mut victim: Option<Place> = None;
         for i in 0..PROBE {
             let idx = (start + i) & self.mask;
-            let Some(r) = self.slots[idx].read() else {
+            let Some((read, seq)) = self.slots[idx].read_seq() else {
                 continue;
             };
-            if r.mac & FLAG_VALID == 0 || r.key == k {
-                // Unchanged complete entry: avoid dirtying the cache line.
-                if r.key == k && r.mac == mac && now.saturating_sub(r.updated) < RETRY_MS {
-                    return;
-                }
-                self.slots[idx].write(k, mac, now);
-                return;
+            if read.mac & FLAG_VALID == 0 || read.key == k {
+                let found = read.mac & FLAG_VALID != 0;
+                return Some(Place {
+                    idx,
+                    seq,
+                    read,
+                    found,
+                });
             }
-            if victim.is_none_or(|(_, t)| r.updated < t) {
-                victim = Some((idx, r.updated));
+            if victim
+                .as_ref()
+                .is_none_or(|v| read.updated < v.read.updated)
+            {
+                victim = Some(Place {
+                    idx,
+                    seq,
+                    read,
+                    found: false,
+                });
             }
         }
-        if let Some((idx, _)) = victim {
-            self.slots[idx].write(k, mac, now);
-        }
+        victim
     }
 
     /// Every resolved entry (for `sluice ctl`; not for the hot path).

@@ -5,6 +5,8 @@ use crate::port::Pool;
 use crate::wire::{tcp, udp};
 use proptest::prelude::*;
 
+mod neigh;
+
 const US0: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x10]);
 const US1: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x11]);
 const PEER: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x01]);
@@ -72,14 +74,7 @@ fn run(
 ) -> (Verdict, Vec<u8>, Counters) {
     let mut c = Counters::new(2);
     let mut p = pool.alloc_copy(frame).unwrap();
-    let v = fw.process(
-        port,
-        &mut p,
-        &mut Ctx {
-            now_ms: now,
-            counters: &mut c,
-        },
-    );
+    let v = fw.process(port, &mut p, &mut Ctx::new(now, &mut c));
     (v, p.data().to_vec(), c)
 }
 
@@ -601,7 +596,7 @@ proptest! {
         }
         let mut c = Counters::new(3);
         let mut p = pool.alloc_copy(&f).unwrap();
-        let _ = fw.process(port, &mut p, &mut Ctx { now_ms: 0, counters: &mut c });
+        let _ = fw.process(port, &mut p, &mut Ctx::new(0, &mut c));
     }
 }
 
@@ -637,9 +632,9 @@ proptest! {
         }
         let mut c = Counters::new(2);
         let mut p1 = pool.alloc_copy(&f).unwrap();
-        let v1 = fast.process(0, &mut p1, &mut Ctx { now_ms: 0, counters: &mut c });
+        let v1 = fast.process(0, &mut p1, &mut Ctx::new(0, &mut c));
         let mut p2 = pool.alloc_copy(&f).unwrap();
-        let v2 = general.slow(0, &mut p2, &mut Ctx { now_ms: 0, counters: &mut c });
+        let v2 = general.slow(0, &mut p2, &mut Ctx::new(0, &mut c));
         prop_assert_eq!(v1, v2);
         prop_assert_eq!(p1.data(), p2.data());
     }

@@ -282,7 +282,34 @@ impl DpdkQueue {
 // mempool pointer refers to a thread-safe DPDK mempool that lives for the process.
 unsafe impl Send for DpdkQueue {}
 
+/// Allocates mbufs from one of sluice's mempools (a worker's [`super::Allocator`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MbufAlloc {
+    pool: *mut sys::rte_mempool,
+}
+
+// SAFETY: the pointer refers to a DPDK pktmbuf mempool, which is thread-safe and lives for
+// the process (sluice never frees its pools).
+unsafe impl Send for MbufAlloc {}
+// SAFETY: as above; allocation only reads the pointer.
+unsafe impl Sync for MbufAlloc {}
+
+impl MbufAlloc {
+    /// An empty mbuf (data_len 0, default headroom), or `None` if the pool is empty.
+    #[inline]
+    pub(crate) fn alloc(&self) -> Option<Pkt> {
+        // SAFETY: pool is a live pktmbuf pool; the result is null or an owned mbuf.
+        let m = unsafe { sys::rte_pktmbuf_alloc(self.pool) };
+        // SAFETY: a freshly allocated, exclusively owned, single-segment mbuf.
+        NonNull::new(m).map(|m| unsafe { Pkt::from_mbuf(m) })
+    }
+}
+
 impl Queue for DpdkQueue {
+    fn allocator(&self) -> Option<super::Allocator> {
+        Some(super::Allocator::mbuf(MbufAlloc { pool: self.pool }))
+    }
+
     #[inline]
     fn rx_burst(&mut self, out: &mut Burst) -> usize {
         let before = out.len();

@@ -87,6 +87,47 @@ pub trait Queue: Send {
     fn discarded(&self) -> u64 {
         0
     }
+    /// Where fresh buffers for packets sent on this queue come from (the worker hands
+    /// them to its stage for packets it makes up: ARP requests, ...). `None` (the
+    /// default): the queue has no buffers of its own (in-memory ports).
+    fn allocator(&self) -> Option<Allocator> {
+        None
+    }
+}
+
+/// A source of fresh packet buffers: a [`Pool`], or (DPDK) a port's mbuf mempool.
+/// Cloning is cheap; allocation takes no lock and no heap memory.
+#[derive(Clone, Debug)]
+pub struct Allocator(AllocFrom);
+
+#[derive(Clone, Debug)]
+enum AllocFrom {
+    Pool(Pool),
+    #[cfg(feature = "dpdk")]
+    Mbuf(dpdk::MbufAlloc),
+}
+
+impl Allocator {
+    /// An empty packet (length 0, default headroom), or `None` if none is free.
+    #[inline]
+    pub fn alloc(&self) -> Option<Pkt> {
+        match &self.0 {
+            AllocFrom::Pool(p) => p.alloc(),
+            #[cfg(feature = "dpdk")]
+            AllocFrom::Mbuf(m) => m.alloc(),
+        }
+    }
+
+    #[cfg(feature = "dpdk")]
+    pub(crate) fn mbuf(m: dpdk::MbufAlloc) -> Allocator {
+        Allocator(AllocFrom::Mbuf(m))
+    }
+}
+
+impl From<Pool> for Allocator {
+    fn from(p: Pool) -> Allocator {
+        Allocator(AllocFrom::Pool(p))
+    }
 }
 
 /// An opened device: the shared port and one queue per queue pair.

@@ -202,6 +202,10 @@ struct PcapQueue {
 }
 
 impl Queue for PcapQueue {
+    fn allocator(&self) -> Option<super::Allocator> {
+        Some(self.pool.clone().into())
+    }
+
     fn rx_burst(&mut self, out: &mut Burst) -> usize {
         let Some(r) = self.rx.as_mut() else { return 0 };
         let mut n = 0;

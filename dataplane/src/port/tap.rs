@@ -97,6 +97,10 @@ struct TapQueue {
 }
 
 impl Queue for TapQueue {
+    fn allocator(&self) -> Option<super::Allocator> {
+        Some(self.pool.clone().into())
+    }
+
     fn rx_burst(&mut self, out: &mut Burst) -> usize {
         let (mut n, mut bytes) = (0usize, 0u64);
         while !out.is_full() {

@@ -115,10 +115,7 @@ fn main() {
         for (p, t) in pkts.iter_mut().zip(&templates) {
             p.copy_from(t);
         }
-        let mut ctx = Ctx {
-            now_ms: 0,
-            counters: &mut counters,
-        };
+        let mut ctx = Ctx::new(0, &mut counters);
         fw.process_burst(0, &mut pkts, &mut verdicts, &mut ctx);
         forwarded += verdicts.iter().filter(|v| **v == Verdict::Tx(1)).count() as u64;
     }

@@ -270,14 +270,7 @@ fn pcap_case(dir: &Path) -> String {
     let mut c = Counters::new(1);
     for f in &frames {
         let mut p = pool.alloc_copy(f).unwrap();
-        if let Verdict::Tx(0) = reference.process(
-            0,
-            &mut p,
-            &mut Ctx {
-                now_ms: 0,
-                counters: &mut c,
-            },
-        ) {
+        if let Verdict::Tx(0) = reference.process(0, &mut p, &mut Ctx::new(0, &mut c)) {
             expected.push(p.data().to_vec());
         }
     }
