@@ -14,3 +14,4 @@ pub mod apps;
 pub mod kernel;
 pub mod sim;
 pub mod sys;
+pub mod tables;

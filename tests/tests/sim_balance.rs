@@ -4,15 +4,13 @@
 //! weight rules (70/30/0 shares; an invalid backend's share reset), NetworkPolicy on new
 //! flows and revocation after a swap, UDP, and IPv6.
 
-use sluice_ctrl::compile::snapshot;
-use sluice_ctrl::config::compile_loaded;
-use sluice_ctrl::load::{load_str, Loaded};
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::IfAddr;
 use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::{DropReason, Event};
 use sluice_dataplane::tables::snapshot::Snapshot;
 use sluice_tests::sim::{Faults, LinkSpec, Rng, Sim};
+use sluice_tests::tables::snapshot_from_yaml;
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::{tcp, udp};
 use smoltcp::wire::{IpAddress, IpCidr, IpEndpoint};
@@ -140,12 +138,7 @@ spec:
 "#;
 
 fn compile(text: &str) -> Snapshot {
-    let mut loaded = Loaded::default();
-    load_str("sim.yaml", text, &mut loaded);
-    let c = compile_loaded(loaded);
-    let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
-    assert!(errors.is_empty(), "config errors: {errors:#?}");
-    snapshot::build(c.ir.as_ref().expect("ir")).expect("snapshot")
+    snapshot_from_yaml("sim.yaml", text)
 }
 
 fn links(faults: Faults) -> Vec<LinkSpec> {
@@ -524,6 +517,18 @@ fn ipv6_connections_are_balanced_and_nated() {
     for p in &backends.peers {
         assert_eq!(p.addr, Sim::addr(ip("fd78::2")));
     }
+    // Port 7000's backends are IPv4 only: an IPv6 client's connection is refused (full NAT
+    // keeps the family), not silently dropped.
+    let out = run_connections(
+        &mut sim,
+        &mut backends,
+        ip("fd77::10"),
+        7000,
+        10,
+        5,
+        &mut rng,
+    );
+    assert_eq!((out.reset, out.echoed), (10, 0), "{out:?}");
 }
 
 #[test]
