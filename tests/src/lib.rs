@@ -7,8 +7,11 @@
 //!   HTTP server and client, ping.
 //! - [`sys`]: guards for kernel resources the tests create (TAP devices, network
 //!   namespaces, child processes) that clean up on drop, also when a test fails.
+//! - [`kernel`]: real kernel clients and servers (python3 in network namespaces) around
+//!   sluice's balancer running in the test process.
 
 pub mod apps;
+pub mod kernel;
 pub mod sim;
 pub mod sys;
 pub mod tables;

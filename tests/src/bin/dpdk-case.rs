@@ -4,7 +4,8 @@
 //! Cases: `ring` (net_ring burst I/O and loopback, multi-queue), `null` (net_null bursts
 //! through the worker and forwarder), `pcap` (net_pcap replay in, capture out, compared with
 //! the pipeline's reference output), `tap` (net_tap with the kernel on the other side:
-//! the kernel pings sluice). Every case checks that the mbuf pools are whole again once
+//! the kernel pings sluice), `balance` (two net_tap ports around the balancer, real
+//! kernel clients and servers in namespaces: see `sluice_tests::kernel`). Every case checks that the mbuf pools are whole again once
 //! the ports are closed.
 
 use sluice_dataplane::pipeline::{
@@ -14,6 +15,7 @@ use sluice_dataplane::port::{dpdk, pcap, Burst, Opened, Pool};
 use sluice_dataplane::stats::{Counters, DropReason};
 use sluice_dataplane::wire::{arp, ethernet, icmpv4, ip_proto, ipv4, EtherType, MacAddr};
 use sluice_dataplane::worker::{Idle, Worker, WorkerConfig};
+use sluice_tests::kernel::{check_burst, manifests, Rig};
 use sluice_tests::sys::{must, unique_name, Netns};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -373,6 +375,31 @@ fn tap() -> String {
     )
 }
 
+/// Two net_tap ports around the balancer (one worker), the client and the backends in
+/// namespaces: 200 kernel connections answered 3:1 through SNAT, every mbuf returned.
+fn balance() -> String {
+    let (out_if, in_if) = (unique_name("kdo"), unique_name("kdi"));
+    eal(&[
+        format!("net_tap0,iface={out_if}"),
+        format!("net_tap1,iface={in_if}"),
+    ]);
+    let outside = dpdk::open("outside", "net_tap0", 1).expect("open net_tap0");
+    let inside = dpdk::open("inside", "net_tap1", 1).expect("open net_tap1");
+    let mut rig = Rig::start(
+        outside,
+        inside,
+        (&out_if, &in_if),
+        &manifests((3, 1), "10.77.0.0/24"),
+    );
+    let v = check_burst(&mut rig.agent, 200, 0.75, 0.08);
+    let c = rig.finish();
+    assert_eq!(in_use(), 0, "every mbuf back in the pool");
+    format!(
+        "net_tap balance: 200 connections answered {v}, {} flows",
+        c.events_of(sluice_dataplane::stats::Event::FlowCreated)
+    )
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let case = args.get(1).map(String::as_str).unwrap_or("");
@@ -382,8 +409,9 @@ fn main() {
         "null" => null(),
         "pcap" => pcap_case(&dir),
         "tap" => tap(),
+        "balance" => balance(),
         other => {
-            eprintln!("unknown case {other:?}: ring | null | pcap | tap");
+            eprintln!("unknown case {other:?}: ring | null | pcap | tap | balance");
             std::process::exit(2);
         }
     };
