@@ -117,6 +117,25 @@ spec:
   parentRefs: [{{name: gw, sectionName: six}}]
   rules:
   - backendRefs: [{{name: a6, port: 7000}}, {{name: b6, port: 7000}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: direct
+  namespace: sim
+  annotations: {{sluice.dev/source-nat: "false"}}
+spec:
+  gatewayClassName: sluice
+  listeners:
+  - {{name: direct, port: 7200, protocol: TCP}}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {{name: direct, namespace: sim}}
+spec:
+  parentRefs: [{{name: direct}}]
+  rules:
+  - backendRefs: [{{name: a, port: 7000}}]
 {}
 {policy}
 "#,
@@ -663,4 +682,66 @@ fn udp_datagrams_are_balanced_and_answered_from_the_virtual_address() {
         1,
         "one UDP flow for one 5-tuple"
     );
+}
+
+#[test]
+fn transparent_listeners_keep_the_client_address() {
+    let (mut sim, _publisher) = sim(ALLOW_CLIENTS, Faults::NONE, 23);
+    let mut backends = Backends::new(&mut sim.hosts[1].sockets, 7000, 10);
+    let mut rng = Rng::new(3);
+    let out = run_connections(
+        &mut sim,
+        &mut backends,
+        ip("10.77.0.10"),
+        7200,
+        20,
+        5,
+        &mut rng,
+    );
+    assert_eq!(out.echoed, 20, "{out:?}");
+    assert_eq!(backends.hits.get(&Sim::addr(ip("10.78.0.11"))), Some(&20));
+    for p in &backends.peers {
+        assert_eq!(p.addr, Sim::addr(ip("10.77.0.1")), "no source NAT");
+    }
+}
+
+#[test]
+fn routed_traffic_between_hosts_passes_the_same_policy() {
+    let (mut sim, _publisher) = sim(ALLOW_CLIENTS, Faults::NONE, 29);
+    let mut backends = Backends::new(&mut sim.hosts[1].sockets, 7000, 10);
+    let mut rng = Rng::new(4);
+    // Straight to a pod on an allowed port: routed (no listener), replies pass.
+    let out = run_connections(
+        &mut sim,
+        &mut backends,
+        ip("10.78.0.12"),
+        7000,
+        10,
+        5,
+        &mut rng,
+    );
+    assert_eq!(out.echoed, 10, "{out:?}");
+    for p in &backends.peers {
+        assert_eq!(p.addr, Sim::addr(ip("10.77.0.1")), "routed, not NATed");
+    }
+    // A port the policy does not open: the SYN never reaches the pod.
+    let mut ssh = Backends::new(&mut sim.hosts[1].sockets, 22, 2);
+    let before = sim.worker.counters().drops_of(DropReason::PolicyDenied);
+    let mut s = tcp::Socket::new(
+        tcp::SocketBuffer::new(vec![0; 1024]),
+        tcp::SocketBuffer::new(vec![0; 1024]),
+    );
+    s.connect(
+        sim.hosts[0].iface.context(),
+        (Sim::addr(ip("10.78.0.12")), 22),
+        45_000,
+    )
+    .expect("connect");
+    sim.hosts[0].sockets.add(s);
+    for _ in 0..3000 {
+        sim.step();
+        ssh.step(&mut sim.hosts[1].sockets);
+    }
+    assert!(ssh.hits.is_empty(), "nothing reached port 22");
+    assert!(sim.worker.counters().drops_of(DropReason::PolicyDenied) > before);
 }
