@@ -17,7 +17,7 @@ use sluice_dataplane::inspect::{self, Inspected};
 use sluice_dataplane::tables::hosts::HostMatcher;
 use sluice_dataplane::tables::maglev::{flow_hash, Pick};
 
-use crate::compile::backends::maglev_table;
+use crate::compile::backends::table_for;
 use crate::compile::ir::{
     BackendTarget, Binding, Ir, Listener, ListenerKind, Route, RouteKind, L4,
 };
@@ -327,7 +327,7 @@ pub fn explain(ir: &Ir, q: &Query) -> Value {
         );
         return out;
     }
-    let table = match maglev_table(&backends, route.maglev_table_size) {
+    let table = match table_for(&backends, route.maglev_table_size, q.dst.is_ipv6()) {
         Ok(t) => t,
         Err(e) => {
             set(&mut out, "verdict", json!("reject"));

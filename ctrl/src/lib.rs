@@ -11,7 +11,12 @@
 //! - [`config`]: load -> validate -> IR in one call, summaries and table dumps.
 //! - [`explain`]: trace one hypothetical connection (`sluice explain`).
 //! - [`stdout`]: command output that survives a closed pipe.
-//! - [`run`]: `sluice run`: the Appliance translated into ports and pinned workers.
+//! - [`run`]: `sluice run`: the Appliance translated into ports and pinned workers, serving
+//!   the compiled tables.
+//! - [`sources`]: what asks for a reload: configuration files changing, SIGHUP, the admin
+//!   socket.
+//! - [`reload`]: one reload attempt: compile, check the Appliance is unchanged, publish a
+//!   new tables generation or keep the running one.
 //! - [`api`]: the admin socket of a running instance and `sluice ctl`, its client.
 
 pub mod api;
@@ -21,6 +26,8 @@ pub mod diag;
 pub mod explain;
 pub mod load;
 pub mod model;
+pub mod reload;
 pub mod run;
+pub mod sources;
 pub mod stdout;
 pub mod validate;

@@ -57,7 +57,8 @@ enum Command {
     /// Run the dataplane: ports and pinned workers from the Appliance manifest (or the
     /// embedded default: TAP port `sl0` at 10.77.0.2/24, fd77::2/64).
     Run(sluice_ctrl::run::RunArgs),
-    /// Talk to a running instance through its admin socket (stats, ...).
+    /// Talk to a running instance through its admin socket (stats, status, reload,
+    /// neighbours).
     Ctl(sluice_ctrl::api::CtlArgs),
     /// Dump the resolved configuration (listeners, routes, backends, workloads) as JSON.
     Tables {

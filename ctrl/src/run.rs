@@ -1,32 +1,43 @@
-//! `sluice run`: ports and pinned workers from the Appliance manifest.
+//! `sluice run`: ports and pinned workers from the Appliance manifest, serving the tables
+//! compiled from the whole configuration, reloaded while traffic flows.
 //!
 //! The Appliance (`sluice.dev/v1alpha1`) is translated into the dataplane's plain
 //! configuration ([`RunPlan`]): ports ([`PortKind`]) with their addresses, one worker per
-//! core, static routes, EAL arguments and the admin socket. Without an Appliance sluice
-//! runs the embedded default ([`DEFAULT_APPLIANCE`]): one TAP port `sl0` where sluice is
-//! `10.77.0.2/24` and `fd77::2/64`; the kernel's side of the TAP device gets `10.77.0.1/24`
-//! and `fd77::1/64`, so `ping 10.77.0.2` works right away.
+//! core, static routes, virtual addresses, the flow-table size, EAL arguments and the admin
+//! socket. Without an Appliance sluice runs the embedded default ([`DEFAULT_APPLIANCE`]):
+//! one TAP port `sl0` where sluice is `10.77.0.2/24` and `fd77::2/64`; the kernel's side of
+//! the TAP device gets `10.77.0.1/24` and `fd77::1/64`, so `ping 10.77.0.2` works right
+//! away.
 //!
-//! While running it prints one line per second (pps and bit rate per port, drops by
-//! reason) unless `--quiet`, serves the same counters on the admin socket
-//! (`sluice ctl stats`), and stops cleanly on SIGINT/SIGTERM: workers flush their tx
-//! buffers, publish their counters and return every buffer.
+//! The rest of the configuration (gateways, routes, policies, inventory) is compiled into
+//! the tables ([`crate::reload::prepare`]) and published through RCU to every worker. The
+//! control thread (this one) then reloads on a file change (polled once a second), on
+//! SIGHUP and on `sluice ctl reload` ([`crate::reload::Reloader`]), frees old generations
+//! once every worker has moved past them, prints one line per second (pps and bit rate per
+//! port, flows, drops by reason) unless `--quiet`, and stops cleanly on SIGINT/SIGTERM:
+//! workers flush their tx buffers, publish their counters and return every buffer. The
+//! admin socket (`sluice ctl`) is served on its own thread.
 
-use crate::api::{self, Snapshot};
+use crate::api::{self, ControlRequest, Snapshot};
 use crate::config;
 use crate::model::appliance::ApplianceSpec;
 use crate::model::Object;
+use crate::reload::{self, Prepared, ReloadOutcome, ReloadStatus, Reloader};
+use crate::sources::{FileWatch, Sighup, Trigger};
+use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{
     Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Route,
 };
 use sluice_dataplane::port::{self, Opened, Pool, PortKind};
+use sluice_dataplane::rcu::Reader;
 use sluice_dataplane::stats::{Counters, SharedCounters};
-use sluice_dataplane::worker::{self, Idle, Worker, WorkerConfig};
+use sluice_dataplane::tables::snapshot::Snapshot as Tables;
+use sluice_dataplane::worker::{self, Idle, Redirects, Worker, WorkerConfig};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The admin socket when the Appliance names none.
@@ -47,6 +58,15 @@ spec:
 
 /// Addresses the embedded default gives the kernel's side of `sl0`.
 pub const DEFAULT_PEER_ADDRESSES: [&str; 2] = ["10.77.0.1/24", "fd77::1/64"];
+
+/// Flow-table entries per worker when the Appliance's `limits.flowsPerWorker` is absent.
+pub const DEFAULT_FLOWS_PER_WORKER: usize = 1 << 20;
+
+/// Packets each worker's redirect ring holds (packets of flows another worker owns).
+pub const REDIRECT_DEPTH: usize = 1024;
+
+/// How often the configuration files are looked at.
+pub const FILE_POLL: Duration = Duration::from_secs(1);
 
 /// `sluice run` arguments.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -86,6 +106,10 @@ pub struct RunPlan {
     pub cores: Vec<usize>,
     /// Static routes.
     pub routes: Vec<Route>,
+    /// Virtual addresses (listener addresses answered on every port).
+    pub virtual_addrs: Vec<IpAddr>,
+    /// Flow-table entries per worker.
+    pub flow_capacity: usize,
     /// EAL arguments (only used when a DPDK port exists).
     pub eal: Vec<String>,
     /// Admin socket.
@@ -184,10 +208,27 @@ impl RunPlan {
                 via,
             });
         }
+        let virtual_addrs = spec
+            .virtual_addresses
+            .iter()
+            .map(|v| {
+                v.parse::<IpAddr>()
+                    .map_err(|_| format!("virtual address {v:?}: bad IP"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let flow_capacity = match spec.limits.flows_per_worker {
+            None => DEFAULT_FLOWS_PER_WORKER,
+            Some(0) => return Err("limits.flowsPerWorker must be at least 1".into()),
+            Some(n) => {
+                usize::try_from(n).map_err(|_| format!("limits.flowsPerWorker {n} is too large"))?
+            }
+        };
         Ok(RunPlan {
             ports,
             cores,
             routes,
+            virtual_addrs,
+            flow_capacity,
             eal: spec.eal.clone(),
             admin_socket: spec
                 .admin
@@ -216,26 +257,27 @@ impl RunPlan {
 
 /// Reads the configuration and returns the plan (the Appliance's, or the default).
 pub fn plan(args: &RunArgs) -> Result<RunPlan, String> {
-    let mut spec = None;
-    if !args.config.is_empty() {
-        let c = config::compile_paths(&args.config);
-        let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
-        if !errors.is_empty() {
-            return Err(errors.join("\n"));
-        }
-        spec = c.items.iter().find_map(|it| match &it.object {
-            Object::Appliance(a) => Some(a.spec.clone()),
-            _ => None,
-        });
-    }
-    let mut plan = match spec {
-        Some(s) => RunPlan::from_appliance(&s, false)?,
+    load(args).map(|(plan, _)| plan)
+}
+
+/// Loads, validates and compiles the whole configuration: the plan (from its Appliance,
+/// or the embedded default) and the first tables. Errors are printable lines.
+pub fn load(args: &RunArgs) -> Result<(RunPlan, Prepared), String> {
+    let prepared = reload::prepare(&args.config).map_err(|errors| {
+        format!(
+            "{}\nconfiguration rejected ({} error(s))",
+            errors.join("\n"),
+            errors.len()
+        )
+    })?;
+    let mut plan = match &prepared.appliance {
+        Some(s) => RunPlan::from_appliance(s, false)?,
         None => RunPlan::from_appliance(&default_spec()?, true)?,
     };
     if let Some(p) = &args.admin_socket {
         plan.admin_socket = p.clone();
     }
-    Ok(plan)
+    Ok((plan, prepared))
 }
 
 fn default_spec() -> Result<ApplianceSpec, String> {
@@ -268,11 +310,22 @@ pub(crate) struct Running {
     pub(crate) workers: Vec<(usize, usize, Arc<SharedCounters>)>,
     pub(crate) neighbours: Arc<NeighbourCache>,
     pub(crate) started: Instant,
+    /// Whether the embedded default Appliance runs.
+    pub(crate) is_default: bool,
+    /// Requests to the control thread (`sluice ctl reload`).
+    pub(crate) control: Mutex<mpsc::Sender<ControlRequest>>,
+    /// Reload state, refreshed by the control thread.
+    pub(crate) reload: Mutex<ReloadStatus>,
 }
 
 impl Running {
     pub(crate) fn snapshot(&self) -> Snapshot {
         Snapshot::take(self)
+    }
+
+    /// A copy of the reload state (empty if the lock was poisoned by a panic elsewhere).
+    pub(crate) fn reload_status(&self) -> ReloadStatus {
+        self.reload.lock().map(|s| s.clone()).unwrap_or_default()
     }
 }
 
@@ -288,8 +341,32 @@ fn open_port(p: &PortPlan, queues: u16, pool: &Pool) -> Result<Opened, String> {
     r.map_err(|e| format!("port {}: {e}", p.name))
 }
 
+/// The stage every worker runs: connection tracking, policy, Maglev and NAT in front of
+/// the forwarder, reading the published tables once per burst.
+type RunStage = Balancer;
+
+/// Builds worker `worker`'s stage (of `workers`), with `flow_capacity` flow-table entries.
+fn stage(
+    fwd: Forwarder,
+    tables: Reader<Tables>,
+    worker: usize,
+    workers: usize,
+    flow_capacity: usize,
+) -> RunStage {
+    Balancer::new(
+        fwd,
+        tables,
+        BalancerConfig {
+            worker,
+            workers,
+            flow_capacity,
+            ..BalancerConfig::default()
+        },
+    )
+}
+
 fn run_inner(args: &RunArgs) -> Result<(), String> {
-    let plan = plan(args)?;
+    let (plan, prepared) = load(args)?;
     let workers_n = plan.cores.len();
     let has_dpdk = plan
         .ports
@@ -319,7 +396,11 @@ fn run_inner(args: &RunArgs) -> Result<(), String> {
             addrs: p.addrs.clone(),
         })
         .collect();
-    let conf = Arc::new(ForwarderConfig::new(port_confs, &plan.routes)?);
+    let conf = Arc::new(ForwarderConfig::with_virtual(
+        port_confs,
+        &plan.routes,
+        plan.virtual_addrs.clone(),
+    )?);
     let neighbours = Arc::new(NeighbourCache::new(4096));
     let ports: Vec<(String, Arc<dyn port::Port>)> = opened
         .iter()
@@ -331,6 +412,9 @@ fn run_inner(args: &RunArgs) -> Result<(), String> {
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| format!("signal handler: {e}"))?;
     }
+    let sighup = Sighup::install().map_err(|e| format!("SIGHUP handler: {e}"))?;
+    let mut watch = FileWatch::new(&args.config);
+    let mut reloader = Reloader::new(args.config.clone(), prepared, workers_n);
 
     let mut per_worker: Vec<Vec<Box<dyn port::Queue>>> =
         (0..workers_n).map(|_| Vec::new()).collect();
@@ -353,10 +437,14 @@ fn run_inner(args: &RunArgs) -> Result<(), String> {
             max: Duration::from_micros(500),
         }
     };
+    let redirects = Redirects::new(workers_n, REDIRECT_DEPTH);
     let mut handles = Vec::new();
     let mut shared = Vec::new();
     for (id, queues) in per_worker.into_iter().enumerate() {
         let core = plan.cores[id];
+        let tables = reloader
+            .reader()
+            .ok_or_else(|| format!("worker {id}: no table reader left"))?;
         let w = Worker::new(
             WorkerConfig {
                 id,
@@ -364,16 +452,27 @@ fn run_inner(args: &RunArgs) -> Result<(), String> {
                 idle,
             },
             queues,
-            Forwarder::new(conf.clone(), neighbours.clone()),
-        );
+            stage(
+                Forwarder::new(conf.clone(), neighbours.clone()),
+                tables,
+                id,
+                workers_n,
+                plan.flow_capacity,
+            ),
+        )
+        .with_redirects(redirects.clone());
         shared.push((id, core, w.shared_counters()));
         handles.push(worker::spawn(w, stop.clone()).map_err(|e| format!("worker {id}: {e}"))?);
     }
+    let (requests, control) = mpsc::channel();
     let running = Arc::new(Running {
         ports,
         workers: shared,
         neighbours,
         started: Instant::now(),
+        is_default: plan.is_default,
+        control: Mutex::new(requests),
+        reload: Mutex::new(reloader.status()),
     });
     let admin = api::serve(&plan.admin_socket, running.clone(), stop.clone())
         .map_err(|e| format!("admin socket {}: {e}", plan.admin_socket.display()))?;
@@ -398,6 +497,17 @@ fn run_inner(args: &RunArgs) -> Result<(), String> {
             addrs.join("; "),
             plan.admin_socket.display()
         );
+        println!(
+            "sluice: tables generation {}: {} listener(s), {} route(s){}",
+            reloader.generation(),
+            reloader.current().listeners.len(),
+            reloader.current().listeners.routes().len(),
+            if watch.is_empty() {
+                String::new()
+            } else {
+                "; reloads on file change, SIGHUP or `sluice ctl reload`".to_string()
+            }
+        );
         if plan.is_default {
             println!(
                 "sluice: embedded default; the kernel side of sl0 is {} — try `ping 10.77.0.2`",
@@ -410,11 +520,44 @@ fn run_inner(args: &RunArgs) -> Result<(), String> {
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     let mut last = running.snapshot();
     let mut last_t = Instant::now();
+    let mut last_poll = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(100));
+        // Waiting for a request is the loop's sleep: a `ctl reload` is served at once.
+        let request = control.recv_timeout(Duration::from_millis(100)).ok();
         if deadline.is_some_and(|d| Instant::now() >= d) {
             stop.store(true, Ordering::Relaxed);
             break;
+        }
+        let mut outcome = None;
+        if let Some(ControlRequest::Reload(reply)) = request {
+            watch.rebase();
+            let o = reloader.reload(Trigger::Ctl);
+            // The client may have given up waiting; the outcome stays in `status`.
+            let _ = reply.send(o.clone());
+            outcome = Some(o);
+        }
+        if sighup.take() {
+            watch.rebase();
+            outcome = Some(reloader.reload(Trigger::Sighup));
+        }
+        if last_poll.elapsed() >= FILE_POLL {
+            last_poll = Instant::now();
+            if let Some(changed) = watch.poll() {
+                if !args.quiet {
+                    let names: Vec<String> =
+                        changed.iter().map(|p| p.display().to_string()).collect();
+                    println!("sluice: changed: {}; reloading", names.join(", "));
+                }
+                watch.rebase();
+                outcome = Some(reloader.reload(Trigger::File));
+            }
+        }
+        if let Some(o) = outcome.filter(|o| o.ok && !args.quiet) {
+            println!("{}", reloaded_line(&o));
+        }
+        reloader.reclaim();
+        if let Ok(mut s) = running.reload.lock() {
+            *s = reloader.status();
         }
         if last_t.elapsed() >= Duration::from_secs(1) {
             let now = running.snapshot();
@@ -436,11 +579,23 @@ fn run_inner(args: &RunArgs) -> Result<(), String> {
         }
     }
     let _ = admin.join();
+    // Every reader went with its worker: all retired generations can be freed now.
+    reloader.reclaim();
     if !args.quiet {
         let fin = running.snapshot();
         println!("sluice: stopped; {}", fin.totals_line());
     }
     Ok(())
+}
+
+/// The line printed after a reload that published new tables.
+fn reloaded_line(o: &ReloadOutcome) -> String {
+    format!(
+        "sluice: reload ({}) ok: tables generation {} in {:.1} ms",
+        o.trigger,
+        o.generation,
+        o.took.as_secs_f64() * 1e3
+    )
 }
 
 /// Gives the kernel's side of the default TAP port its documented addresses (best effort:
@@ -493,6 +648,37 @@ mod tests {
             ]
         );
         assert_eq!(p.admin_socket, PathBuf::from(DEFAULT_ADMIN_SOCKET));
+        assert_eq!(p.flow_capacity, DEFAULT_FLOWS_PER_WORKER);
+        assert!(p.virtual_addrs.is_empty());
+    }
+
+    /// The whole configuration is compiled at start: a broken manifest next to the
+    /// Appliance stops `sluice run` before any port opens, with every error.
+    #[test]
+    fn load_rejects_a_broken_configuration() {
+        let d = crate::sources::testing::Scratch::new("run-load");
+        let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/demo");
+        let args = RunArgs {
+            config: vec![demo.clone()],
+            ..RunArgs::default()
+        };
+        let (p, tables) = load(&args).expect("the demo loads");
+        assert!(!p.is_default);
+        assert_eq!(p.virtual_addrs.len(), 2);
+        assert!(!tables.tables.listeners.is_empty());
+        let bad = d.0.join("bad.yaml");
+        std::fs::write(
+            &bad,
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: g}\nspec:\n  gatewayClassName: x\n  listeners:\n  - {name: t, port: 0, protocol: TCP}\n",
+        )
+        .unwrap();
+        let args = RunArgs {
+            config: vec![demo, bad.clone()],
+            ..RunArgs::default()
+        };
+        let e = load(&args).unwrap_err();
+        assert!(e.contains(&format!("{}:7:", bad.display())), "{e}");
+        assert!(e.contains("configuration rejected"), "{e}");
     }
 
     #[test]
@@ -513,6 +699,8 @@ spec:
   routes: [{to: 0.0.0.0/0, via: 10.77.0.1}]
   eal: ["--no-huge", "-m", "512"]
   admin: {socket: /tmp/x.sock}
+  virtualAddresses: [10.77.0.10, "fd77::10"]
+  limits: {flowsPerWorker: 4096}
 "#;
         let mut loaded = crate::load::Loaded::default();
         crate::load::load_str("t.yaml", y, &mut loaded);
@@ -536,6 +724,14 @@ spec:
             }]
         );
         assert_eq!(p.admin_socket, PathBuf::from("/tmp/x.sock"));
+        assert_eq!(
+            p.virtual_addrs,
+            vec![
+                "10.77.0.10".parse::<IpAddr>().unwrap(),
+                "fd77::10".parse().unwrap()
+            ]
+        );
+        assert_eq!(p.flow_capacity, 4096);
         assert_eq!(
             p.eal_args(),
             ["--no-huge", "-m", "512", "--vdev", "net_tap0,iface=x"]

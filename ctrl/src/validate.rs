@@ -23,7 +23,7 @@ use crate::model::{Kind, Object};
 
 /// Largest weight accepted on a route destination or backendRef.
 pub const MAX_WEIGHT: i64 = 1_000_000;
-/// Most backendRefs in one TCPRoute/TLSRoute rule.
+/// Most backendRefs in one TCPRoute/UDPRoute/TLSRoute rule.
 pub const MAX_BACKEND_REFS: usize = 16;
 
 /// Istio `Port.protocol` values (seed 000).
@@ -137,6 +137,10 @@ pub fn validate(loaded: &mut Loaded) {
                     route_parents(it, &t.spec.parent_refs, "TCPRoute", &index, &mut r);
                     route_rules(it, &t.spec.rules, "TCPRoute", &index, &mut r);
                 }
+                Object::UdpRoute(u) => {
+                    route_parents(it, &u.spec.parent_refs, "UDPRoute", &index, &mut r);
+                    route_rules(it, &u.spec.rules, "UDPRoute", &index, &mut r);
+                }
                 Object::NetworkPolicy(p) => network_policy(it, &p.spec, &mut r),
                 Object::Appliance(a) => appliance(it, &a.spec, &mut r),
                 Object::Pod(p) => {
@@ -196,6 +200,16 @@ pub fn validate(loaded: &mut Loaded) {
                     }
                 }
                 _ => {}
+            }
+            if matches!(it.object.kind(), Kind::Gateway | Kind::IstioGateway) {
+                let meta = it.object.meta();
+                if let Err(e) = crate::compile::ir::transparent_by_annotation(&meta.annotations) {
+                    r.error(
+                        &it.path("metadata.annotations")
+                            .key(crate::compile::ir::SOURCE_NAT_ANNOTATION),
+                        e,
+                    );
+                }
             }
         }
     }
@@ -1004,7 +1018,8 @@ fn gateway(it: &Item, spec: &gw::GatewaySpec, index: &Index, r: &mut Reporter) {
         }
     }
     let mut names = BTreeSet::new();
-    let mut seen: BTreeMap<u32, (String, BTreeSet<String>)> = BTreeMap::new();
+    // (port, transport) -> (protocol class, hostnames).
+    let mut seen: BTreeMap<(u32, &str), (String, BTreeSet<String>)> = BTreeMap::new();
     for (i, l) in spec.listeners.iter().enumerate() {
         let at = format!("spec.listeners[{i}]");
         if l.name.is_empty() {
@@ -1124,7 +1139,10 @@ fn gateway(it: &Item, spec: &gw::GatewaySpec, index: &Index, r: &mut Reporter) {
                 }
             }
         }
-        // Listeners on one port must be distinct by hostname and compatible by protocol.
+        // Listeners on one port must be distinct by hostname and compatible by protocol;
+        // a UDP listener and a TCP-based one on the same port are distinct (Gateway API:
+        // "a mixture of TCP and UDP Protocol Listeners" is allowed), like DNS on 53.
+        let transport = if l.protocol == "UDP" { "UDP" } else { "TCP" };
         let class = match l.protocol.as_str() {
             "HTTP" => "HTTP",
             "HTTPS" | "TLS" => "TLS",
@@ -1132,7 +1150,7 @@ fn gateway(it: &Item, spec: &gw::GatewaySpec, index: &Index, r: &mut Reporter) {
         }
         .to_string();
         let entry = seen
-            .entry(l.port)
+            .entry((l.port, transport))
             .or_insert_with(|| (class.clone(), BTreeSet::new()));
         let host = l.hostname.clone().unwrap_or_default();
         if entry.0 != class {
@@ -1232,20 +1250,55 @@ fn route_parents(
                 continue;
             }
         }
-        let want = if route_kind == "TLSRoute" {
-            "TLS"
-        } else {
-            "TCP"
-        };
+        let want = listener_protocol_of(route_kind);
         if !matching.iter().any(|l| l.protocol == want) {
+            // Name what the parentRef did select, and the route kind each listener takes.
+            let selected: Vec<String> = matching
+                .iter()
+                .map(|l| match route_kind_of(&l.protocol) {
+                    Some(k) => format!("`{}` is {} and takes {k}s", l.name, l.protocol),
+                    None => format!("`{}` is {}", l.name, l.protocol),
+                })
+                .collect();
             r.error(
                 &it.path(&at),
                 format!(
-                    "Gateway {gns}/{} has no {want} listener this {route_kind} can attach to",
-                    p.name
+                    "Gateway {gns}/{} has no {want} listener this {route_kind} can attach to{}",
+                    p.name,
+                    if selected.is_empty() {
+                        String::new()
+                    } else {
+                        let noun = if selected.len() == 1 {
+                            "listener"
+                        } else {
+                            "listeners"
+                        };
+                        format!(" ({noun} {})", selected.join(", "))
+                    }
                 ),
             );
         }
+    }
+}
+
+/// The Gateway API listener protocol a route kind attaches to: a TLSRoute to TLS
+/// listeners, a UDPRoute to UDP listeners, a TCPRoute (and Consul's) to TCP listeners.
+fn listener_protocol_of(route_kind: &str) -> &'static str {
+    match route_kind {
+        "TLSRoute" => "TLS",
+        "UDPRoute" => "UDP",
+        _ => "TCP",
+    }
+}
+
+/// The route kind sluice attaches to a listener of this protocol (HTTP listeners take
+/// HTTPRoutes upstream, which sluice does not read).
+fn route_kind_of(protocol: &str) -> Option<&'static str> {
+    match protocol {
+        "TLS" => Some("TLSRoute"),
+        "TCP" => Some("TCPRoute"),
+        "UDP" => Some("UDPRoute"),
+        _ => None,
     }
 }
 

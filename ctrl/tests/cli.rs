@@ -134,6 +134,43 @@ fn explain_tcp_route_lists_weighted_backends() {
 }
 
 #[test]
+fn explain_udp_route_names_the_route_and_backend() {
+    let args = |proto: &'static str, port: u16| {
+        explain(&[
+            "-c",
+            &configs("gateway-api"),
+            "--proto",
+            proto,
+            "--src",
+            &format!("198.51.100.9:{port}"),
+            "--dst",
+            "192.0.2.10:53",
+        ])
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for port in 40000..40040 {
+        let v = args("udp", port);
+        assert_eq!(v["verdict"], "forward", "{v}");
+        assert_eq!(v["connection"]["proto"], "udp", "{v}");
+        assert_eq!(v["listener"]["protocol"], "udp", "{v}");
+        assert_eq!(v["route"], "UDPRoute dns/dns", "{v}");
+        assert_eq!(v["backends"][0]["share"], 0.9, "{v}");
+        assert_eq!(v["backends"][1]["name"], "resolvers/unbound:53", "{v}");
+        let backend = v["backend"].as_str().expect("a backend").to_string();
+        assert!(
+            ["10.93.0.2:5353", "10.93.0.3:5353", "10.94.0.2:53"].contains(&backend.as_str()),
+            "{v}"
+        );
+        seen.insert(backend);
+    }
+    assert!(seen.len() >= 2, "flows spread over the backends: {seen:?}");
+    // The same address and port over TCP: the Gateway has no TCP listener on 53.
+    let v = args("tcp", 40000);
+    assert_eq!(v["verdict"], "drop", "{v}");
+    assert_eq!(v["listener"], Value::Null, "{v}");
+}
+
+#[test]
 fn explain_sni_picks_the_route_and_rejects_unknown_names() {
     let base = [
         "-c",

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use sluice_ctrl::compile::ir::{BackendTarget, ListenerKind};
+use sluice_ctrl::compile::ir::{BackendTarget, ListenerKind, L4};
 use sluice_ctrl::config::{compile_loaded, compile_paths};
 use sluice_ctrl::load::{load_str, Loaded};
 use sluice_ctrl::model::meta::{IntOrString, Protocol, SelectorOperator};
@@ -129,6 +129,47 @@ fn gateway_api_weights_and_endpoint_sources() {
         ])
     );
     assert!(matches!(pg.backends[2].target, BackendTarget::Invalid(_)));
+}
+
+#[test]
+fn gateway_api_udproute_binds_the_udp_listener() {
+    let c = compile_paths(&[configs().join("gateway-api")]);
+    let ir = c.ir.expect("compiles");
+    let l = ir
+        .listeners
+        .iter()
+        .find(|l| l.port == 53)
+        .expect("the dns listener");
+    assert_eq!(l.kind, ListenerKind::Udp);
+    assert_eq!(l.protocol, L4::Udp);
+    assert_eq!(l.bindings.len(), 1);
+    let dns = &ir.routes[l.bindings[0].route];
+    assert_eq!(dns.name, "UDPRoute dns/dns");
+    let w: Vec<u32> = dns.backends.iter().map(|b| b.weight).collect();
+    assert_eq!(w, [90, 10]);
+    // Selected pods, at the Service's targetPort.
+    assert_eq!(
+        dns.backends[0].target,
+        BackendTarget::Endpoints(vec![
+            "10.93.0.2:5353".parse().expect("addr"),
+            "10.93.0.3:5353".parse().expect("addr")
+        ])
+    );
+    // Another namespace, admitted by the ReferenceGrant from UDPRoutes of `dns`.
+    assert_eq!(
+        dns.backends[1].target,
+        BackendTarget::Endpoints(vec!["10.94.0.2:53".parse().expect("addr")])
+    );
+    // No TCPRoute or TLSRoute lands on the UDP listener, nor the UDPRoute elsewhere.
+    for other in ir.listeners.iter().filter(|x| x.port != 53) {
+        assert!(
+            other
+                .bindings
+                .iter()
+                .all(|b| !ir.routes[b.route].name.starts_with("UDPRoute")),
+            "{other:?}"
+        );
+    }
 }
 
 #[test]

@@ -20,6 +20,7 @@ spec:
   gatewayClassName: sluice
   listeners:
   - {name: tcp, port: 5000, protocol: TCP}
+  - {name: dns, port: 5353, protocol: UDP}
   - name: tls
     port: 443
     protocol: TLS
@@ -1069,5 +1070,230 @@ spec:
 "#,
         "spec.servers[1].hosts",
         "host `a.example.com` is both passthrough and terminate on port 7443",
+    );
+}
+
+#[test]
+fn udproute_attaches_only_to_udp_listeners() {
+    error(
+        r#"apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata: {name: r, namespace: default}
+spec:
+  parentRefs:
+  - {name: gw, sectionName: tcp} #<-
+  rules:
+  - backendRefs: [{name: svc, port: 80}]
+"#,
+        "spec.parentRefs[0]",
+        "Gateway default/gw has no UDP listener this UDPRoute can attach to \
+         (listener `tcp` is TCP and takes TCPRoutes)",
+    );
+}
+
+#[test]
+fn tcproute_attaches_only_to_tcp_listeners() {
+    error(
+        r#"apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: r, namespace: default}
+spec:
+  parentRefs:
+  - {name: gw, port: 5353} #<-
+  rules:
+  - backendRefs: [{name: svc, port: 80}]
+"#,
+        "spec.parentRefs[0]",
+        "Gateway default/gw has no TCP listener this TCPRoute can attach to \
+         (listener `dns` is UDP and takes UDPRoutes)",
+    );
+}
+
+#[test]
+fn udproute_on_its_udp_listener_is_clean() {
+    let c = run(r#"apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata: {name: r, namespace: default}
+spec:
+  parentRefs: [{name: gw, sectionName: dns}]
+  rules:
+  - backendRefs: [{name: svc, port: 80, weight: 2}]
+"#);
+    let diags: Vec<String> = c.diagnostics.iter().map(|d| d.to_string()).collect();
+    assert!(diags.is_empty(), "{diags:#?}");
+    let ir = c.ir.expect("compiles");
+    let l = ir
+        .listeners
+        .iter()
+        .find(|l| l.port == 5353)
+        .expect("UDP listener");
+    assert_eq!(ir.routes[l.bindings[0].route].name, "UDPRoute default/r");
+}
+
+#[test]
+fn udproute_parent_gateway_missing() {
+    error(
+        r#"apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata: {name: r, namespace: default}
+spec:
+  parentRefs:
+  - name: nope #<-
+  rules:
+  - backendRefs: [{name: svc, port: 80}]
+"#,
+        "spec.parentRefs[0].name",
+        "Gateway default/nope not found",
+    );
+}
+
+#[test]
+fn udproute_has_one_rule() {
+    error(
+        r#"apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata: {name: r, namespace: default}
+spec:
+  parentRefs: [{name: gw, sectionName: dns}]
+  rules: #<-
+  - backendRefs: [{name: svc, port: 80}]
+  - backendRefs: [{name: svc, port: 80}]
+"#,
+        "spec.rules",
+        "a UDPRoute has exactly one rule",
+    );
+}
+
+#[test]
+fn udproute_weight_out_of_range() {
+    error(
+        r#"apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata: {name: r, namespace: default}
+spec:
+  parentRefs: [{name: gw, sectionName: dns}]
+  rules:
+  - backendRefs:
+    - {name: svc, port: 80, weight: -1} #<-
+"#,
+        "spec.rules[0].backendRefs[0].weight",
+        "weight -1 is out of range",
+    );
+}
+
+#[test]
+fn udproute_backend_filters_is_not_an_upstream_field() {
+    // Upstream UDPRoute backendRefs are plain BackendRefs: no `filters`.
+    error(
+        r#"apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata: {name: r, namespace: default}
+spec:
+  parentRefs: [{name: gw, sectionName: dns}]
+  rules:
+  - backendRefs:
+    - name: svc
+      port: 80
+      filters: [] #<-
+"#,
+        "spec.rules[0].backendRefs[0].filters",
+        "unknown field `filters`",
+    );
+}
+
+/// A Service with endpoints in namespace `other` and a ReferenceGrant there admitting `from_kind`s of
+/// namespace `default`.
+fn grant_in_other(from_kind: &str) -> String {
+    format!(
+        r#"---
+apiVersion: v1
+kind: Service
+metadata: {{name: svc, namespace: other}}
+spec: {{ports: [{{port: 80}}]}}
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {{name: svc, namespace: other}}
+subsets: [{{addresses: [{{ip: 10.2.0.1}}], ports: [{{port: 80}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {{name: g, namespace: other}}
+spec:
+  from: [{{group: gateway.networking.k8s.io, kind: {from_kind}, namespace: default}}]
+  to: [{{group: "", kind: Service}}]
+"#
+    )
+}
+
+const UDPROUTE_TO_OTHER: &str = r#"apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata: {name: r, namespace: default}
+spec:
+  parentRefs: [{name: gw, sectionName: dns}]
+  rules:
+  - backendRefs:
+    - {name: svc, namespace: other, port: 80} #<-
+"#;
+
+#[test]
+fn udproute_cross_namespace_backend_needs_a_grant_from_udproute() {
+    // A grant for TCPRoutes does not cover a UDPRoute.
+    warning(
+        &format!("{UDPROUTE_TO_OTHER}{}", grant_in_other("TCPRoute")),
+        "spec.rules[0].backendRefs[0].namespace",
+        "reference to Service other/svc is not permitted by any ReferenceGrant",
+    );
+}
+
+#[test]
+fn udproute_cross_namespace_backend_with_grant_is_fine() {
+    let c = run(&format!(
+        "{UDPROUTE_TO_OTHER}{}",
+        grant_in_other("UDPRoute")
+    ));
+    let diags: Vec<String> = c.diagnostics.iter().map(|d| d.to_string()).collect();
+    assert!(diags.is_empty(), "{diags:#?}");
+    let ir = c.ir.expect("compiles");
+    let route = ir
+        .routes
+        .iter()
+        .find(|r| r.name == "UDPRoute default/r")
+        .expect("route");
+    assert_eq!(route.backends[0].name, "other/svc:80");
+    assert_eq!(
+        route.backends[0].target,
+        sluice_ctrl::compile::ir::BackendTarget::Endpoints(vec!["10.2.0.1:80"
+            .parse()
+            .expect("addr")])
+    );
+}
+
+#[test]
+fn tcp_and_udp_listeners_may_share_a_port() {
+    let c = run(r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: dns, namespace: default}
+spec:
+  gatewayClassName: sluice
+  listeners:
+  - {name: udp, port: 53, protocol: UDP}
+  - {name: tcp, port: 53, protocol: TCP}
+"#);
+    let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    // ... but two UDP listeners on one port still conflict.
+    error(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: dns, namespace: default}
+spec:
+  gatewayClassName: sluice
+  listeners:
+  - {name: a, port: 53, protocol: UDP}
+  - {name: b, port: 53, protocol: UDP} #<-
+"#,
+        "spec.listeners[1].hostname",
+        "conflicting listeners on port 53: hostname `<any>` is used twice",
     );
 }

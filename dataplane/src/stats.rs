@@ -116,8 +116,7 @@ DropReason {
     /// No source NAT port free for this backend on this worker.
     SnatPortsExhausted => "snat_ports_exhausted",
     /// No sluice address of the backend's family on the port towards it (nothing to
-    /// source-NAT to), or the backend's family differs from the client's in transparent
-    /// mode.
+    /// source-NAT to).
     NoSnatAddress => "no_snat_address",
     /// A fragment of a datagram to a listener (sluice does not reassemble).
     Fragment => "fragment",

@@ -11,3 +11,4 @@
 pub mod apps;
 pub mod sim;
 pub mod sys;
+pub mod tables;

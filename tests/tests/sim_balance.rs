@@ -4,15 +4,13 @@
 //! weight rules (70/30/0 shares; an invalid backend's share reset), NetworkPolicy on new
 //! flows and revocation after a swap, UDP, and IPv6.
 
-use sluice_ctrl::compile::snapshot;
-use sluice_ctrl::config::compile_loaded;
-use sluice_ctrl::load::{load_str, Loaded};
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::IfAddr;
 use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::{DropReason, Event};
 use sluice_dataplane::tables::snapshot::Snapshot;
 use sluice_tests::sim::{Faults, LinkSpec, Rng, Sim};
+use sluice_tests::tables::snapshot_from_yaml;
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::{tcp, udp};
 use smoltcp::wire::{IpAddress, IpCidr, IpEndpoint};
@@ -80,6 +78,7 @@ spec:
   listeners:
   - {{name: echo, port: 7000, protocol: TCP}}
   - {{name: bad, port: 7100, protocol: TCP}}
+  - {{name: dns, port: 5300, protocol: UDP}}
   - {{name: six, port: 7006, protocol: TCP}}
 ---
 apiVersion: gateway.networking.k8s.io/v1alpha2
@@ -102,6 +101,14 @@ spec:
   - backendRefs:
     - {{name: ghost, port: 7000, weight: 80}}
     - {{name: a, port: 7000, weight: 20}}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata: {{name: dns, namespace: sim}}
+spec:
+  parentRefs: [{{name: gw, sectionName: dns}}]
+  rules:
+  - backendRefs: [{{name: a, port: 5300}}]
 ---
 apiVersion: gateway.networking.k8s.io/v1alpha2
 kind: TCPRoute
@@ -140,12 +147,7 @@ spec:
 "#;
 
 fn compile(text: &str) -> Snapshot {
-    let mut loaded = Loaded::default();
-    load_str("sim.yaml", text, &mut loaded);
-    let c = compile_loaded(loaded);
-    let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
-    assert!(errors.is_empty(), "config errors: {errors:#?}");
-    snapshot::build(c.ir.as_ref().expect("ir")).expect("snapshot")
+    snapshot_from_yaml("sim.yaml", text)
 }
 
 fn links(faults: Faults) -> Vec<LinkSpec> {
@@ -524,6 +526,18 @@ fn ipv6_connections_are_balanced_and_nated() {
     for p in &backends.peers {
         assert_eq!(p.addr, Sim::addr(ip("fd78::2")));
     }
+    // Port 7000's backends are IPv4 only: an IPv6 client's connection is refused (full NAT
+    // keeps the family), not silently dropped.
+    let out = run_connections(
+        &mut sim,
+        &mut backends,
+        ip("fd77::10"),
+        7000,
+        10,
+        5,
+        &mut rng,
+    );
+    assert_eq!((out.reset, out.echoed), (10, 0), "{out:?}");
 }
 
 #[test]
@@ -598,7 +612,7 @@ fn policy_denies_new_flows_and_a_swap_revokes_established_ones() {
 }
 
 #[test]
-#[ignore = "needs UDPRoute"]
+
 fn udp_datagrams_are_balanced_and_answered_from_the_virtual_address() {
     let (mut sim, _publisher) = sim(ALLOW_CLIENTS, Faults::NONE, 17);
     let udp_sock = |port: u16, sockets: &mut SocketSet<'static>| {
@@ -633,7 +647,13 @@ fn udp_datagrams_are_balanced_and_answered_from_the_virtual_address() {
             }
         }
     }
-    assert_eq!(answers.len(), 5, "every datagram answered");
+    let c = sim.worker.counters();
+    let drops: Vec<_> = DropReason::ALL
+        .iter()
+        .filter(|r| c.drops_of(**r) > 0)
+        .map(|r| (r.name(), c.drops_of(*r)))
+        .collect();
+    assert_eq!(answers.len(), 5, "every datagram answered; drops {drops:?}");
     for (i, (data, from)) in answers.iter().enumerate() {
         assert_eq!(data, &[b'Q', i as u8]);
         assert_eq!(*from, vip, "the answer comes from the virtual address");

@@ -3,9 +3,6 @@
 //! the flow, through the redirect ring when the hash sends it elsewhere, and comes back to
 //! the client un-NATed with valid checksums.
 
-use sluice_ctrl::compile::snapshot;
-use sluice_ctrl::config::compile_loaded;
-use sluice_ctrl::load::{load_str, Loaded};
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf};
 use sluice_dataplane::port::{mem, Burst, Pool, Queue};
@@ -13,6 +10,7 @@ use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::Event;
 use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, tcp, EtherType, MacAddr};
 use sluice_dataplane::worker::{Idle, Redirects, Worker, WorkerConfig};
+use sluice_tests::tables::snapshot_from_yaml;
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -173,11 +171,7 @@ fn replies_reach_the_flow_owner_through_the_redirect_ring() {
     neigh.learn("10.78.0.11".parse().expect("ip"), BACKEND_MAC, 0);
     neigh.learn("10.78.0.12".parse().expect("ip"), BACKEND_MAC, 0);
 
-    let mut loaded = Loaded::default();
-    load_str("w.yaml", CONFIG, &mut loaded);
-    let compiled = compile_loaded(loaded);
-    assert_eq!(compiled.errors().count(), 0);
-    let snap = snapshot::build(compiled.ir.as_ref().expect("ir")).expect("snapshot");
+    let snap = snapshot_from_yaml("w.yaml", CONFIG);
     let mut publisher = Publisher::new(snap, 2);
     let redirects = Redirects::new(2, 1024);
     let mut outside_q = outside.queues.into_iter();

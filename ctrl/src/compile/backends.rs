@@ -63,6 +63,56 @@ pub fn route_table(route: &Route) -> Result<MaglevTable, BuildError> {
     maglev_table(&route.backends, route.maglev_table_size)
 }
 
+/// Whether the backends' endpoints mix IPv4 and IPv6 (dual-stack Services).
+pub fn mixes_families(backends: &[Backend]) -> bool {
+    let mut fams = backends.iter().flat_map(|b| match &b.target {
+        BackendTarget::Endpoints(e) => e.iter().map(|a| a.is_ipv6()).collect::<Vec<_>>(),
+        _ => Vec::new(),
+    });
+    match fams.next() {
+        Some(first) => fams.any(|f| f != first),
+        None => false,
+    }
+}
+
+/// The backends as a client of one family sees them: full NAT keeps the family, so a
+/// dual-stack route gives IPv4 clients the IPv4 endpoints and IPv6 clients the IPv6 ones.
+/// A Service with no endpoint of that family stays in the table as invalid (its weight is
+/// rejected), as Gateway API asks of any backend that cannot be reached.
+pub fn for_family(backends: &[Backend], v6: bool) -> Vec<Backend> {
+    backends
+        .iter()
+        .map(|b| match &b.target {
+            BackendTarget::Endpoints(e) => {
+                let kept: Vec<_> = e.iter().copied().filter(|a| a.is_ipv6() == v6).collect();
+                Backend {
+                    name: b.name.clone(),
+                    weight: b.weight,
+                    target: if kept.is_empty() {
+                        BackendTarget::Invalid(format!(
+                            "no IPv{} endpoints",
+                            if v6 { 6 } else { 4 }
+                        ))
+                    } else {
+                        BackendTarget::Endpoints(kept)
+                    },
+                }
+            }
+            _ => b.clone(),
+        })
+        .collect()
+}
+
+/// The table a connection to a destination of this family uses: the route's one table,
+/// or for a dual-stack route the table of that family's endpoints (see [`for_family`]).
+pub fn table_for(backends: &[Backend], size: u64, dst_v6: bool) -> Result<MaglevTable, BuildError> {
+    if mixes_families(backends) {
+        maglev_table(&for_family(backends, dst_v6), size)
+    } else {
+        maglev_table(backends, size)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +128,35 @@ mod tests {
                 BackendTarget::Endpoints(eps.iter().map(|e| e.parse().expect("addr")).collect())
             },
         }
+    }
+
+    #[test]
+    fn dual_stack_routes_get_one_table_per_family() {
+        let backends = [
+            be("ds", 1, &["10.0.0.1:80", "[fd00::1]:80"]),
+            be("v4only", 1, &["10.0.0.2:80"]),
+        ];
+        assert!(mixes_families(&backends));
+        let v4 = table_for(&backends, 7, false).expect("table");
+        let v6 = table_for(&backends, 7, true).expect("table");
+        assert!(v4.slots().all(|p| match p {
+            Pick::Backend(a) => a.is_ipv4(),
+            Pick::Reject => false,
+        }));
+        let (v6_backends, rejects) = v6.counts();
+        assert_eq!(v6.backends(), ["[fd00::1]:80".parse().expect("addr")]);
+        assert_eq!(v6_backends.iter().sum::<usize>() + rejects, 7);
+        assert!(
+            rejects > 0,
+            "the IPv4-only Service's share is rejected for IPv6"
+        );
+        // A single-family route keeps its one table.
+        let single = [be("a", 1, &["10.0.0.1:80"])];
+        assert!(!mixes_families(&single));
+        assert_eq!(
+            table_for(&single, 7, true).expect("t"),
+            maglev_table(&single, 7).expect("t")
+        );
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Manifests -> IR -> dataplane tables. This module resolves the validated objects into
 //! the [`ir::Ir`]: Istio servers and Gateway API listeners become listeners bound to
-//! addresses; VirtualService / TLSRoute / TCPRoute / Consul TCPRoute rules become routes
-//! whose backends are resolved to endpoints through Services, EndpointSlices, Endpoints
-//! or selected Pods; pods become workloads.
+//! addresses; VirtualService / TLSRoute / TCPRoute / UDPRoute / Consul TCPRoute rules
+//! become routes whose backends are resolved to endpoints through Services,
+//! EndpointSlices, Endpoints or selected Pods; pods become workloads.
 //!
 //! Binding rules implemented here:
 //! - Istio: a VirtualService binds to a Gateway server when it names the gateway in
@@ -11,9 +11,10 @@
 //!   its namespace is allowed by the server host's `ns/` part (`*` any, `.` the
 //!   gateway's), and one of its hosts matches a server host (wildcards either way).
 //! - Gateway API: a route attaches to the listeners its parentRef selects (sectionName,
-//!   port), of the right protocol, whose `allowedRoutes` admit its namespace and kind;
-//!   TLSRoute hostnames are narrowed to their intersection with the listener hostname,
-//!   and a route without any intersection is not attached (warning).
+//!   port), of the right protocol (TLSRoute: TLS, TCPRoute: TCP, UDPRoute: UDP), whose
+//!   `allowedRoutes` admit its namespace and kind; TLSRoute hostnames are narrowed to
+//!   their intersection with the listener hostname, and a route without any
+//!   intersection is not attached (warning).
 
 pub mod backends;
 pub mod ir;
@@ -434,6 +435,9 @@ impl Ctx<'_> {
     fn istio_gateway(&mut self, it: &Item, spec: &istio::GatewaySpec, ir: &mut Ir) {
         let gns = it.object.meta().namespace().to_string();
         let gname = it.object.meta().name.clone();
+        // A bad value is a validation error, so the IR is never built with one.
+        let transparent =
+            ir::transparent_by_annotation(&it.object.meta().annotations).unwrap_or(false);
         for (si, server) in spec.servers.iter().enumerate() {
             let proto = server.port.protocol.to_ascii_uppercase();
             let Ok(port) = u16::try_from(server.port.number) else {
@@ -477,6 +481,7 @@ impl Ctx<'_> {
                 kind,
                 tls: terminate,
                 https_redirect: tls.is_some_and(|t| t.https_redirect),
+                transparent,
                 bindings: Vec::new(),
             };
             // Server host entries: (namespace constraint, host pattern).
@@ -764,6 +769,8 @@ impl Ctx<'_> {
     ) {
         let gns = it.object.meta().namespace().to_string();
         let gname = it.object.meta().name.clone();
+        let transparent =
+            ir::transparent_by_annotation(&it.object.meta().annotations).unwrap_or(false);
         let explicit: Vec<IpAddr> = spec
             .addresses
             .iter()
@@ -806,10 +813,12 @@ impl Ctx<'_> {
                     http: l.protocol == "HTTPS",
                 }),
                 https_redirect: false,
+                transparent,
                 bindings: Vec::new(),
             };
             let want_kind = match kind {
-                ListenerKind::Tcp | ListenerKind::Udp => "TCPRoute",
+                ListenerKind::Tcp => "TCPRoute",
+                ListenerKind::Udp => "UDPRoute",
                 ListenerKind::TlsPassthrough | ListenerKind::TlsTerminate
                     if l.protocol == "TLS" =>
                 {
@@ -819,8 +828,11 @@ impl Ctx<'_> {
             };
             for rit in self.items {
                 let (parents, hostnames, rules, route_kind) = match &rit.object {
-                    Object::TcpRoute(r) if want_kind == "TCPRoute" && kind == ListenerKind::Tcp => {
+                    Object::TcpRoute(r) if want_kind == "TCPRoute" => {
                         (&r.spec.parent_refs, &[][..], &r.spec.rules, "TCPRoute")
+                    }
+                    Object::UdpRoute(r) if want_kind == "UDPRoute" => {
+                        (&r.spec.parent_refs, &[][..], &r.spec.rules, "UDPRoute")
                     }
                     Object::TlsRoute(r) if want_kind == "TLSRoute" => (
                         &r.spec.parent_refs,
@@ -978,5 +990,102 @@ mod tests {
         );
         assert_eq!(istio_bound_host("b.com", "a.com"), None);
         assert_eq!(istio_bound_host("*.b.com", "*.a.com"), None);
+    }
+
+    /// A Gateway with a UDP and a TCP listener on the same port, a UDPRoute and a
+    /// TCPRoute naming the Gateway without a sectionName, and one Service.
+    const L4_ROUTES: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: g, namespace: default}
+spec:
+  gatewayClassName: sluice
+  addresses: [{value: 192.0.2.1}]
+  listeners:
+  - {name: dns-udp, port: 53, protocol: UDP}
+  - {name: dns-tcp, port: 53, protocol: TCP}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata: {name: u, namespace: default}
+spec:
+  parentRefs: [{name: g}]
+  rules:
+  - backendRefs:
+    - {name: dns, port: 53, weight: 3}
+    - {name: ghost, port: 53, weight: 1}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: t, namespace: default}
+spec:
+  parentRefs: [{name: g}]
+  rules:
+  - backendRefs: [{name: dns, port: 53}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: dns, namespace: default}
+spec: {selector: {app: dns}, ports: [{port: 53, protocol: UDP}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: dns-0, namespace: default, labels: {app: dns}}
+status: {podIP: 10.0.0.53}
+"#;
+
+    #[test]
+    fn udp_listeners_bind_udproutes_and_tcp_listeners_tcproutes() {
+        let mut loaded = crate::load::Loaded::default();
+        crate::load::load_str("l4.yaml", L4_ROUTES, &mut loaded);
+        let c = crate::config::compile_loaded(loaded);
+        let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
+        assert!(errors.is_empty(), "{errors:?}");
+        let ir = c.ir.expect("compiles");
+        let route_of = |proto: L4| {
+            let l = ir
+                .listeners
+                .iter()
+                .find(|l| l.port == 53 && l.protocol == proto)
+                .expect("listener");
+            assert_eq!(l.bindings.len(), 1, "{l:?}");
+            assert_eq!(l.bindings[0].host, "*");
+            &ir.routes[l.bindings[0].route]
+        };
+        let udp = route_of(L4::Udp);
+        assert_eq!(udp.name, "UDPRoute default/u");
+        assert_eq!(udp.kind, RouteKind::Tcp, "opaque L4");
+        let w: Vec<u32> = udp.backends.iter().map(|b| b.weight).collect();
+        assert_eq!(w, [3, 1]);
+        assert_eq!(
+            udp.backends[0].target,
+            BackendTarget::Endpoints(vec!["10.0.0.53:53".parse().expect("addr")])
+        );
+        // The missing Service keeps its weight: its quarter of the flows is rejected.
+        assert!(matches!(udp.backends[1].target, BackendTarget::Invalid(_)));
+        assert_eq!(route_of(L4::Tcp).name, "TCPRoute default/t");
+
+        // The dataplane table: UDP port 53 reaches the UDPRoute, ~1/4 reject slots.
+        let t = tables::listener_table(&ir).expect("table");
+        use sluice_dataplane::tables::listeners::proto;
+        let l = t
+            .lookup("192.0.2.1".parse().expect("ip"), 53, proto::UDP)
+            .expect("UDP listener");
+        let r = t.route(l.route(b"").expect("route")).expect("route");
+        assert_eq!(&*r.name, "UDPRoute default/u");
+        let picks: Vec<sluice_dataplane::tables::maglev::Pick> = (40000..40400u16)
+            .map(|p| {
+                r.pick(
+                    format!("198.51.100.1:{p}").parse().expect("src"),
+                    "192.0.2.1:53".parse().expect("dst"),
+                    17,
+                )
+            })
+            .collect();
+        let rejected = picks
+            .iter()
+            .filter(|p| **p == sluice_dataplane::tables::maglev::Pick::Reject)
+            .count();
+        assert!((60..140).contains(&rejected), "{rejected} of 400 rejected");
     }
 }

@@ -6,7 +6,7 @@ use sluice_dataplane::tables::listeners::{
     RouteEntry,
 };
 
-use super::backends::maglev_table;
+use super::backends::{maglev_table, mixes_families, table_for};
 use super::ir::{Ir, ListenerKind, RouteKind, StringMatch, L4};
 
 fn kind(k: ListenerKind) -> DpKind {
@@ -25,7 +25,15 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, String> {
     let mut routes = Vec::with_capacity(ir.routes.len());
     for r in &ir.routes {
         let size = r.maglev_table_size;
-        let table = maglev_table(&r.backends, size).map_err(|e| format!("{}: {e}", r.name))?;
+        let err = |e: sluice_dataplane::tables::maglev::BuildError| format!("{}: {e}", r.name);
+        let (table, table_v6) = if mixes_families(&r.backends) {
+            (
+                table_for(&r.backends, size, false).map_err(err)?,
+                Some(table_for(&r.backends, size, true).map_err(err)?),
+            )
+        } else {
+            (maglev_table(&r.backends, size).map_err(err)?, None)
+        };
         let mut http = Vec::new();
         if r.kind == RouteKind::Http {
             for rule in &r.http {
@@ -57,6 +65,7 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, String> {
                 .map(|n| (n.network(), n.prefix_len()))
                 .collect(),
             table,
+            table_v6,
             http: http.into_boxed_slice(),
         });
     }
@@ -78,7 +87,7 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, String> {
                 .map(|b| (b.host.clone(), b.route as u32))
                 .collect(),
             https_redirect: l.https_redirect,
-            transparent: false,
+            transparent: l.transparent,
         })
         .collect();
     ListenerTable::build(specs, routes).map_err(|e| e.to_string())
@@ -131,5 +140,104 @@ mod tests {
             web.table.backends(),
             ["10.78.0.31:8080".parse().expect("a")]
         );
+    }
+
+    fn compile_text(text: &str) -> crate::config::Compiled {
+        let mut loaded = crate::load::Loaded::default();
+        crate::load::load_str("gw.yaml", text, &mut loaded);
+        crate::config::compile_loaded(loaded)
+    }
+
+    const GATEWAYS: &str = r#"apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata:
+  name: igw
+  namespace: default
+  annotations: {sluice.dev/source-nat: "ISTIO"}
+spec:
+  servers:
+  - port: {number: 6000, name: tcp, protocol: TCP}
+    hosts: ["*"]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: gw
+  namespace: default
+  annotations:
+    sluice.dev/source-nat: "GATEWAY"
+spec:
+  gatewayClassName: sluice
+  listeners:
+  - {name: tcp, port: 5000, protocol: TCP}
+  - {name: udp, port: 5353, protocol: UDP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: plain, namespace: default}
+spec:
+  gatewayClassName: sluice
+  listeners:
+  - {name: tcp, port: 5001, protocol: TCP}
+"#;
+
+    /// `sluice.dev/source-nat: "false"` on either kind of gateway makes every one of its
+    /// listeners transparent, in the IR and in the dataplane's table; `"true"` and no
+    /// annotation keep source NAT.
+    #[test]
+    fn source_nat_annotation_makes_listeners_transparent() {
+        for (istio, gateway) in [("false", "false"), ("true", "false"), ("false", "true")] {
+            let text = GATEWAYS.replace("ISTIO", istio).replace("GATEWAY", gateway);
+            let c = compile_text(&text);
+            let errors: Vec<String> = c.errors().map(ToString::to_string).collect();
+            assert!(errors.is_empty(), "{errors:?}");
+            let ir = c.ir.expect("ir");
+            let want = |name: &str| {
+                if name.contains("istio.io") {
+                    istio == "false"
+                } else if name.contains("default/gw ") {
+                    gateway == "false"
+                } else {
+                    false
+                }
+            };
+            assert_eq!(ir.listeners.len(), 4);
+            for l in &ir.listeners {
+                assert_eq!(l.transparent, want(&l.name), "{}", l.name);
+            }
+            let t = listener_table(&ir).expect("table");
+            let any: std::net::IpAddr = "192.0.2.1".parse().expect("ip");
+            for (port, p) in [
+                (6000, proto::TCP),
+                (5000, proto::TCP),
+                (5353, proto::UDP),
+                (5001, proto::TCP),
+            ] {
+                let entry = t.lookup(any, port, p).expect("listener");
+                let l = ir
+                    .listeners
+                    .iter()
+                    .find(|l| l.port == port)
+                    .expect("ir listener");
+                assert_eq!(entry.transparent, l.transparent, "port {port}");
+            }
+        }
+    }
+
+    /// Any other value is an error at the annotation's line.
+    #[test]
+    fn source_nat_annotation_values_are_checked() {
+        let c = compile_text(&GATEWAYS.replace("ISTIO", "no").replace("GATEWAY", "False"));
+        assert!(c.ir.is_none(), "rejected");
+        let errors: Vec<String> = c.errors().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(
+            errors[0].starts_with("gw.yaml:6:")
+                && errors[0].contains("metadata.annotations.sluice.dev/source-nat")
+                && errors[0].contains(r#"must be "true" or "false", not "no""#),
+            "{}",
+            errors[0]
+        );
+        assert!(errors[1].starts_with("gw.yaml:18:"), "{}", errors[1]);
     }
 }

@@ -1,5 +1,5 @@
 //! Kubernetes Gateway API kinds (`gateway.networking.k8s.io`): Gateway (seed 003),
-//! TLSRoute, TCPRoute (seed 004) and ReferenceGrant.
+//! TLSRoute, TCPRoute (seed 004), UDPRoute and ReferenceGrant.
 
 use std::collections::BTreeMap;
 
@@ -164,7 +164,8 @@ pub struct TlsRouteSpec {
     pub rules: Vec<RouteRule>,
 }
 
-/// `TCPRoute.spec`.
+/// `TCPRoute.spec`; also `UDPRoute.spec` ([`UdpRouteSpec`]), whose fields upstream are
+/// the same (`parentRefs`, and `rules` of `name` and `backendRefs`).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct TcpRouteSpec {
@@ -175,6 +176,10 @@ pub struct TcpRouteSpec {
     #[serde(default)]
     pub rules: Vec<RouteRule>,
 }
+
+/// `UDPRoute.spec`: the same fields as `TCPRoute.spec` (upstream `UDPRouteSpec` and
+/// `UDPRouteRule` mirror `TCPRouteSpec` and `TCPRouteRule`).
+pub type UdpRouteSpec = TcpRouteSpec;
 
 /// `ParentReference`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -200,7 +205,7 @@ pub struct ParentReference {
     pub port: Option<u32>,
 }
 
-/// A TLSRoute/TCPRoute rule.
+/// A TLSRoute/TCPRoute/UDPRoute rule.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct RouteRule {

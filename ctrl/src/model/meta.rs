@@ -19,7 +19,8 @@ pub struct ObjectMeta {
     /// Labels, used by selectors.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
-    /// Annotations (read by nothing yet; kept for `explain`).
+    /// Annotations (`sluice.dev/source-nat` on gateways is read; see
+    /// `compile::ir::SOURCE_NAT_ANNOTATION`).
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
 }

@@ -41,6 +41,8 @@ pub enum Kind {
     TlsRoute,
     /// `gateway.networking.k8s.io` TCPRoute (also Consul's TCPRoute).
     TcpRoute,
+    /// `gateway.networking.k8s.io` UDPRoute.
+    UdpRoute,
     /// `gateway.networking.k8s.io` ReferenceGrant.
     ReferenceGrant,
     /// `networking.k8s.io/v1` NetworkPolicy (also Ligato's policy.Policy).
@@ -65,7 +67,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in summary order.
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::Appliance,
         Kind::IstioGateway,
         Kind::VirtualService,
@@ -73,6 +75,7 @@ impl Kind {
         Kind::Gateway,
         Kind::TlsRoute,
         Kind::TcpRoute,
+        Kind::UdpRoute,
         Kind::ReferenceGrant,
         Kind::NetworkPolicy,
         Kind::Namespace,
@@ -93,6 +96,7 @@ impl Kind {
             Kind::Gateway => "Gateway",
             Kind::TlsRoute => "TLSRoute",
             Kind::TcpRoute => "TCPRoute",
+            Kind::UdpRoute => "UDPRoute",
             Kind::ReferenceGrant => "ReferenceGrant",
             Kind::NetworkPolicy => "NetworkPolicy",
             Kind::Namespace => "Namespace",
@@ -139,6 +143,7 @@ impl Kind {
             ("gateway.networking.k8s.io", "Gateway") => (Kind::Gateway, GATEWAY_VERSIONS),
             ("gateway.networking.k8s.io", "TLSRoute") => (Kind::TlsRoute, GATEWAY_VERSIONS),
             ("gateway.networking.k8s.io", "TCPRoute") => (Kind::TcpRoute, GATEWAY_VERSIONS),
+            ("gateway.networking.k8s.io", "UDPRoute") => (Kind::UdpRoute, GATEWAY_VERSIONS),
             ("gateway.networking.k8s.io", "ReferenceGrant") => {
                 (Kind::ReferenceGrant, GATEWAY_VERSIONS)
             }
@@ -210,6 +215,7 @@ pub enum Object {
     Gateway(Resource<gateway_api::GatewaySpec>),
     TlsRoute(Resource<gateway_api::TlsRouteSpec>),
     TcpRoute(Resource<gateway_api::TcpRouteSpec>),
+    UdpRoute(Resource<gateway_api::UdpRouteSpec>),
     ReferenceGrant(Resource<gateway_api::ReferenceGrantSpec>),
     NetworkPolicy(Resource<netpol::NetworkPolicySpec>),
     Namespace(Resource<()>),
@@ -231,6 +237,7 @@ macro_rules! each_object {
             Object::Gateway($r) => $body,
             Object::TlsRoute($r) => $body,
             Object::TcpRoute($r) => $body,
+            Object::UdpRoute($r) => $body,
             Object::ReferenceGrant($r) => $body,
             Object::NetworkPolicy($r) => $body,
             Object::Namespace($r) => $body,
@@ -255,6 +262,7 @@ impl Object {
             Object::Gateway(_) => Kind::Gateway,
             Object::TlsRoute(_) => Kind::TlsRoute,
             Object::TcpRoute(_) => Kind::TcpRoute,
+            Object::UdpRoute(_) => Kind::UdpRoute,
             Object::ReferenceGrant(_) => Kind::ReferenceGrant,
             Object::NetworkPolicy(_) => Kind::NetworkPolicy,
             Object::Namespace(_) => Kind::Namespace,
@@ -503,6 +511,7 @@ fn decode_kind(kind: Kind, doc: &Value) -> Decoded {
             Kind::Gateway => spec_doc!(Gateway),
             Kind::TlsRoute => spec_doc!(TlsRoute),
             Kind::TcpRoute => spec_doc!(TcpRoute),
+            Kind::UdpRoute => spec_doc!(UdpRoute),
             Kind::ReferenceGrant => spec_doc!(ReferenceGrant),
             Kind::NetworkPolicy => spec_doc!(NetworkPolicy),
             Kind::Appliance => spec_doc!(Appliance),
@@ -684,6 +693,9 @@ pub fn unimplemented_fields(kind: Kind) -> &'static [&'static str] {
             "spec.listeners[].tls.frontendValidation",
         ],
         Kind::TlsRoute | Kind::TcpRoute => &["spec.rules[].backendRefs[].filters"],
+        // Upstream `UDPRoute` (v1alpha2): `parentRefs` and `rules[]` of `name` and plain
+        // `BackendRef`s (no `filters`); sluice reads every one of them.
+        Kind::UdpRoute => &[],
         _ => &[],
     }
 }

@@ -375,6 +375,9 @@ impl Stage for Balancer {
     }
 
     fn maintain(&mut self, ctx: &mut Ctx<'_>) {
+        // The quiescent point: an idle worker still moves to the newest snapshot, so the
+        // control thread can free the older ones (one load and one store).
+        let _ = self.snapshot.read();
         let now_s = (ctx.now_ms / 1000) as u32;
         let expired = self.state.flows.expire(now_s, |_| ());
         ctx.counters.events[Event::FlowExpired as usize] += expired as u64;
@@ -480,8 +483,10 @@ impl State {
         let client = SocketAddr::new(l4.src, l4.sport);
         let vip = SocketAddr::new(l4.dst, l4.dport);
         let backend = match route.pick(client, vip, l4.proto) {
-            Pick::Backend(b) => b,
-            Pick::Reject => {
+            // Full NAT keeps the family (NAT64 would need header translation): a backend
+            // of the other family is as unreachable as an invalid one.
+            Pick::Backend(b) if b.is_ipv4() == l4.src.is_ipv4() => b,
+            Pick::Backend(_) | Pick::Reject => {
                 ctx.counters.drop(DropReason::BackendRejected);
                 let v = self.reject(in_port, pkt, l4);
                 if matches!(v, Verdict::Tx(_)) {
@@ -506,9 +511,6 @@ impl State {
             TcpState::UdpUnreplied
         };
         let created = if listener.transparent {
-            if backend.is_ipv4() != l4.src.is_ipv4() {
-                return Verdict::Drop(DropReason::NoSnatAddress);
-            }
             let reply = Tuple::new(backend, client, l4.proto);
             self.flows
                 .insert(t, reply, state, generation, now_s)
@@ -517,10 +519,6 @@ impl State {
                     crate::flow::InsertError::Exists => DropReason::NoFlow,
                 })
         } else {
-            // Full NAT keeps the family (NAT64 would need header translation).
-            if backend.is_ipv4() != l4.src.is_ipv4() {
-                return Verdict::Drop(DropReason::NoSnatAddress);
-            }
             let Some(snat_ip) = self.fwd.config().addr_on(nh.port, backend.ip()) else {
                 return Verdict::Drop(DropReason::NoSnatAddress);
             };

@@ -91,8 +91,11 @@ pub struct RouteEntry {
     pub name: Box<str>,
     /// Destination subnets the route applies to (empty = all), as (network, prefix).
     pub subnets: Box<[(IpAddr, u8)]>,
-    /// Where its connections go (TCP/TLS routes).
+    /// Where its connections go (TCP/TLS routes); for a dual-stack route, the IPv4
+    /// endpoints' table.
     pub table: MaglevTable,
+    /// For a dual-stack route, the IPv6 endpoints' table (full NAT keeps the family).
+    pub table_v6: Option<MaglevTable>,
     /// HTTP rules in order (HTTP routes; empty otherwise).
     pub http: Box<[HttpRuleEntry]>,
 }
@@ -117,7 +120,11 @@ impl RouteEntry {
     /// The backend (or reject) for a flow.
     #[inline]
     pub fn pick(&self, src: SocketAddr, dst: SocketAddr, proto: u8) -> Pick {
-        self.table.pick(flow_hash(src, dst, proto))
+        let table = match (&self.table_v6, dst.is_ipv6()) {
+            (Some(t), true) => t,
+            _ => &self.table,
+        };
+        table.pick(flow_hash(src, dst, proto))
     }
 }
 
@@ -347,6 +354,7 @@ mod tests {
                 7,
             )
             .expect("table"),
+            table_v6: None,
             http: Box::new([]),
         }
     }

@@ -1,0 +1,500 @@
+//! Reloads (DESIGN.md §4): re-load, validate and compile the configuration, build the
+//! tables, and publish them as a new generation — or keep the running tables.
+//!
+//! [`Reloader`] owns the [`Publisher`] of the running instance and lives on the control
+//! thread; workers only ever see the published pointer, so nothing here can block them.
+//! Each attempt ([`Reloader::reload`]) ends in one [`ReloadOutcome`]:
+//!
+//! - the configuration fails to load, validate, compile or build (a table over its cap):
+//!   rejected whole, every error reported with `file:line`; the running generation stays;
+//! - the Appliance changed in a part that is fixed at start ([`fixed_changes`]: ports,
+//!   cores, routes, virtual addresses, EAL arguments, the flow-table size, the admin
+//!   socket): refused, with a message that a restart is needed; the running generation
+//!   stays;
+//! - otherwise the new tables are published (a new generation, even when nothing
+//!   changed: an explicit reload always takes effect, and flows re-check their policy
+//!   against it). Old generations are freed on the control thread once every worker has
+//!   moved past them ([`Reloader::reclaim`]).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{json, Value};
+use sluice_dataplane::rcu::{Publisher, Reader};
+use sluice_dataplane::tables::snapshot::Snapshot as Tables;
+
+use crate::compile::snapshot;
+use crate::config;
+use crate::model::appliance::ApplianceSpec;
+use crate::sources::Trigger;
+
+/// A configuration ready to serve: its Appliance and its tables.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The Appliance among the manifests, if any.
+    pub appliance: Option<ApplianceSpec>,
+    /// The tables built from them.
+    pub tables: Tables,
+}
+
+/// Loads, validates and compiles `paths` and builds their tables; errors are printable
+/// lines (`file:line:col: Kind ns/name: field.path: message` where a place is known).
+pub fn prepare(paths: &[PathBuf]) -> Result<Prepared, Vec<String>> {
+    let c = config::compile_paths(paths);
+    let errors: Vec<String> = c.errors().map(ToString::to_string).collect();
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let Some(ir) = c.ir else {
+        return Err(vec!["the configuration did not compile".into()]);
+    };
+    let tables = snapshot::build(&ir)?;
+    Ok(Prepared {
+        appliance: ir.appliance,
+        tables,
+    })
+}
+
+/// The parts of an Appliance that cannot change while sluice runs, as `spec.*` field
+/// names, that differ between `old` and `new` (an Appliance added or removed counts as
+/// every part changing). `maglevTableSize` and the table caps in `limits` (other than
+/// `flowsPerWorker`) only shape the tables, so they may change live.
+pub fn fixed_changes(
+    old: Option<&ApplianceSpec>,
+    new: Option<&ApplianceSpec>,
+) -> Vec<&'static str> {
+    match (old, new) {
+        (None, None) => Vec::new(),
+        (Some(_), None) | (None, Some(_)) => vec!["the whole Appliance"],
+        (Some(a), Some(b)) => {
+            let mut v = Vec::new();
+            let mut check = |differs: bool, name| {
+                if differs {
+                    v.push(name);
+                }
+            };
+            check(a.ports != b.ports, "spec.ports");
+            check(a.cores != b.cores, "spec.cores");
+            check(a.routes != b.routes, "spec.routes");
+            check(
+                a.virtual_addresses != b.virtual_addresses,
+                "spec.virtualAddresses",
+            );
+            check(a.eal != b.eal, "spec.eal");
+            check(
+                a.limits.flows_per_worker != b.limits.flows_per_worker,
+                "spec.limits.flowsPerWorker",
+            );
+            check(a.admin != b.admin, "spec.admin");
+            v
+        }
+    }
+}
+
+/// The result of one reload attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReloadOutcome {
+    /// What asked for it.
+    pub trigger: Trigger,
+    /// When it finished.
+    pub at: SystemTime,
+    /// How long it took (load, validate, compile, build, publish).
+    pub took: Duration,
+    /// Whether new tables were published.
+    pub ok: bool,
+    /// The generation serving after the attempt (the new one, or the unchanged one).
+    pub generation: u64,
+    /// Why the configuration was rejected (empty when `ok`).
+    pub errors: Vec<String>,
+}
+
+impl ReloadOutcome {
+    /// The JSON `sluice ctl reload` prints, and `last_reload` of `sluice ctl status`.
+    pub fn to_json(&self) -> Value {
+        let unix = self
+            .at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        json!({
+            "ok": self.ok,
+            "generation": self.generation,
+            "errors": self.errors,
+            "trigger": self.trigger.name(),
+            "time": rfc3339(unix),
+            "unix_time": unix.as_secs_f64(),
+            "took_ms": self.took.as_secs_f64() * 1e3,
+        })
+    }
+}
+
+/// What `sluice ctl status` reports about reloads, copied out of the [`Reloader`] for the
+/// admin thread.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReloadStatus {
+    /// The generation serving.
+    pub generation: u64,
+    /// The configuration paths.
+    pub paths: Vec<PathBuf>,
+    /// Retired generations not yet freed (a worker may still hold them).
+    pub pending: usize,
+    /// The last attempt, if any.
+    pub last: Option<ReloadOutcome>,
+    /// Attempts that published new tables.
+    pub succeeded: u64,
+    /// Attempts that were rejected.
+    pub failed: u64,
+}
+
+/// Reloads the configuration and publishes its tables; see the module docs.
+#[derive(Debug)]
+pub struct Reloader {
+    paths: Vec<PathBuf>,
+    appliance: Option<ApplianceSpec>,
+    publisher: Publisher<Tables>,
+    last: Option<ReloadOutcome>,
+    succeeded: u64,
+    failed: u64,
+}
+
+impl Reloader {
+    /// Starts serving `first` (generation 1), with room for `readers` workers; later
+    /// reloads read `paths` again.
+    pub fn new(paths: Vec<PathBuf>, first: Prepared, readers: usize) -> Reloader {
+        Reloader {
+            paths,
+            appliance: first.appliance,
+            publisher: Publisher::new(first.tables, readers),
+            last: None,
+            succeeded: 0,
+            failed: 0,
+        }
+    }
+
+    /// A reader for one worker; `None` when every slot is taken.
+    pub fn reader(&self) -> Option<Reader<Tables>> {
+        self.publisher.reader()
+    }
+
+    /// The generation serving.
+    pub fn generation(&self) -> u64 {
+        self.publisher.generation()
+    }
+
+    /// The tables serving.
+    pub fn current(&self) -> &Tables {
+        self.publisher.current()
+    }
+
+    /// The last attempt, if any.
+    pub fn last(&self) -> Option<&ReloadOutcome> {
+        self.last.as_ref()
+    }
+
+    /// Frees the retired generations no worker can still hold; returns how many wait.
+    pub fn reclaim(&mut self) -> usize {
+        self.publisher.reclaim()
+    }
+
+    /// What `sluice ctl status` shows.
+    pub fn status(&self) -> ReloadStatus {
+        ReloadStatus {
+            generation: self.publisher.generation(),
+            paths: self.paths.clone(),
+            pending: self.publisher.pending(),
+            last: self.last.clone(),
+            succeeded: self.succeeded,
+            failed: self.failed,
+        }
+    }
+
+    /// One attempt: load, validate, compile, build; publish on success, keep the running
+    /// tables otherwise. Errors are also printed to stderr.
+    pub fn reload(&mut self, trigger: Trigger) -> ReloadOutcome {
+        let t = Instant::now();
+        let result = self.attempt();
+        let ok = result.is_ok();
+        let errors = match result {
+            Ok(next) => {
+                self.publisher.publish(next.tables);
+                self.succeeded += 1;
+                Vec::new()
+            }
+            Err(errors) => {
+                self.failed += 1;
+                errors
+            }
+        };
+        let outcome = ReloadOutcome {
+            trigger,
+            at: SystemTime::now(),
+            took: t.elapsed(),
+            ok,
+            generation: self.publisher.generation(),
+            errors,
+        };
+        if !ok {
+            eprintln!(
+                "sluice: reload ({trigger}) rejected; generation {} keeps serving:",
+                outcome.generation
+            );
+            for e in &outcome.errors {
+                eprintln!("  {e}");
+            }
+        }
+        self.last = Some(outcome.clone());
+        outcome
+    }
+
+    fn attempt(&self) -> Result<Prepared, Vec<String>> {
+        if self.paths.iter().any(|p| p.as_os_str() == "-") {
+            return Err(vec![
+                "the configuration was read from stdin (`-`), which cannot be read again; \
+                 give files or directories with -c to reload, or restart sluice"
+                    .into(),
+            ]);
+        }
+        let next = prepare(&self.paths)?;
+        let changed = fixed_changes(self.appliance.as_ref(), next.appliance.as_ref());
+        if !changed.is_empty() {
+            return Err(vec![format!(
+                "Appliance: {} changed, which cannot be applied while sluice runs (ports, \
+                 cores, routes, virtual addresses, EAL arguments, limits.flowsPerWorker and \
+                 the admin socket are fixed at start); restart sluice to apply it — the \
+                 running tables keep serving",
+                changed.join(", ")
+            )]);
+        }
+        Ok(next)
+    }
+}
+
+/// `2024-05-01T12:34:56.789Z` for a time since the Unix epoch (UTC).
+pub fn rfc3339(since_epoch: Duration) -> String {
+    let secs = since_epoch.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since_epoch.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::testing::Scratch;
+    use sluice_dataplane::tables::listeners::proto;
+    use std::path::Path;
+
+    /// The demo configuration copied into a scratch directory, so tests can edit it.
+    fn demo_copy() -> Scratch {
+        let d = Scratch::new("reload");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/demo");
+        for e in std::fs::read_dir(src).expect("configs/demo") {
+            let p = e.expect("entry").path();
+            let name = p.file_name().expect("name");
+            std::fs::copy(&p, d.0.join(name)).expect("copy");
+        }
+        d
+    }
+
+    fn reloader(d: &Scratch) -> Reloader {
+        let paths = vec![d.0.clone()];
+        let first = prepare(&paths).expect("the demo compiles");
+        Reloader::new(paths, first, 2)
+    }
+
+    fn edit(d: &Scratch, file: &str, from: &str, to: &str) {
+        let p = d.0.join(file);
+        let text = std::fs::read_to_string(&p).expect("read");
+        assert!(text.contains(from), "{file} contains {from:?}");
+        std::fs::write(&p, text.replacen(from, to, 1)).expect("write");
+    }
+
+    fn has_listener(t: &Tables, port: u16) -> bool {
+        t.listeners
+            .lookup("10.77.0.10".parse().expect("ip"), port, proto::TCP)
+            .is_some()
+    }
+
+    #[test]
+    fn a_good_change_publishes_a_new_generation() {
+        let d = demo_copy();
+        let mut r = reloader(&d);
+        let mut worker = r.reader().expect("reader");
+        assert_eq!(worker.read().0, 1);
+        assert!(has_listener(r.current(), 7000));
+        assert!(!has_listener(r.current(), 7001));
+        edit(&d, "gateways.yaml", "port: 7000", "port: 7001");
+
+        let o = r.reload(Trigger::File);
+        assert!(o.ok, "{:?}", o.errors);
+        assert_eq!((o.generation, o.trigger), (2, Trigger::File));
+        assert!(o.errors.is_empty());
+        let (g, t) = worker.read();
+        assert_eq!(g, 2, "the worker sees the new generation at its next read");
+        assert!(has_listener(t, 7001));
+        assert!(!has_listener(t, 7000));
+        assert_eq!(
+            r.reclaim(),
+            0,
+            "generation 1 freed once the worker moved on"
+        );
+
+        // An explicit reload of an unchanged configuration still publishes.
+        assert_eq!(r.reload(Trigger::Sighup).generation, 3);
+        let s = r.status();
+        assert_eq!((s.generation, s.succeeded, s.failed), (3, 2, 0));
+        assert_eq!(s.pending, 1, "the worker has not read generation 3 yet");
+        assert_eq!(s.last.map(|l| l.trigger), Some(Trigger::Sighup));
+        worker.read();
+        assert_eq!(r.reclaim(), 0);
+    }
+
+    #[test]
+    fn a_broken_config_is_rejected_and_the_old_generation_stays() {
+        let d = demo_copy();
+        let mut r = reloader(&d);
+        let mut worker = r.reader().expect("reader");
+        worker.read();
+        edit(&d, "gateways.yaml", "port: 7000", "port: 70000");
+
+        let o = r.reload(Trigger::Ctl);
+        assert!(!o.ok);
+        assert_eq!(o.generation, 1, "the running generation stays");
+        assert_eq!(r.generation(), 1);
+        assert!(!o.errors.is_empty());
+        let file = d.0.join("gateways.yaml").display().to_string();
+        assert!(
+            o.errors
+                .iter()
+                .any(|e| e.starts_with(&format!("{file}:")) && e.contains("70000")),
+            "errors name the file and line: {:?}",
+            o.errors
+        );
+        assert!(
+            has_listener(r.current(), 7000),
+            "the old tables still serve"
+        );
+        assert_eq!(worker.read().0, 1);
+        assert_eq!(r.status().failed, 1);
+        assert_eq!(r.last(), Some(&o));
+
+        // YAML that does not parse is rejected the same way.
+        std::fs::write(d.0.join("gateways.yaml"), "kind: [unclosed\n").expect("write");
+        let o = r.reload(Trigger::File);
+        assert!(!o.ok && o.generation == 1, "{o:?}");
+        assert!(o.errors.iter().any(|e| e.starts_with(&format!("{file}:"))));
+
+        // Fixing it publishes generation 2.
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/demo/gateways.yaml"),
+            d.0.join("gateways.yaml"),
+        )
+        .expect("copy");
+        let o = r.reload(Trigger::File);
+        assert!(o.ok, "{:?}", o.errors);
+        assert_eq!(o.generation, 2);
+    }
+
+    #[test]
+    fn an_appliance_change_is_refused_until_restart() {
+        let d = demo_copy();
+        let mut r = reloader(&d);
+        edit(&d, "appliance.yaml", "cores: [0]", "cores: [0, 1]");
+        edit(&d, "appliance.yaml", "name: outside", "name: inside");
+        let o = r.reload(Trigger::Sighup);
+        assert!(!o.ok);
+        assert_eq!(o.generation, 1);
+        assert_eq!(o.errors.len(), 1, "{:?}", o.errors);
+        let e = &o.errors[0];
+        assert!(
+            e.contains("spec.ports, spec.cores") && e.contains("restart sluice"),
+            "{e}"
+        );
+
+        // Back to the running Appliance, with a table-only change (Maglev size): applied.
+        edit(&d, "appliance.yaml", "cores: [0, 1]", "cores: [0]");
+        edit(&d, "appliance.yaml", "name: inside", "name: outside");
+        edit(
+            &d,
+            "appliance.yaml",
+            "maglevTableSize: 65537",
+            "maglevTableSize: 251",
+        );
+        let o = r.reload(Trigger::Sighup);
+        assert!(o.ok, "{:?}", o.errors);
+        assert_eq!(o.generation, 2);
+
+        // Removing the Appliance is a change too.
+        std::fs::remove_file(d.0.join("appliance.yaml")).expect("rm");
+        let o = r.reload(Trigger::File);
+        assert!(!o.ok);
+        assert!(
+            o.errors[0].contains("the whole Appliance"),
+            "{:?}",
+            o.errors
+        );
+    }
+
+    #[test]
+    fn fixed_parts_of_the_appliance() {
+        let a = ApplianceSpec::default();
+        let mut b = a.clone();
+        b.maglev_table_size = Some(251);
+        b.limits.listeners = Some(10);
+        assert!(fixed_changes(Some(&a), Some(&b)).is_empty());
+        b.limits.flows_per_worker = Some(1000);
+        b.virtual_addresses = vec!["10.0.0.1".into()];
+        assert_eq!(
+            fixed_changes(Some(&a), Some(&b)),
+            ["spec.virtualAddresses", "spec.limits.flowsPerWorker"]
+        );
+        assert!(fixed_changes(None, None).is_empty());
+        assert_eq!(fixed_changes(None, Some(&a)), ["the whole Appliance"]);
+    }
+
+    #[test]
+    fn stdin_cannot_be_reloaded() {
+        let first = prepare(&[]).expect("an empty configuration");
+        let mut r = Reloader::new(vec![PathBuf::from("-")], first, 1);
+        let o = r.reload(Trigger::Ctl);
+        assert!(!o.ok);
+        assert!(o.errors[0].contains("stdin"));
+    }
+
+    #[test]
+    fn outcome_json_and_time() {
+        assert_eq!(rfc3339(Duration::ZERO), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            rfc3339(Duration::from_millis(1_709_251_199_250)),
+            "2024-02-29T23:59:59.250Z"
+        );
+        let o = ReloadOutcome {
+            trigger: Trigger::Ctl,
+            at: SystemTime::UNIX_EPOCH + Duration::from_secs(86_400),
+            took: Duration::from_millis(3),
+            ok: false,
+            generation: 4,
+            errors: vec!["a.yaml:3:1: bad".into()],
+        };
+        let v = o.to_json();
+        assert_eq!(v["ok"], false);
+        assert_eq!(v["generation"], 4);
+        assert_eq!(v["errors"][0], "a.yaml:3:1: bad");
+        assert_eq!(v["trigger"], "ctl");
+        assert_eq!(v["time"], "1970-01-02T00:00:00.000Z");
+    }
+}
