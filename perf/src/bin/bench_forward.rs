@@ -21,15 +21,19 @@
 
 use serde_json::{json, Value};
 use sluice_dataplane::pipeline::{
-    Ctx, Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Route, Stage, Verdict,
+    Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Route,
 };
-use sluice_dataplane::port::{dpdk, pcap, tap, Burst, Pkt, Pool};
+use sluice_dataplane::port::{dpdk, pcap, tap, Burst, Pool};
 use sluice_dataplane::wire::{ethernet, icmpv4, ip_proto, ipv4, udp, EtherType, MacAddr};
 use sluice_dataplane::worker::{Idle, Worker, WorkerConfig};
-use std::io::{BufReader, Read, Write};
+use sluice_perf::{
+    dpdk_cleanup, eal_args, measure_worker, median, ratio, summary, testpmd_run, MacSwap, Run,
+    FWD_CORE,
+};
+use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,7 +41,6 @@ use std::time::{Duration, Instant};
 const SLUICE_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 0x10]);
 const PEER_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 0x01]);
 const NEXT_HOP_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 0x21]);
-const FWD_CORE: usize = 1;
 
 struct Opts {
     duration: f64,
@@ -120,87 +123,11 @@ fn frames() -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    if v.is_empty() {
-        0.0
-    } else {
-        v[v.len() / 2]
-    }
-}
-
 fn vdevs(capture: &Path) -> [String; 2] {
     [
         format!("net_pcap0,rx_pcap={},infinite_rx=1", capture.display()),
         "net_null0,no-rx=1".to_string(),
     ]
-}
-
-/// CPU time (ns) a thread named `comm` of process `pid` has run, from
-/// `/proc/<pid>/task/<tid>/schedstat`: immune to time the thread spent preempted by other
-/// work on a shared machine.
-fn thread_cpu_ns(pid: &str, comm: &str) -> Option<u64> {
-    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .flatten()
-    {
-        let c = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if c.trim() == comm {
-            let st = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
-            return st.split_whitespace().next()?.parse().ok();
-        }
-    }
-    None
-}
-
-/// One contender's run.
-#[derive(Debug, Clone, Copy, Default)]
-struct Run {
-    /// Packets forwarded per wall-clock second (millions).
-    mpps: f64,
-    /// Packets forwarded per second of the forwarding thread's CPU time (millions).
-    mpps_cpu: f64,
-    /// TSC cycles of forwarding-thread CPU time per packet.
-    cycles_per_packet: f64,
-}
-
-impl Run {
-    fn new(packets: f64, wall_s: f64, cpu_ns: Option<u64>) -> Run {
-        let cpu_s = cpu_ns
-            .filter(|&n| n > 0)
-            .map_or(wall_s, |n| n as f64 / 1e9)
-            .max(1e-9);
-        Run {
-            mpps: packets / wall_s.max(1e-9) / 1e6,
-            mpps_cpu: packets / cpu_s / 1e6,
-            cycles_per_packet: cpu_s * sluice_dataplane::port::tsc_hz() as f64 / packets.max(1.0),
-        }
-    }
-}
-
-/// testpmd's macswap as a sluice stage: swaps the MACs and sends to the other port. Run
-/// in sluice's worker it isolates the worker's and port layer's own cost.
-struct MacSwap;
-
-impl Stage for MacSwap {
-    fn process_burst(
-        &mut self,
-        in_port: usize,
-        pkts: &mut [Pkt],
-        v: &mut [Verdict],
-        _: &mut Ctx<'_>,
-    ) {
-        for (p, v) in pkts.iter_mut().zip(v.iter_mut()) {
-            let d = p.data_mut();
-            if d.len() >= 12 {
-                let mut a = [0u8; 6];
-                a.copy_from_slice(&d[..6]);
-                d.copy_within(6..12, 0);
-                d[6..12].copy_from_slice(&a);
-            }
-            *v = Verdict::tx(1 - in_port.min(1));
-        }
-    }
 }
 
 /// One sluice run: the worker with the forwarder (or the macswap stage), port 0 -> port 1,
@@ -259,133 +186,14 @@ fn sluice_run(capture: &Path, secs: f64, macswap: bool) -> Result<Run, String> {
         )
     };
     let h = h.map_err(|e| e.to_string())?;
-    // Warm up, then measure a window of published counters and thread CPU time.
-    std::thread::sleep(Duration::from_millis(300));
-    let (p0, c0, t0) = (
-        shared.snapshot().ports[1].tx_packets,
-        thread_cpu_ns("self", "sluice-w0"),
-        Instant::now(),
-    );
-    std::thread::sleep(Duration::from_secs_f64(secs));
-    let (p1, c1, wall) = (
-        shared.snapshot().ports[1].tx_packets,
-        thread_cpu_ns("self", "sluice-w0"),
-        t0.elapsed(),
-    );
+    let run = measure_worker(&shared, 0, 1, Duration::from_millis(300), secs);
     stop.store(true, Ordering::Relaxed);
     let c = h.join().map_err(|_| "worker panicked".to_string())?;
     if c.total_drops() > 0 {
         eprintln!("bench_forward: sluice dropped {} packets", c.total_drops());
     }
     drop((a.port, b.port));
-    let cpu = c0.zip(c1).map(|(a, b)| b.saturating_sub(a));
-    Ok(Run::new(
-        p1.saturating_sub(p0) as f64,
-        wall.as_secs_f64(),
-        cpu,
-    ))
-}
-
-/// One testpmd run (`--forward-mode=macswap`, one forwarding core: `FWD_CORE`).
-fn testpmd_run(capture: &Path, secs: f64) -> Result<Run, String> {
-    let [v0, v1] = vdevs(capture);
-    let prefix = format!("sl-bench-tp-{}", std::process::id());
-    let mut child = Command::new("dpdk-testpmd")
-        .args([
-            "-l",
-            &format!("0,{FWD_CORE}"),
-            "--no-huge",
-            "--no-pci",
-            "-m",
-            "512",
-        ])
-        .args(["--file-prefix", &prefix, "--log-level", "lib.eal:error"])
-        .args([
-            "--vdev",
-            &v0,
-            "--vdev",
-            &v1,
-            "--",
-            "-i",
-            "--forward-mode=macswap",
-        ])
-        .args(["--nb-cores=1", "--rxq=1", "--txq=1"])
-        // The same pool size as sluice's (16383 mbufs); testpmd's default does not fit in
-        // -m 512.
-        .arg("--total-num-mbufs=16384")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("dpdk-testpmd: {e} (package dpdk)"))?;
-    let mut stdin = child.stdin.take().ok_or("stdin")?;
-    let (stdout, stderr) = (
-        child.stdout.take().ok_or("stdout")?,
-        child.stderr.take().ok_or("stderr")?,
-    );
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = BufReader::new(stdout).read_to_string(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = BufReader::new(stderr).read_to_string(&mut s);
-        s
-    });
-    let fail = |e: String, child: &mut std::process::Child| {
-        let _ = child.kill();
-        let _ = child.wait();
-        e
-    };
-    std::thread::sleep(Duration::from_millis(1500));
-    let pid = child.id().to_string();
-    let worker = format!("rte-worker-{FWD_CORE}");
-    let mut result = writeln!(stdin, "start").map_err(|e| e.to_string());
-    let t0 = Instant::now();
-    let cpu0 = thread_cpu_ns(&pid, &worker);
-    std::thread::sleep(Duration::from_secs_f64(secs));
-    let cpu1 = thread_cpu_ns(&pid, &worker);
-    if result.is_ok() {
-        result = writeln!(stdin, "stop").map_err(|e| e.to_string());
-    }
-    let wall = t0.elapsed().as_secs_f64();
-    std::thread::sleep(Duration::from_millis(300));
-    let _ = writeln!(stdin, "quit");
-    drop(stdin);
-    let t = Instant::now();
-    while child.try_wait().ok().flatten().is_none() && t.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = fail(String::new(), &mut child);
-    let out = reader.join().unwrap_or_default();
-    let err = err_reader.join().unwrap_or_default();
-    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
-    result.map_err(|e| format!("{e}: {}\n{}", tail(&out), tail(&err)))?;
-    let acc = out
-        .split("Accumulated forward statistics for all ports")
-        .nth(1)
-        .ok_or_else(|| {
-            format!(
-                "no forward statistics in testpmd output:\n{}\n{}",
-                tail(&out),
-                tail(&err)
-            )
-        })?;
-    let tx = number_after(acc, "TX-packets:").ok_or("no TX-packets")?;
-    let cpu = cpu0.zip(cpu1).map(|(a, b)| b.saturating_sub(a));
-    // testpmd counts from `start` to `stop`; the CPU window is the same span.
-    Ok(Run::new(tx, wall, cpu))
-}
-
-fn tail(s: &str) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
-}
-
-fn number_after(s: &str, key: &str) -> Option<f64> {
-    let i = s.find(key)?;
-    s[i + key.len()..].split_whitespace().next()?.parse().ok()
+    Ok(run)
 }
 
 fn dpdk_bench(o: &Opts, dir: &Path) -> Value {
@@ -394,22 +202,7 @@ fn dpdk_bench(o: &Opts, dir: &Path) -> Value {
     if let Err(e) = pcap::write_file(&capture, fr.iter().map(|f| &f[..])) {
         return json!({"error": e.to_string()});
     }
-    let mut args: Vec<String> = [
-        "--no-huge",
-        "--no-pci",
-        "-m",
-        "512",
-        "-l",
-        "0",
-        "--log-level",
-        "lib.eal:error",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend([
-        "--file-prefix".to_string(),
-        format!("sl-bench-{}", std::process::id()),
-    ]);
+    let args = eal_args();
     if let Err(e) = dpdk::init(&args) {
         return json!({"error": e.to_string()});
     }
@@ -428,33 +221,12 @@ fn dpdk_bench(o: &Opts, dir: &Path) -> Value {
             Ok(r) => ms.push(r),
             Err(e) => errors.push(format!("sluice macswap: {e}")),
         }
-        match testpmd_run(&capture, o.duration) {
+        match testpmd_run(&vdevs(&capture), o.duration) {
             Ok(r) => tp.push(r),
             Err(e) => errors.push(format!("testpmd: {e}")),
         }
     }
-    let summary = |v: &[Run]| {
-        let pick = |f: fn(&Run) -> f64| median(&mut v.iter().map(f).collect::<Vec<_>>());
-        json!({
-            "mpps_per_core": pick(|r| r.mpps),
-            "mpps_per_cpu_second": pick(|r| r.mpps_cpu),
-            "cycles_per_packet": pick(|r| r.cycles_per_packet),
-            "runs_mpps": v.iter().map(|r| r.mpps).collect::<Vec<_>>(),
-            "runs_mpps_per_cpu_second": v.iter().map(|r| r.mpps_cpu).collect::<Vec<_>>(),
-        })
-    };
     let (s_sum, t_sum) = (summary(&sl), summary(&tp));
-    let ratio = |k: &str| {
-        let (a, b) = (
-            s_sum[k].as_f64().unwrap_or(0.0),
-            t_sum[k].as_f64().unwrap_or(0.0),
-        );
-        if b > 0.0 {
-            a / b
-        } else {
-            0.0
-        }
-    };
     json!({
         "setup": {
             "port0": "net_pcap infinite_rx (64 UDP flows, 60-byte frames)",
@@ -468,8 +240,8 @@ fn dpdk_bench(o: &Opts, dir: &Path) -> Value {
         "sluice_worker_forwarder": s_sum,
         "sluice_worker_macswap_stage": summary(&ms),
         "testpmd_macswap": t_sum,
-        "ratio_sluice_to_testpmd": ratio("mpps_per_core"),
-        "ratio_sluice_to_testpmd_cpu_normalized": ratio("mpps_per_cpu_second"),
+        "ratio_sluice_to_testpmd": ratio(&s_sum, &t_sum, "mpps_per_core"),
+        "ratio_sluice_to_testpmd_cpu_normalized": ratio(&s_sum, &t_sum, "mpps_per_cpu_second"),
         "errors": errors,
     })
 }
@@ -697,6 +469,6 @@ fn main() {
         out["tap"] = tap_bench(&o);
     }
     let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/sl-bench-{}", std::process::id()));
+    dpdk_cleanup();
     println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
 }

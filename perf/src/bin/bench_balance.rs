@@ -1,0 +1,973 @@
+//! L4 balancer benchmark, printed as JSON (never asserted).
+//!
+//! The [`Balancer`] stage (flow table, NAT with incremental checksums, Maglev, policy,
+//! forwarder) in sluice's worker on one pinned core (core 1; the control thread is pinned
+//! to core 0), with tables compiled from manifests like the integration tests do: a
+//! Gateway on 10.77.0.10:7000 with a TCPRoute to a Service of 256 pods (Maglev 65537) and
+//! a NetworkPolicy admitting 10.77.0.0/16 on TCP 7000.
+//!
+//! 1. **Established flows**: Mpps per core and TSC cycles per packet with 1k, 100k and 1M
+//!    established flows (each flow's SYN first, then ACK segments of all flows in a
+//!    shuffled order, forever), side by side with `dpdk-testpmd --forward-mode=macswap`.
+//!    *Traffic source*: `net_pcap` with `infinite_rx=1` keeps the whole capture in mbufs
+//!    of the port's pool (16383 mbufs under `-m 512` without hugepages), so a capture of
+//!    100k or 1M distinct flows does not fit. The flow-count series therefore runs on an
+//!    in-process replay queue that does what `infinite_rx` does (per packet: take a
+//!    buffer from a pool and copy the next 60-byte frame of an in-memory capture) on the
+//!    worker's own core, with a sink like `net_null` on the other port. To tie the two
+//!    sources together, the same run also measures the balancer at 1k flows on the real
+//!    vdevs (`net_pcap` infinite_rx -> `net_null`, the capture testpmd replays) and
+//!    sluice's macswap stage on the replay queue. Ratios: balancer / testpmd for every
+//!    flow count (`goal: >= 0.5 at 100k`).
+//! 2. **New connections per second per core**: SYNs from 2M distinct client 5-tuples
+//!    (replayed; a SYN whose earlier flow is still alive would be a flow hit, which is why
+//!    the rate is counted from `flow_created`), each creating a flow (listener, Maglev,
+//!    policy, SNAT port, flow insert, NAT, forward). SYN_SENT times out after 1 s, so the
+//!    table's timer wheel expires and recycles flows as fast as they are made (the cost is
+//!    included). Goal: 200k/s per core (DPVS's per-worker figure).
+//! 3. **Bytes per flow**: `FlowTable::memory_bytes() / capacity` (goal <= 128).
+//! 4. **Swaps**: snapshot build time of a config with 10,000 extra TCP listeners and a
+//!    route each to the 256-pod Service (the IR of the compiled manifests with its
+//!    listener and route replicated, Maglev tables of `--swap-maglev` slots: 10k tables
+//!    of 65537 slots would take 2.6 GB), and the compile time (manifests -> IR) of 1,000
+//!    generated listeners and TCPRoutes (10,000 took about 3 minutes in a trial: compile
+//!    grows faster than linearly, so it is left out of the default run). Then, with 100k
+//!    established flows at full rate through the worker, the control thread publishes the
+//!    10k-route snapshots, then a freshly built base snapshot every `--swap-interval-ms`,
+//!    timing `publish`, the wait until the worker has moved to the new generation
+//!    (`oldest_in_use`, spinning) and the reclaim (freeing the old snapshot). Packets
+//!    lost: received - sent - drops, plus every drop (none is expected: every flow stays
+//!    allowed; its policy is re-checked once per swap).
+//!
+//! Usage: `bench_balance [--duration SECS] [--runs N] [--no-testpmd] [--quick]
+//! [--swap-interval-ms MS] [--swap-maglev SLOTS] [--out FILE]` (`--quick`: 1k and 100k
+//! flows only). Medians over `--runs` runs; each figure is added to `--out` (if given) as
+//! soon as it is measured.
+
+use serde_json::{json, Value};
+use sluice_ctrl::compile::ir::Ir;
+use sluice_ctrl::compile::snapshot;
+use sluice_ctrl::config::compile_loaded;
+use sluice_ctrl::load::{load_str, Loaded};
+use sluice_dataplane::flow::{FlowTable, Timeouts};
+use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
+use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf};
+use sluice_dataplane::port::{dpdk, pcap, Burst, Pool, Queue};
+use sluice_dataplane::rcu::Publisher;
+use sluice_dataplane::stats::{Counters, DropReason, Event, SharedCounters};
+use sluice_dataplane::tables::snapshot::Snapshot;
+use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, tcp, EtherType, MacAddr};
+use sluice_dataplane::worker::{Idle, Worker, WorkerConfig};
+use sluice_perf::{
+    dpdk_cleanup, eal_args, measure_worker, median, ratio, summary, testpmd_run, MacSwap, Run,
+    FWD_CORE,
+};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SLUICE_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 0x10]);
+const INSIDE_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 0x11]);
+const CLIENT_MAC: MacAddr = MacAddr([0x02, 0xc1, 0, 0, 0, 1]);
+const BACKEND_MAC: MacAddr = MacAddr([0x02, 0xbe, 0, 0, 0, 1]);
+const VIP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 10);
+const VIP_PORT: u16 = 7000;
+const BACKENDS: usize = 256;
+const FRAME: usize = 60;
+const STRIDE: usize = 64;
+/// Distinct SYNs replayed by the connection-rate test.
+const NEW_CONN_FRAMES: usize = 2_000_000;
+
+struct Opts {
+    duration: f64,
+    runs: usize,
+    testpmd: bool,
+    quick: bool,
+    swap_interval_ms: u64,
+    swap_maglev: u64,
+    out: Option<PathBuf>,
+}
+
+fn opts() -> Opts {
+    let mut o = Opts {
+        duration: 2.0,
+        runs: 3,
+        testpmd: true,
+        quick: false,
+        swap_interval_ms: 50,
+        swap_maglev: 1021,
+        out: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut num = |d: f64| it.next().and_then(|s| s.parse::<f64>().ok()).unwrap_or(d);
+        match a.as_str() {
+            "--duration" => o.duration = num(o.duration).max(0.1),
+            "--runs" => o.runs = (num(o.runs as f64) as usize).max(1),
+            "--swap-interval-ms" => o.swap_interval_ms = num(o.swap_interval_ms as f64) as u64,
+            "--swap-maglev" => o.swap_maglev = num(o.swap_maglev as f64) as u64,
+            "--no-testpmd" => o.testpmd = false,
+            "--quick" => o.quick = true,
+            "--out" => o.out = it.next().map(PathBuf::from),
+            other => {
+                eprintln!("bench_balance: unknown argument {other}");
+                std::process::exit(2);
+            }
+        }
+    }
+    o
+}
+
+fn backend_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 78, 1 + (i / 200) as u8, 10 + (i % 200) as u8)
+}
+
+/// The manifests: the listener the traffic uses, its 256 backends, a policy, and
+/// `extra` more listeners with a TCPRoute each (for the swap test).
+fn manifests(extra: usize, maglev: u64) -> String {
+    let mut y = format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: Appliance
+metadata: {{name: bench}}
+spec:
+  cores: [0]
+  ports:
+  - {{name: outside, tap: {{name: benchout}}, addresses: [10.77.0.2/16]}}
+  - {{name: inside, tap: {{name: benchin}}, addresses: [10.78.0.2/16]}}
+  virtualAddresses: [{VIP}]
+  maglevTableSize: {maglev}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: b}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: pool, namespace: b}}
+spec: {{selector: {{app: pool}}, ports: [{{port: {VIP_PORT}}}]}}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{name: from-clients, namespace: b}}
+spec:
+  podSelector: {{}}
+  ingress:
+  - from: [{{ipBlock: {{cidr: 10.77.0.0/16}}}}]
+    ports: [{{port: {VIP_PORT}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {{name: echo, namespace: b}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules: [{{backendRefs: [{{name: pool, port: {VIP_PORT}}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: b}}
+spec:
+  gatewayClassName: sluice
+  addresses: [{{type: IPAddress, value: {VIP}}}]
+  listeners: [{{name: echo, port: {VIP_PORT}, protocol: TCP}}]
+"#
+    );
+    for i in 0..BACKENDS {
+        y.push_str(&format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}, namespace: b, labels: {{app: pool}}}}\nstatus: {{podIP: {}}}\n",
+            backend_ip(i)
+        ));
+    }
+    if extra > 0 {
+        y.push_str("---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: many, namespace: b}\nspec:\n  gatewayClassName: sluice\n  addresses: [{type: IPAddress, value: 10.77.0.11}]\n  listeners:\n");
+        for i in 0..extra {
+            y.push_str(&format!(
+                "  - {{name: l{i}, port: {}, protocol: TCP}}\n",
+                20_000 + i
+            ));
+        }
+        for i in 0..extra {
+            y.push_str(&format!(
+                "---\napiVersion: gateway.networking.k8s.io/v1alpha2\nkind: TCPRoute\nmetadata: {{name: r{i}, namespace: b}}\nspec:\n  parentRefs: [{{name: many, sectionName: l{i}}}]\n  rules: [{{backendRefs: [{{name: pool, port: {VIP_PORT}}}]}}]\n"
+            ));
+        }
+    }
+    y
+}
+
+/// Manifests -> IR (the "compile" half of a reload).
+fn compile(text: &str) -> Result<Ir, String> {
+    let mut loaded = Loaded::default();
+    load_str("bench.yaml", text, &mut loaded);
+    let c = compile_loaded(loaded);
+    let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
+    if !errors.is_empty() {
+        return Err(errors[..errors.len().min(5)].join("; "));
+    }
+    c.ir.ok_or_else(|| "no IR".to_string())
+}
+
+fn build(ir: &Ir) -> Result<Snapshot, String> {
+    snapshot::build(ir).map_err(|e| e.join("; "))
+}
+
+/// Frames of a fixed stride in one buffer (a capture in memory).
+struct Frames {
+    data: Vec<u8>,
+}
+
+impl Frames {
+    fn len(&self) -> usize {
+        self.data.len() / STRIDE
+    }
+    fn get(&self, i: usize) -> &[u8] {
+        &self.data[i * STRIDE..i * STRIDE + FRAME]
+    }
+}
+
+/// Client `i`'s address and port (50,000 ports per address from 10.77.1.1 on).
+fn client(i: usize) -> (Ipv4Addr, u16) {
+    let a = 0x0a4d_0101u32 + (i / 50_000) as u32;
+    (Ipv4Addr::from(a), 10_000 + (i % 50_000) as u16)
+}
+
+/// A 60-byte TCP segment from client `i` to the VIP with `flags`.
+fn segment(i: usize, flags: u16, out: &mut [u8]) {
+    let (src, sport) = client(i);
+    ethernet::Repr {
+        dst_addr: SLUICE_MAC,
+        src_addr: CLIENT_MAC,
+        ethertype: EtherType::Ipv4,
+    }
+    .emit(&mut ethernet::Frame::new_unchecked(&mut out[..]));
+    let mut ip = ipv4::Packet::new_unchecked(&mut out[14..14 + 40]);
+    ipv4::Repr {
+        src_addr: src,
+        dst_addr: VIP,
+        protocol: ip_proto::TCP,
+        payload_len: 20,
+        ttl: 64,
+    }
+    .emit(&mut ip);
+    let syn = flags == tcp::flags::SYN;
+    tcp::Repr {
+        src_port: sport,
+        dst_port: VIP_PORT,
+        seq_number: 1000 + u32::from(!syn),
+        ack_number: if syn { 0 } else { 5000 },
+        flags,
+        window_len: 1000,
+        payload_len: 0,
+    }
+    .emit(
+        &mut tcp::Packet::new_unchecked(ip.payload_mut()),
+        IpAddr::V4(src),
+        IpAddr::V4(VIP),
+    );
+}
+
+/// Segments of the clients in `order`.
+fn frames(order: impl ExactSizeIterator<Item = usize>, flags: u16) -> Frames {
+    let mut data = vec![0u8; order.len() * STRIDE];
+    for (k, i) in order.enumerate() {
+        segment(i, flags, &mut data[k * STRIDE..k * STRIDE + FRAME]);
+    }
+    Frames { data }
+}
+
+/// 0..n in a fixed pseudo-random order (Fisher-Yates over a xorshift).
+fn shuffled(n: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = (0..n).collect();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..n).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    v
+}
+
+/// An rx queue that plays `warmup` once, then `frames` forever: what `net_pcap`'s
+/// `infinite_rx` does (a pool buffer and a copy per packet), without keeping the capture
+/// in the pool. Its tx side frees what it is given (like `net_null`).
+struct Replay {
+    pool: Pool,
+    warmup: Option<Arc<Frames>>,
+    frames: Arc<Frames>,
+    pos: usize,
+    warm_done: Arc<AtomicBool>,
+}
+
+impl Queue for Replay {
+    fn rx_burst(&mut self, out: &mut Burst) -> usize {
+        let mut n = 0;
+        while !out.is_full() {
+            let f = match &self.warmup {
+                Some(w) if self.pos < w.len() => w.get(self.pos),
+                Some(_) => {
+                    self.warmup = None;
+                    self.pos = 0;
+                    self.warm_done.store(true, Ordering::Release);
+                    continue;
+                }
+                None => {
+                    if self.pos >= self.frames.len() {
+                        self.pos = 0;
+                    }
+                    self.frames.get(self.pos)
+                }
+            };
+            let Some(p) = self.pool.alloc_copy(f) else {
+                break;
+            };
+            self.pos += 1;
+            // Cannot fail: the burst is not full.
+            let _ = out.push(p);
+            n += 1;
+        }
+        n
+    }
+
+    fn tx_burst(&mut self, pkts: &mut Burst) -> usize {
+        pkts.clear()
+    }
+}
+
+/// A port that receives nothing and frees what it sends (`net_null,no-rx=1`).
+struct Sink;
+
+impl Queue for Sink {
+    fn rx_burst(&mut self, _: &mut Burst) -> usize {
+        0
+    }
+    fn tx_burst(&mut self, pkts: &mut Burst) -> usize {
+        pkts.clear()
+    }
+}
+
+fn forwarder(inside_mac: MacAddr) -> Result<Forwarder, String> {
+    let addr = |a: &str, len: u8| {
+        vec![IfAddr {
+            addr: a.parse().unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+            prefix_len: len,
+        }]
+    };
+    let conf = ForwarderConfig::with_virtual(
+        vec![
+            PortConf {
+                name: "outside".into(),
+                mac: SLUICE_MAC,
+                addrs: addr("10.77.0.2", 16),
+            },
+            PortConf {
+                name: "inside".into(),
+                mac: inside_mac,
+                addrs: addr("10.78.0.2", 16),
+            },
+        ],
+        &[],
+        vec![IpAddr::V4(VIP)],
+    )?;
+    let neigh = Arc::new(NeighbourCache::new(16 * BACKENDS));
+    for i in 0..BACKENDS {
+        neigh.learn(IpAddr::V4(backend_ip(i)), BACKEND_MAC, 0);
+    }
+    Ok(Forwarder::new(Arc::new(conf), neigh))
+}
+
+/// A running worker and what the control thread needs of it.
+struct Running {
+    shared: Arc<SharedCounters>,
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Counters>,
+}
+
+impl Running {
+    fn finish(self) -> Result<Counters, String> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle
+            .join()
+            .map_err(|_| "worker panicked".to_string())
+    }
+}
+
+fn start<S: sluice_dataplane::pipeline::Stage + 'static>(
+    queues: Vec<Box<dyn Queue>>,
+    stage: S,
+) -> Result<Running, String> {
+    let w = Worker::new(
+        WorkerConfig {
+            id: 0,
+            core: Some(FWD_CORE),
+            idle: Idle::Spin,
+        },
+        queues,
+        stage,
+    );
+    let shared = w.shared_counters();
+    let stop = Arc::new(AtomicBool::new(false));
+    let handle = sluice_dataplane::worker::spawn(w, stop.clone()).map_err(|e| e.to_string())?;
+    Ok(Running {
+        shared,
+        stop,
+        handle,
+    })
+}
+
+fn balancer(
+    fwd: Forwarder,
+    publisher: &Publisher<Snapshot>,
+    capacity: usize,
+    timeouts: Timeouts,
+) -> Result<Balancer, String> {
+    Ok(Balancer::new(
+        fwd,
+        publisher.reader().ok_or("no reader slot")?,
+        BalancerConfig {
+            flow_capacity: capacity,
+            timeouts,
+            ..BalancerConfig::default()
+        },
+    ))
+}
+
+/// Waits until the replay's warm-up has been played and the worker has published
+/// `flows` created flows (at most `limit`).
+fn wait_warm(r: &Running, done: &AtomicBool, flows: u64, limit: Duration) -> Result<(), String> {
+    let t = Instant::now();
+    loop {
+        let c = r.shared.snapshot();
+        if done.load(Ordering::Acquire) && c.events_of(Event::FlowCreated) >= flows {
+            return Ok(());
+        }
+        if t.elapsed() > limit {
+            return Err(format!(
+                "warm-up: {} of {flows} flows after {:?} (drops: {})",
+                c.events_of(Event::FlowCreated),
+                limit,
+                drops_json(&c)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn drops_json(c: &Counters) -> Value {
+    let mut m = serde_json::Map::new();
+    for r in DropReason::ALL {
+        let n = c.drops_of(*r);
+        if n > 0 {
+            m.insert(r.name().to_string(), json!(n));
+        }
+    }
+    Value::Object(m)
+}
+
+/// A worker running the balancer over the replay of `n` flows (SYNs first, then shuffled
+/// ACKs), warmed up; `snap` is its first snapshot.
+fn established(n: usize, snap: Snapshot) -> Result<(Running, Publisher<Snapshot>), String> {
+    let warm = Arc::new(frames(0..n, tcp::flags::SYN));
+    let acks = Arc::new(frames(shuffled(n).into_iter(), tcp::flags::ACK));
+    let publisher = Publisher::new(snap, 1);
+    let stage = balancer(
+        forwarder(INSIDE_MAC)?,
+        &publisher,
+        n.max(1024),
+        Timeouts::default(),
+    )?;
+    let done = Arc::new(AtomicBool::new(false));
+    let replay = Replay {
+        pool: Pool::new(4096),
+        warmup: Some(warm),
+        frames: acks,
+        pos: 0,
+        warm_done: done.clone(),
+    };
+    let r = start(vec![Box::new(replay), Box::new(Sink)], stage)?;
+    if let Err(e) = wait_warm(&r, &done, n as u64, Duration::from_secs(60)) {
+        let _ = r.finish();
+        return Err(e);
+    }
+    Ok((r, publisher))
+}
+
+fn established_run(n: usize, ir: &Ir, secs: f64) -> Result<(Run, Value), String> {
+    let (r, _publisher) = established(n, build(ir)?)?;
+    let run = measure_worker(&r.shared, 0, 1, Duration::from_millis(200), secs);
+    let c = r.finish()?;
+    Ok((run, drops_json(&c)))
+}
+
+fn macswap_replay_run(secs: f64) -> Result<Run, String> {
+    let acks = Arc::new(frames(shuffled(1000).into_iter(), tcp::flags::ACK));
+    let replay = Replay {
+        pool: Pool::new(4096),
+        warmup: None,
+        frames: acks,
+        pos: 0,
+        warm_done: Arc::new(AtomicBool::new(true)),
+    };
+    let r = start(vec![Box::new(replay), Box::new(Sink)], MacSwap)?;
+    let run = measure_worker(&r.shared, 0, 1, Duration::from_millis(200), secs);
+    r.finish()?;
+    Ok(run)
+}
+
+fn vdevs(capture: &Path) -> [String; 2] {
+    [
+        format!("net_pcap0,rx_pcap={},infinite_rx=1", capture.display()),
+        "net_null0,no-rx=1".to_string(),
+    ]
+}
+
+/// The balancer on the real vdevs: the capture's first 1k frames are the SYNs (flows are
+/// created on the first pass; later passes are flow hits).
+fn vdev_run(capture: &Path, ir: &Ir, secs: f64) -> Result<(Run, Value), String> {
+    let [v0, v1] = vdevs(capture);
+    let a = dpdk::open("outside", &v0, 1).map_err(|e| e.to_string())?;
+    let b = dpdk::open("inside", &v1, 1).map_err(|e| e.to_string())?;
+    let publisher = Publisher::new(build(ir)?, 1);
+    let stage = balancer(
+        forwarder(b.port.mac())?,
+        &publisher,
+        4096,
+        Timeouts::default(),
+    )?;
+    let mut queues = Vec::new();
+    queues.extend(a.queues);
+    queues.extend(b.queues);
+    let r = start(queues, stage)?;
+    let run = measure_worker(&r.shared, 0, 1, Duration::from_millis(300), secs);
+    let c = r.finish()?;
+    drop((a.port, b.port));
+    Ok((run, drops_json(&c)))
+}
+
+fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
+    let capture = dir.join("balance-1k.pcap");
+    let n = 1000;
+    let mut cap = frames(0..n, tcp::flags::SYN).data;
+    for _ in 0..3 {
+        cap.extend(frames(shuffled(n).into_iter(), tcp::flags::ACK).data);
+    }
+    let cap = Frames { data: cap };
+    let mut errors = vec![];
+    let mut dpdk_ok = true;
+    if let Err(e) = pcap::write_file(&capture, (0..cap.len()).map(|i| cap.get(i))) {
+        errors.push(format!("capture: {e}"));
+        dpdk_ok = false;
+    }
+    if dpdk_ok {
+        if let Err(e) = dpdk::init(&eal_args()) {
+            errors.push(format!("EAL: {e}"));
+            dpdk_ok = false;
+        }
+    }
+    let counts: &[usize] = if o.quick {
+        &[1_000, 100_000]
+    } else {
+        &[1_000, 100_000, 1_000_000]
+    };
+    let mut series: Vec<Vec<Run>> = vec![vec![]; counts.len()];
+    let mut drops: Vec<Value> = vec![json!({}); counts.len()];
+    let (mut tp, mut vd, mut ms) = (vec![], vec![], vec![]);
+    let mut vd_drops = json!({});
+    for _ in 0..o.runs {
+        for (k, &n) in counts.iter().enumerate() {
+            match established_run(n, ir, o.duration) {
+                Ok((r, d)) => {
+                    series[k].push(r);
+                    drops[k] = d;
+                }
+                Err(e) => errors.push(format!("balancer {n} flows: {e}")),
+            }
+        }
+        match macswap_replay_run(o.duration) {
+            Ok(r) => ms.push(r),
+            Err(e) => errors.push(format!("macswap replay: {e}")),
+        }
+        if dpdk_ok {
+            match vdev_run(&capture, ir, o.duration) {
+                Ok((r, d)) => {
+                    vd.push(r);
+                    vd_drops = d;
+                }
+                Err(e) => errors.push(format!("balancer on vdevs: {e}")),
+            }
+            if o.testpmd {
+                match testpmd_run(&vdevs(&capture), o.duration) {
+                    Ok(r) => tp.push(r),
+                    Err(e) => errors.push(format!("testpmd: {e}")),
+                }
+            }
+        }
+    }
+    let t_sum = summary(&tp);
+    let mut flows = serde_json::Map::new();
+    for (k, &n) in counts.iter().enumerate() {
+        let s = summary(&series[k]);
+        flows.insert(
+            n.to_string(),
+            json!({
+                "balancer": s,
+                "ratio_to_testpmd": ratio(&s, &t_sum, "mpps_per_core"),
+                "ratio_to_testpmd_cpu_normalized": ratio(&s, &t_sum, "mpps_per_cpu_second"),
+                "drops_last_run": drops[k],
+            }),
+        );
+    }
+    let at_100k = flows
+        .get("100000")
+        .map_or(0.0, |v| v["ratio_to_testpmd"].as_f64().unwrap_or(0.0));
+    let vd_sum = summary(&vd);
+    report.set(
+        "established_flows",
+        json!({
+            "setup": {
+                "balancer_source": "in-process replay queue (pool buffer + copy of a 60-byte frame per packet, like net_pcap infinite_rx) -> sink (like net_null)",
+                "testpmd": "dpdk-testpmd --forward-mode=macswap, net_pcap infinite_rx (1k-flow capture, 4000 frames) -> net_null, one forwarding core",
+                "forwarding_core": FWD_CORE,
+                "duration_s": o.duration,
+                "runs": o.runs,
+                "traffic": "TCP ACK segments (60 bytes) of N established flows in a shuffled order, after each flow's SYN; NAT to 256 backends, NetworkPolicy on",
+            },
+            "flows": flows,
+            "testpmd_macswap": t_sum,
+            "balancer_on_vdevs_1k_flows": {
+                "run": vd_sum,
+                "ratio_to_testpmd": ratio(&vd_sum, &t_sum, "mpps_per_core"),
+                "drops_last_run": vd_drops,
+            },
+            "sluice_macswap_stage_on_replay": summary(&ms),
+            "goal": "balancer >= 0.5x testpmd macswap at 100k flows",
+            "ratio_to_testpmd_at_100k": at_100k,
+            "errors": errors,
+        }),
+    );
+}
+
+fn fig_new_connections(o: &Opts, ir: &Ir, report: &mut Report) {
+    let syns = Arc::new(frames(
+        shuffled(NEW_CONN_FRAMES).into_iter(),
+        tcp::flags::SYN,
+    ));
+    let (mut rates, mut cpu_rates, mut cycles, mut errors) = (vec![], vec![], vec![], vec![]);
+    let mut last = json!({});
+    for _ in 0..o.runs {
+        let res = (|| -> Result<(), String> {
+            let publisher = Publisher::new(build(ir)?, 1);
+            let timeouts = Timeouts {
+                tcp_syn_sent: 1,
+                ..Timeouts::default()
+            };
+            let stage = balancer(forwarder(INSIDE_MAC)?, &publisher, 1 << 22, timeouts)?;
+            let replay = Replay {
+                pool: Pool::new(4096),
+                warmup: None,
+                frames: syns.clone(),
+                pos: 0,
+                warm_done: Arc::new(AtomicBool::new(true)),
+            };
+            let r = start(vec![Box::new(replay), Box::new(Sink)], stage)?;
+            std::thread::sleep(Duration::from_millis(300));
+            let (c0, cpu0, t0) = (
+                r.shared.snapshot(),
+                sluice_perf::thread_cpu_ns("self", "sluice-w0"),
+                Instant::now(),
+            );
+            std::thread::sleep(Duration::from_secs_f64(o.duration));
+            let (c1, cpu1, wall) = (
+                r.shared.snapshot(),
+                sluice_perf::thread_cpu_ns("self", "sluice-w0"),
+                t0.elapsed().as_secs_f64(),
+            );
+            let created =
+                (c1.events_of(Event::FlowCreated) - c0.events_of(Event::FlowCreated)) as f64;
+            let cpu_s = cpu0
+                .zip(cpu1)
+                .map_or(wall, |(a, b)| b.saturating_sub(a) as f64 / 1e9)
+                .max(1e-9);
+            rates.push(created / wall);
+            cpu_rates.push(created / cpu_s);
+            cycles.push(cpu_s * sluice_dataplane::port::tsc_hz() as f64 / created.max(1.0));
+            let c = r.finish()?;
+            last = json!({
+                "flows_created": c.events_of(Event::FlowCreated),
+                "flows_expired": c.events_of(Event::FlowExpired),
+                "flows_live_at_end": c.flows,
+                "rx": c.ports[0].rx_packets,
+                "tx": c.ports[1].tx_packets,
+                "drops": drops_json(&c),
+            });
+            Ok(())
+        })();
+        if let Err(e) = res {
+            errors.push(e);
+        }
+    }
+    let rate = median(&mut rates.clone());
+    report.set(
+        "new_connections",
+        json!({
+            "setup": {
+                "traffic": "SYNs (60 bytes) from 2M distinct client 5-tuples, shuffled, replayed; SYN_SENT timeout 1 s so the timer wheel recycles flows; 256 backends (SNAT ports per backend), flow capacity 4M",
+                "counted": "flow_created events in the window",
+                "duration_s": o.duration,
+                "runs": o.runs,
+            },
+            "per_second_per_core": rate,
+            "per_cpu_second": median(&mut cpu_rates.clone()),
+            "cycles_per_connection": median(&mut cycles.clone()),
+            "runs_per_second": rates,
+            "goal_per_second": 200_000,
+            "ratio_to_goal": rate / 200_000.0,
+            "last_run": last,
+            "errors": errors,
+        }),
+    );
+}
+
+fn fig_bytes_per_flow(report: &mut Report) {
+    let mut m = serde_json::Map::new();
+    for cap in [1_000usize, 100_000, 1_000_000, 1 << 20, 1 << 22] {
+        let t = FlowTable::new(cap, Timeouts::default(), 0, 1);
+        m.insert(
+            cap.to_string(),
+            json!({
+                "memory_bytes": t.memory_bytes(),
+                "bytes_per_flow": t.memory_bytes() as f64 / t.capacity() as f64,
+            }),
+        );
+    }
+    report.set(
+        "bytes_per_flow",
+        json!({
+            "by_capacity": m,
+            "flow_entry_bytes": std::mem::size_of::<sluice_dataplane::flow::Flow>(),
+            "goal": "<= 128",
+        }),
+    );
+}
+
+/// The base IR with `extra` more TCP listeners (ports 20000 on, on 10.77.0.11) and a
+/// route each, copies of the benchmark's own listener and route.
+fn replicate(base: &Ir, extra: usize) -> Ir {
+    let mut ir = base.clone();
+    let (Some(l0), Some(r0)) = (base.listeners.first(), base.routes.first()) else {
+        return ir;
+    };
+    for i in 0..extra {
+        let mut r = r0.clone();
+        r.name = format!("TCPRoute b/r{i}");
+        let idx = ir.routes.len();
+        ir.routes.push(r);
+        let mut l = l0.clone();
+        l.name = format!("Gateway b/many/l{i}");
+        l.addresses = vec![IpAddr::V4(Ipv4Addr::new(10, 77, 0, 11))];
+        l.port = 20_000 + i as u16;
+        for b in &mut l.bindings {
+            b.route = idx;
+        }
+        ir.listeners.push(l);
+    }
+    ir
+}
+
+fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    if s.is_empty() {
+        0.0
+    } else {
+        s[((s.len() - 1) as f64 * q).round() as usize]
+    }
+}
+
+/// Publishes `snap` under traffic and times it: (publish µs, until the worker moved µs,
+/// reclaim µs, whether the worker moved within 1 s).
+fn swap_once(publisher: &mut Publisher<Snapshot>, snap: Snapshot) -> (f64, f64, f64, bool) {
+    let t = Instant::now();
+    let generation = publisher.publish(snap);
+    let publish = t.elapsed().as_secs_f64() * 1e6;
+    let t = Instant::now();
+    let mut moved = true;
+    while publisher.oldest_in_use() < generation {
+        if t.elapsed() > Duration::from_secs(1) {
+            moved = false;
+            break;
+        }
+        std::hint::spin_loop();
+    }
+    let wait = t.elapsed().as_secs_f64() * 1e6;
+    let t = Instant::now();
+    publisher.reclaim();
+    (publish, wait, t.elapsed().as_secs_f64() * 1e6, moved)
+}
+
+fn fig_swap(o: &Opts, base: &Ir, report: &mut Report) {
+    const ROUTES: usize = 10_000;
+    const COMPILE_ROUTES: usize = 1_000;
+    let mut errors = vec![];
+    // Manifests -> IR at 1k extra routes (10k manifests take minutes: see the report).
+    let text = manifests(COMPILE_ROUTES, o.swap_maglev);
+    let t = Instant::now();
+    let compile_1k = match compile(&text) {
+        Ok(_) => t.elapsed().as_secs_f64(),
+        Err(e) => {
+            errors.push(format!("compile: {e}"));
+            0.0
+        }
+    };
+    let mut big_base = base.clone();
+    if let Some(a) = big_base.appliance.as_mut() {
+        a.maglev_table_size = Some(o.swap_maglev);
+    }
+    for r in &mut big_base.routes {
+        r.maglev_table_size = o.swap_maglev;
+    }
+    let big = replicate(&big_base, ROUTES);
+    // Snapshots of the 10k-route config, built before the traffic starts.
+    let (mut build_s, mut big_snaps) = (vec![], vec![]);
+    for _ in 0..o.runs.min(3) {
+        let t = Instant::now();
+        match build(&big) {
+            Ok(s) => {
+                build_s.push(t.elapsed().as_secs_f64());
+                big_snaps.push(s);
+            }
+            Err(e) => {
+                errors.push(format!("build: {e}"));
+                break;
+            }
+        }
+    }
+    let flows = 100_000;
+    let (mut big_swaps, mut publish_us, mut moved_us, mut reclaim_us, mut base_build_ms) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let mut traffic = json!({});
+    let res = (|| -> Result<(), String> {
+        let (r, mut publisher) = established(flows, build(base)?)?;
+        std::thread::sleep(Duration::from_millis(200));
+        let mut stuck = 0;
+        // The 10k-route snapshots, one at a time.
+        for s in big_snaps.drain(..) {
+            let (p, w, c, moved) = swap_once(&mut publisher, s);
+            stuck += u32::from(!moved);
+            big_swaps.push(json!({"publish_us": p, "until_worker_moved_us": w, "reclaim_us": c}));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Then a freshly built snapshot every interval at full rate.
+        let c0 = r.shared.snapshot();
+        let t0 = Instant::now();
+        while t0.elapsed().as_secs_f64() < o.duration * 2.0 {
+            let next = Instant::now() + Duration::from_millis(o.swap_interval_ms);
+            let t = Instant::now();
+            let snap = build(base)?;
+            base_build_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            let (p, w, c, moved) = swap_once(&mut publisher, snap);
+            stuck += u32::from(!moved);
+            publish_us.push(p);
+            moved_us.push(w);
+            reclaim_us.push(c);
+            if let Some(d) = next.checked_duration_since(Instant::now()) {
+                std::thread::sleep(d);
+            }
+        }
+        let wall = t0.elapsed().as_secs_f64();
+        let c1 = r.shared.snapshot();
+        let c = r.finish()?;
+        let rx: u64 = c.ports.iter().map(|p| p.rx_packets).sum();
+        let tx: u64 = c.ports.iter().map(|p| p.tx_packets).sum();
+        let dropped = c.total_drops();
+        let window_tx = c1.ports[1].tx_packets - c0.ports[1].tx_packets;
+        traffic = json!({
+            "swaps": publish_us.len() + big_swaps.len(),
+            "worker_did_not_move_within_1s": stuck,
+            "rx": rx,
+            "tx": tx,
+            "drops": drops_json(&c),
+            "unaccounted": rx.saturating_sub(tx + dropped),
+            "lost": rx.saturating_sub(tx + dropped) + dropped,
+            "policy_rechecks": c.events_of(Event::PolicyRechecked),
+            "mpps_while_swapping": window_tx as f64 / wall / 1e6,
+        });
+        Ok(())
+    })();
+    if let Err(e) = res {
+        errors.push(e);
+    }
+    report.set(
+        "swap",
+        json!({
+            "setup": {
+                "config_10k": format!("{ROUTES} extra TCP listeners with a route each to the 256-pod Service (IR replicated from the compiled manifests), Maglev tables of {} slots", o.swap_maglev),
+                "compile": format!("manifests -> IR with {COMPILE_ROUTES} extra listeners and TCPRoutes (10k took ~180 s in a trial run: compile time grows faster than linearly)"),
+                "traffic": format!("{flows} established flows replayed at full rate on core {FWD_CORE}; first the 10k-route snapshots are published, then a freshly built base snapshot every {} ms for {} s, on core 0", o.swap_interval_ms, o.duration * 2.0),
+                "lost": "rx - tx - drops, plus every drop (none is expected)",
+            },
+            "compile_1k_routes_s": compile_1k,
+            "build_10k_routes_s": median(&mut build_s.clone()),
+            "runs_build_10k_routes_s": build_s,
+            "swaps_10k": big_swaps,
+            "base_build_ms": median(&mut base_build_ms),
+            "publish_us": {"median": quantile(&publish_us, 0.5), "max": quantile(&publish_us, 1.0)},
+            "until_worker_moved_us": {"median": quantile(&moved_us, 0.5), "p99": quantile(&moved_us, 0.99), "max": quantile(&moved_us, 1.0)},
+            "reclaim_us": {"median": quantile(&reclaim_us, 0.5), "max": quantile(&reclaim_us, 1.0)},
+            "traffic": traffic,
+            "goal": "0 packets lost",
+            "errors": errors,
+        }),
+    );
+}
+
+/// The JSON report, written to `--out` after every figure.
+struct Report {
+    v: Value,
+    out: Option<PathBuf>,
+}
+
+impl Report {
+    fn set(&mut self, k: &str, v: Value) {
+        self.v[k] = v;
+        eprintln!("bench_balance: {k} done");
+        if let Some(p) = &self.out {
+            let mut partial = self.v.clone();
+            partial["partial"] = json!(true);
+            let _ = std::fs::write(
+                p,
+                serde_json::to_string_pretty(&partial).unwrap_or_default(),
+            );
+        }
+    }
+}
+
+fn main() {
+    let o = opts();
+    if !core_affinity::set_for_current(core_affinity::CoreId { id: 0 }) {
+        eprintln!("bench_balance: could not pin the control thread to core 0");
+    }
+    let dir = std::env::temp_dir().join(format!("sluice-bench-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let mut report = Report {
+        v: json!({"bench": "balance", "tsc_hz": sluice_dataplane::port::tsc_hz()}),
+        out: o.out.clone(),
+    };
+    fig_bytes_per_flow(&mut report);
+    match compile(&manifests(0, 65537)) {
+        Ok(ir) => {
+            fig_established(&o, &ir, &dir, &mut report);
+            fig_new_connections(&o, &ir, &mut report);
+            fig_swap(&o, &ir, &mut report);
+        }
+        Err(e) => report.set("config_error", json!(e)),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    dpdk_cleanup();
+    let text = serde_json::to_string_pretty(&report.v).unwrap_or_default();
+    println!("{text}");
+    if let Some(p) = &o.out {
+        let _ = std::fs::write(p, &text);
+    }
+}
