@@ -827,43 +827,24 @@ fn port_unreachable(
     }
     let d = pkt.data_mut();
     d.copy_within(ETH..ETH + quote, ETH + shift);
+    let proto = if l4.v6 {
+        ip_proto::ICMPV6
+    } else {
+        ip_proto::ICMP
+    };
+    reply_headers(d, to_mac, from_mac, l4.dst, l4.src, proto, icmp_len + quote);
+    let icmp = &mut d[ETH + ip_len..];
     match (l4.dst, l4.src) {
-        (IpAddr::V4(from), IpAddr::V4(to)) => {
-            reply_headers(
-                d,
-                to_mac,
-                from_mac,
-                IpAddr::V4(from),
-                IpAddr::V4(to),
-                ip_proto::ICMP,
-                icmp_len + quote,
-            );
-            icmpv4::Repr::DstUnreachable {
-                code: 3,
-                data_len: quote,
-            }
-            .emit(&mut icmpv4::Packet::new_unchecked(&mut d[ETH + ip_len..]));
+        (IpAddr::V4(_), IpAddr::V4(_)) => icmpv4::Repr::DstUnreachable {
+            code: 3,
+            data_len: quote,
         }
-        (IpAddr::V6(from), IpAddr::V6(to)) => {
-            reply_headers(
-                d,
-                to_mac,
-                from_mac,
-                IpAddr::V6(from),
-                IpAddr::V6(to),
-                ip_proto::ICMPV6,
-                icmp_len + quote,
-            );
-            icmpv6::Repr::DstUnreachable {
-                code: 4,
-                data_len: quote,
-            }
-            .emit(
-                &mut icmpv6::Packet::new_unchecked(&mut d[ETH + ip_len..]),
-                from,
-                to,
-            );
+        .emit(&mut icmpv4::Packet::new_unchecked(icmp)),
+        (IpAddr::V6(from), IpAddr::V6(to)) => icmpv6::Repr::DstUnreachable {
+            code: 4,
+            data_len: quote,
         }
+        .emit(&mut icmpv6::Packet::new_unchecked(icmp), from, to),
         _ => return Verdict::Drop(DropReason::BackendRejected),
     }
     Verdict::tx(out)
