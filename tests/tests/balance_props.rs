@@ -32,6 +32,14 @@ spec:
   - {name: tcp, port: 7000, protocol: TCP}
   - {name: bad, port: 7100, protocol: TCP}
   - {name: badudp, port: 7101, protocol: UDP}
+  - {name: udp, port: 7001, protocol: UDP}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata: {name: udp, namespace: p}
+spec:
+  parentRefs: [{name: gw, sectionName: udp}]
+  rules: [{backendRefs: [{name: a, port: 7000}]}]
 ---
 apiVersion: gateway.networking.k8s.io/v1alpha2
 kind: UDPRoute
@@ -442,4 +450,38 @@ fn reject_slots_answer_with_rst_and_port_unreachable() {
         "quotes the datagram's start"
     );
     assert!(counters.events_of(sluice_dataplane::stats::Event::RejectSent) >= 2);
+}
+
+/// One burst holding several packets of a flow that does not exist yet: the first creates
+/// it, the others find it (lookups made ahead of the burst are made again), so every
+/// datagram goes to the same backend through one flow; a burst after a revocation finds
+/// the flow gone.
+#[test]
+fn packets_of_a_new_flow_in_one_burst_share_it() {
+    let mut publisher = Publisher::new(snapshot_from_yaml("p.yaml", CONFIG), 1);
+    let mut b = balancer(&mut publisher);
+    let pool = Pool::new(16);
+    let mut counters = Counters::new(2);
+    let f = frame(
+        false,
+        ip_proto::UDP,
+        "10.77.0.1",
+        "10.77.0.10",
+        5000,
+        7001,
+        0,
+        b"x",
+    );
+    let mut pkts: Vec<Pkt> = (0..4)
+        .map(|_| pool.alloc_copy(&f).expect("buffer"))
+        .collect();
+    let mut v = [Verdict::Drop(sluice_dataplane::stats::DropReason::BadPort); 4];
+    b.process_burst(0, &mut pkts, &mut v, &mut Ctx::new(0, &mut counters));
+    assert!(v.iter().all(|v| *v == Verdict::Tx(1)), "{v:?}");
+    assert_eq!(b.flows().len(), 1);
+    let first = pkts[0].data().to_vec();
+    assert!(
+        pkts.iter().all(|p| p.data() == &first[..]),
+        "same rewrite for all"
+    );
 }

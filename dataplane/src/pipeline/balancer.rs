@@ -48,8 +48,8 @@
 //! packet that does not go out is counted under a [`DropReason`].
 
 use super::{Ctx, Forwarder, Stage, Verdict};
-use crate::flow::{Dir, FlowTable, TcpFlags, TcpState, Timeouts, Tuple};
-use crate::port::Pkt;
+use crate::flow::{Dir, FlowId, FlowTable, TcpFlags, TcpState, Timeouts, Tuple};
+use crate::port::{Pkt, BURST};
 use crate::rcu::Reader;
 use crate::stats::{DropReason, Event};
 use crate::tables::maglev::Pick;
@@ -175,6 +175,30 @@ impl L4 {
     fn tcp_flags(&self) -> Option<TcpFlags> {
         (self.proto == ip_proto::TCP).then_some(TcpFlags(self.flags))
     }
+}
+
+/// A packet of the burst, parsed and looked up ahead of the decision pass.
+#[derive(Clone, Copy)]
+struct Ahead {
+    l4: Option<L4>,
+    tuple: Tuple,
+    hash: u64,
+    hit: Option<(FlowId, Dir)>,
+}
+
+impl Ahead {
+    const NONE: Ahead = Ahead {
+        l4: None,
+        tuple: Tuple {
+            src: [0; 16],
+            dst: [0; 16],
+            sport: 0,
+            dport: 0,
+            proto: 0,
+        },
+        hash: 0,
+        hit: None,
+    };
 }
 
 /// What the parser made of a frame.
@@ -340,6 +364,9 @@ pub struct Balancer {
 struct State {
     fwd: Forwarder,
     flows: FlowTable,
+    /// Set when a flow was removed during the current burst: lookups made for the burst
+    /// ahead of time are then made again.
+    removed_in_burst: bool,
     snat: SnatPorts,
     worker: u32,
     macs: Box<[[u8; 6]]>,
@@ -362,6 +389,7 @@ impl Balancer {
         Balancer {
             state: State {
                 flows: FlowTable::new(cfg.flow_capacity, cfg.timeouts, 0, cfg.seed),
+                removed_in_burst: false,
                 snat: SnatPorts::new(&cfg),
                 worker: cfg.worker as u32,
                 fwd,
@@ -398,8 +426,50 @@ impl Stage for Balancer {
         let (generation, snap) = self.snapshot.read();
         let generation = generation as u32;
         let now_s = (ctx.now_ms / 1000) as u32;
-        for (p, v) in pkts.iter_mut().zip(verdicts.iter_mut()) {
-            *v = self.state.process(in_port, p, snap, generation, now_s, ctx);
+        let st = &mut self.state;
+        let n = pkts.len().min(verdicts.len()).min(BURST);
+        let Some(&mac) = st.macs.get(in_port) else {
+            verdicts[..n].fill(Verdict::Drop(DropReason::BadPort));
+            return;
+        };
+        // Three passes over the burst so that the flow table's cache misses overlap
+        // (as VPP and DPDK's hash library do): parse and hash every packet and prefetch
+        // its index slot; look every tuple up and prefetch the flow entry; then decide.
+        let mut ahead = [Ahead::NONE; BURST];
+        for (a, p) in ahead.iter_mut().zip(pkts[..n].iter()) {
+            if let Parsed::L4(l4) = parse(p.data(), &mac) {
+                let t = l4.tuple();
+                let h = st.flows.hash(&t);
+                st.flows.prefetch(h);
+                *a = Ahead {
+                    l4: Some(l4),
+                    tuple: t,
+                    hash: h,
+                    hit: None,
+                };
+            }
+        }
+        for a in ahead[..n].iter_mut().filter(|a| a.l4.is_some()) {
+            a.hit = st.flows.lookup_hashed(&a.tuple, a.hash, now_s);
+            if let Some((id, _)) = a.hit {
+                st.flows.prefetch_flow(id);
+            }
+        }
+        st.removed_in_burst = false;
+        for ((a, p), v) in ahead[..n]
+            .iter()
+            .zip(pkts.iter_mut())
+            .zip(verdicts.iter_mut())
+        {
+            *v = match (&a.l4, a.hit) {
+                (Some(l4), Some(hit)) if !st.removed_in_burst => {
+                    st.hit(in_port, p, l4, &a.tuple, hit, snap, generation, now_s, ctx)
+                }
+                // A miss may have become a hit (an earlier packet of the burst created the
+                // flow), so the full path looks up again.
+                (Some(l4), _) => st.l4(in_port, p, l4, snap, generation, now_s, ctx),
+                (None, _) => st.process(in_port, p, snap, generation, now_s, ctx),
+            };
         }
     }
 
@@ -444,6 +514,54 @@ impl State {
         }
     }
 
+    /// A packet of a tracked flow: lazy policy re-check after a swap, state and expiry,
+    /// rewrite, route.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn hit(
+        &mut self,
+        in_port: usize,
+        pkt: &mut Pkt,
+        l4: &L4,
+        t: &Tuple,
+        (id, dir): (FlowId, Dir),
+        snap: &Snapshot,
+        generation: u32,
+        now_s: u32,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        let f = self.flows.get(id);
+        if f.generation != generation {
+            // A newer snapshot: the verdict source -> what the flow really reaches.
+            ctx.counters.event(Event::PolicyRechecked);
+            let to = f.reply.source();
+            if !snap
+                .policy
+                .verdict(f.orig.source().ip(), to.ip(), f.orig.proto, to.port())
+                .is_allow()
+            {
+                self.flows.remove(id);
+                self.removed_in_burst = true;
+                return Verdict::Drop(DropReason::PolicyRevoked);
+            }
+            self.flows.get_mut(id).generation = generation;
+        }
+        // The packet leaves as the other direction's tuple, reversed.
+        let other = match dir {
+            Dir::Orig => self.flows.get(id).reply,
+            Dir::Reply => self.flows.get(id).orig,
+        };
+        self.flows.on_packet(id, dir, l4.tcp_flags(), now_s);
+        if other.dst != t.src
+            || other.src != t.dst
+            || other.dport != t.sport
+            || other.sport != t.dport
+        {
+            rewrite_raw(pkt, l4, &other.dst, other.dport, &other.src, other.sport);
+        }
+        self.fwd.process(in_port, pkt, ctx)
+    }
+
     #[allow(clippy::too_many_arguments)]
     #[inline]
     fn l4(
@@ -458,35 +576,17 @@ impl State {
     ) -> Verdict {
         let t = l4.tuple();
         if let Some((id, dir)) = self.flows.lookup(&t, now_s) {
-            let f = self.flows.get(id);
-            if f.generation != generation {
-                // A newer snapshot: the verdict source -> what the flow really reaches.
-                ctx.counters.event(Event::PolicyRechecked);
-                let to = f.reply.source();
-                if !snap
-                    .policy
-                    .verdict(f.orig.source().ip(), to.ip(), f.orig.proto, to.port())
-                    .is_allow()
-                {
-                    self.flows.remove(id);
-                    return Verdict::Drop(DropReason::PolicyRevoked);
-                }
-                self.flows.get_mut(id).generation = generation;
-            }
-            // The packet leaves as the other direction's tuple, reversed.
-            let other = match dir {
-                Dir::Orig => self.flows.get(id).reply,
-                Dir::Reply => self.flows.get(id).orig,
-            };
-            self.flows.on_packet(id, dir, l4.tcp_flags(), now_s);
-            if other.dst != t.src
-                || other.src != t.dst
-                || other.dport != t.sport
-                || other.sport != t.dport
-            {
-                rewrite_raw(pkt, l4, &other.dst, other.dport, &other.src, other.sport);
-            }
-            return self.fwd.process(in_port, pkt, ctx);
+            return self.hit(
+                in_port,
+                pkt,
+                l4,
+                &t,
+                (id, dir),
+                snap,
+                generation,
+                now_s,
+                ctx,
+            );
         }
         let ours = self.fwd.config().is_ours(l4.dst);
         let listener = if ours {
