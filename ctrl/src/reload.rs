@@ -86,6 +86,7 @@ pub fn fixed_changes(
                 "spec.limits.flowsPerWorker",
             );
             check(a.admin != b.admin, "spec.admin");
+            check(a.conntrack != b.conntrack, "spec.conntrack");
             v
         }
     }
@@ -413,8 +414,8 @@ mod tests {
     fn an_appliance_change_is_refused_until_restart() {
         let d = demo_copy();
         let mut r = reloader(&d);
-        edit(&d, "appliance.yaml", "cores: [0]", "cores: [0, 1]");
-        edit(&d, "appliance.yaml", "name: outside", "name: inside");
+        edit(&d, "appliance.yaml", "cores: [0, 1]", "cores: [0]");
+        edit(&d, "appliance.yaml", "tap: {name: sl0}", "tap: {name: sl9}");
         let o = r.reload(Trigger::Sighup);
         assert!(!o.ok);
         assert_eq!(o.generation, 1);
@@ -426,8 +427,8 @@ mod tests {
         );
 
         // Back to the running Appliance, with a table-only change (Maglev size): applied.
-        edit(&d, "appliance.yaml", "cores: [0, 1]", "cores: [0]");
-        edit(&d, "appliance.yaml", "name: inside", "name: outside");
+        edit(&d, "appliance.yaml", "cores: [0]", "cores: [0, 1]");
+        edit(&d, "appliance.yaml", "tap: {name: sl9}", "tap: {name: sl0}");
         edit(
             &d,
             "appliance.yaml",

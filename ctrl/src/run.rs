@@ -20,10 +20,11 @@
 
 use crate::api::{self, ControlRequest, Snapshot};
 use crate::config;
-use crate::model::appliance::ApplianceSpec;
+use crate::model::appliance::{ApplianceSpec, Conntrack};
 use crate::model::Object;
 use crate::reload::{self, Prepared, ReloadOutcome, ReloadStatus, Reloader};
 use crate::sources::{FileWatch, Sighup, Trigger};
+use sluice_dataplane::flow::Timeouts;
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{
     Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Route,
@@ -110,6 +111,10 @@ pub struct RunPlan {
     pub virtual_addrs: Vec<IpAddr>,
     /// Flow-table entries per worker.
     pub flow_capacity: usize,
+    /// Connection-tracking timeouts.
+    pub timeouts: Timeouts,
+    /// Source NAT ports, inclusive, split among the workers.
+    pub snat_ports: (u16, u16),
     /// EAL arguments (only used when a DPDK port exists).
     pub eal: Vec<String>,
     /// Admin socket.
@@ -223,12 +228,18 @@ impl RunPlan {
                 usize::try_from(n).map_err(|_| format!("limits.flowsPerWorker {n} is too large"))?
             }
         };
+        let (timeouts, snat_ports) = conntrack(
+            spec.conntrack.as_deref().unwrap_or(&Conntrack::default()),
+            cores.len(),
+        )?;
         Ok(RunPlan {
             ports,
             cores,
             routes,
             virtual_addrs,
             flow_capacity,
+            timeouts,
+            snat_ports,
             eal: spec.eal.clone(),
             admin_socket: spec
                 .admin
@@ -345,13 +356,53 @@ fn open_port(p: &PortPlan, queues: u16, pool: &Pool) -> Result<Opened, String> {
 /// the forwarder, reading the published tables once per burst.
 type RunStage = Balancer;
 
-/// Builds worker `worker`'s stage (of `workers`), with `flow_capacity` flow-table entries.
+/// The Appliance's connection-tracking settings: timeouts (defaults for what it leaves
+/// out) and the SNAT port range, which must leave every worker at least one port.
+pub fn conntrack(c: &Conntrack, workers: usize) -> Result<(Timeouts, (u16, u16)), String> {
+    let d = Timeouts::default();
+    let t = Timeouts {
+        tcp_syn_sent: c.tcp_syn_sent.unwrap_or(d.tcp_syn_sent),
+        tcp_syn_recv: c.tcp_syn_recv.unwrap_or(d.tcp_syn_recv),
+        tcp_established: c.tcp_established.unwrap_or(d.tcp_established),
+        tcp_fin_wait: c.tcp_fin_wait.unwrap_or(d.tcp_fin_wait),
+        tcp_close_wait: c.tcp_close_wait.unwrap_or(d.tcp_close_wait),
+        tcp_last_ack: c.tcp_last_ack.unwrap_or(d.tcp_last_ack),
+        tcp_time_wait: c.tcp_time_wait.unwrap_or(d.tcp_time_wait),
+        tcp_close: c.tcp_close.unwrap_or(d.tcp_close),
+        udp_unreplied: c.udp_unreplied.unwrap_or(d.udp_unreplied),
+        udp_replied: c.udp_replied.unwrap_or(d.udp_replied),
+    };
+    let ports = match &c.snat_ports {
+        None => BalancerConfig::default().snat_ports,
+        Some(r) => {
+            let bad =
+                || format!("conntrack.snatPorts {r:?}: expected FIRST-LAST, e.g. \"1024-65535\"");
+            let (a, b) = r.split_once('-').ok_or_else(bad)?;
+            let a: u16 = a.trim().parse().map_err(|_| bad())?;
+            let b: u16 = b.trim().parse().map_err(|_| bad())?;
+            if a == 0 || a > b {
+                return Err(format!(
+                    "conntrack.snatPorts {r:?}: the first port must be 1 or more and not above the last"
+                ));
+            }
+            if usize::from(b - a) + 1 < workers {
+                return Err(format!(
+                    "conntrack.snatPorts {r:?}: fewer ports than workers ({workers})"
+                ));
+            }
+            (a, b)
+        }
+    };
+    Ok((t, ports))
+}
+
+/// Builds worker `worker`'s stage (of `workers`) as the plan says.
 fn stage(
     fwd: Forwarder,
     tables: Reader<Tables>,
     worker: usize,
     workers: usize,
-    flow_capacity: usize,
+    plan: &RunPlan,
 ) -> RunStage {
     Balancer::new(
         fwd,
@@ -359,7 +410,9 @@ fn stage(
         BalancerConfig {
             worker,
             workers,
-            flow_capacity,
+            flow_capacity: plan.flow_capacity,
+            timeouts: plan.timeouts,
+            snat_ports: plan.snat_ports,
             ..BalancerConfig::default()
         },
     )
@@ -457,7 +510,7 @@ fn run_inner(args: &RunArgs) -> Result<(), String> {
                 tables,
                 id,
                 workers_n,
-                plan.flow_capacity,
+                &plan,
             ),
         )
         .with_redirects(redirects.clone());
@@ -753,5 +806,36 @@ spec:
         assert!(RunPlan::from_appliance(&bad, false)
             .unwrap_err()
             .contains("exactly one"));
+    }
+
+    #[test]
+    fn conntrack_timeouts_and_snat_ports() {
+        let (t, p) = conntrack(&Conntrack::default(), 2).unwrap();
+        assert_eq!(t, Timeouts::default());
+        assert_eq!(p, (1024, 65535));
+        let c = Conntrack {
+            tcp_established: Some(3600),
+            udp_replied: Some(30),
+            snat_ports: Some("20000-29999".into()),
+            ..Conntrack::default()
+        };
+        let (t, p) = conntrack(&c, 2).unwrap();
+        assert_eq!((t.tcp_established, t.udp_replied), (3600, 30));
+        assert_eq!(t.tcp_syn_sent, Timeouts::default().tcp_syn_sent);
+        assert_eq!(p, (20000, 29999));
+        for (bad, why) in [
+            ("2000", "FIRST-LAST"),
+            ("0-10", "1 or more"),
+            ("9-8", "not above"),
+            ("5000-5000", "fewer ports than workers"),
+            ("a-b", "FIRST-LAST"),
+        ] {
+            let c = Conntrack {
+                snat_ports: Some(bad.into()),
+                ..Conntrack::default()
+            };
+            let e = conntrack(&c, 2).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 }

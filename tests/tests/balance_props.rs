@@ -31,6 +31,14 @@ spec:
   listeners:
   - {name: tcp, port: 7000, protocol: TCP}
   - {name: bad, port: 7100, protocol: TCP}
+  - {name: badudp, port: 7101, protocol: UDP}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata: {name: badudp, namespace: p}
+spec:
+  parentRefs: [{name: gw, sectionName: badudp}]
+  rules: [{backendRefs: [{name: ghost, port: 53}]}]
 ---
 apiVersion: gateway.networking.k8s.io/v1alpha2
 kind: TCPRoute
@@ -354,4 +362,84 @@ proptest! {
         drop(b);
         prop_assert_eq!(publisher.reclaim(), 0);
     }
+}
+
+/// A reject slot answers a SYN with a RST (acknowledging the SYN) and a datagram with an
+/// ICMP / ICMPv6 port unreachable quoting it, out of the port it came in on, checksums
+/// valid.
+#[test]
+fn reject_slots_answer_with_rst_and_port_unreachable() {
+    use sluice_dataplane::wire::icmpv4;
+    let mut publisher = Publisher::new(snapshot_from_yaml("p.yaml", CONFIG), 1);
+    let mut b = balancer(&mut publisher);
+    let pool = Pool::new(8);
+    let mut counters = Counters::new(2);
+    let mut run = |f: Vec<u8>| {
+        let mut pkts = vec![pool.alloc_copy(&f).expect("buffer")];
+        let mut v = [Verdict::Drop(sluice_dataplane::stats::DropReason::BadPort)];
+        b.process_burst(0, &mut pkts, &mut v, &mut Ctx::new(0, &mut counters));
+        assert_eq!(
+            v[0],
+            Verdict::Tx(0),
+            "answered out of the port it came in on"
+        );
+        pkts.remove(0).data().to_vec()
+    };
+    // TCP: RST|ACK acknowledging the SYN, from the virtual address.
+    let rst = run(frame(
+        false,
+        ip_proto::TCP,
+        "10.77.0.1",
+        "10.77.0.10",
+        40001,
+        7100,
+        tcp::flags::SYN,
+        b"",
+    ));
+    let ip = ipv4::Packet::new_checked(&rst[14..]).expect("ipv4");
+    assert!(ip.verify_checksum());
+    assert_eq!(
+        (ip.src_addr(), ip.dst_addr()),
+        (
+            "10.77.0.10".parse().expect("ip"),
+            "10.77.0.1".parse().expect("ip")
+        )
+    );
+    let t = tcp::Packet::new_checked(ip.payload()).expect("tcp");
+    let r = tcp::Repr::parse(
+        &t,
+        "10.77.0.10".parse().expect("ip"),
+        "10.77.0.1".parse().expect("ip"),
+    )
+    .expect("checksum");
+    assert_eq!((r.src_port, r.dst_port), (7100, 40001));
+    assert_eq!(r.flags, tcp::flags::RST | tcp::flags::ACK);
+    assert_eq!(r.ack_number, 2, "acknowledges the SYN (seq 1 + 1)");
+    // UDP over IPv4: ICMP port unreachable quoting the IP header and 8 bytes.
+    let sent = frame(
+        false,
+        ip_proto::UDP,
+        "10.77.0.1",
+        "10.77.0.10",
+        5000,
+        7101,
+        0,
+        b"query",
+    );
+    let icmp = run(sent.clone());
+    let ip = ipv4::Packet::new_checked(&icmp[14..]).expect("ipv4");
+    assert!(ip.verify_checksum());
+    assert_eq!(ip.protocol(), ip_proto::ICMP);
+    let m = icmpv4::Packet::new_checked(ip.payload()).expect("icmp");
+    assert!(m.verify_checksum());
+    assert_eq!(
+        (m.msg_type(), m.msg_code()),
+        (icmpv4::msg_type::DST_UNREACHABLE, 3)
+    );
+    assert_eq!(
+        &ip.payload()[8..],
+        &sent[14..14 + 28],
+        "quotes the datagram's start"
+    );
+    assert!(counters.events_of(sluice_dataplane::stats::Event::RejectSent) >= 2);
 }

@@ -31,6 +31,51 @@ pub struct ApplianceSpec {
     /// Admin API endpoint.
     #[serde(default)]
     pub admin: Option<Admin>,
+    /// Connection tracking: timeouts and the source NAT port range (boxed: most
+    /// Appliances leave it out).
+    #[serde(default)]
+    pub conntrack: Option<Box<Conntrack>>,
+}
+
+/// Connection-tracking settings; every timeout in seconds, Linux nf_conntrack's default
+/// when absent.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Conntrack {
+    /// SYN seen, no answer (120).
+    #[serde(default)]
+    pub tcp_syn_sent: Option<u32>,
+    /// SYN-ACK seen, no final ACK (60).
+    #[serde(default)]
+    pub tcp_syn_recv: Option<u32>,
+    /// Established (432000: five days).
+    #[serde(default)]
+    pub tcp_established: Option<u32>,
+    /// One side sent FIN (120).
+    #[serde(default)]
+    pub tcp_fin_wait: Option<u32>,
+    /// The other side answered the FIN (60).
+    #[serde(default)]
+    pub tcp_close_wait: Option<u32>,
+    /// Both FINs seen (30).
+    #[serde(default)]
+    pub tcp_last_ack: Option<u32>,
+    /// Closed cleanly (120).
+    #[serde(default)]
+    pub tcp_time_wait: Option<u32>,
+    /// Reset (10).
+    #[serde(default)]
+    pub tcp_close: Option<u32>,
+    /// UDP before a reply (30).
+    #[serde(default)]
+    pub udp_unreplied: Option<u32>,
+    /// UDP after a reply (120).
+    #[serde(default)]
+    pub udp_replied: Option<u32>,
+    /// Source NAT ports, `"FIRST-LAST"` (default `"1024-65535"`), split evenly among the
+    /// workers.
+    #[serde(default)]
+    pub snat_ports: Option<String>,
 }
 
 /// One network port and its addresses.

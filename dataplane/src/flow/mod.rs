@@ -9,10 +9,24 @@
 //! 5-tuples, and flows record the backend itself (never an index into a table), which is
 //! what lets established flows survive table swaps.
 //!
-//! - **Memory**: capacity fixed at [`FlowTable::new`]; no allocation afterwards. An entry
-//!   is 92 bytes ([`Flow`]); the index is open addressing with linear probing and
-//!   backward-shift deletion (no tombstones, so a long-running table does not degrade),
-//!   8 bytes a slot, two keys per flow, load at most 1/2.
+//! - **Memory**: capacity fixed at [`FlowTable::new`]; no allocation afterwards; at most
+//!   128 bytes per flow at every capacity (116 plus the wheel's 512 bytes shared by all
+//!   flows: 116.5 at 1,000 flows, 116.005 at 100,000). An entry is 92 bytes ([`Flow`]).
+//!   The index is open addressing with linear probing and backward-shift deletion (no
+//!   tombstones, so a long-running table does not degrade): 8-byte slots, two keys per
+//!   flow, exactly 3 slots per flow (24 bytes), so it is at most 2/3 full. Free entries
+//!   are chained through the entry itself (no free list beside it).
+//! - **Index sizing**: a hash is mapped onto the `3 × capacity` slots with Lemire's
+//!   multiply-shift range reduction (`(h × len) >> 64`, one multiplication, no power of
+//!   two needed: rounding `4 × capacity` up to a power of two made the index 32 to 64
+//!   bytes a flow, and the table 129 to 138 bytes a flow at most capacities). Knuth's expected probes for linear probing at load `a` are
+//!   `(1 + 1/(1-a)) / 2` for a hit and `(1 + 1/(1-a)^2) / 2` for a miss: at the bound
+//!   `a = 2/3`, 2 and 5 slots, which with 8 slots to a cache line is still mostly one
+//!   line (a slot holds a 32-bit tag, so the flow entry itself is only read for the
+//!   flow that matches, bar a 2^-31 false tag match). Denser would grow fast (at 3/4: 2.5
+//!   and 8.5; at 7/8: 4.5 and 32.5); sparser spends the 128-byte budget (4 slots a flow
+//!   is 124 bytes before the wheel). A table is only this full at capacity: at half
+//!   capacity the load is 1/3 (1.25 and 1.6 probes).
 //! - **Full**: [`FlowTable::insert`] fails with [`InsertError::Full`]; existing flows are
 //!   untouched (the caller drops the packet and counts it).
 //! - **Timers**: a hashed timing wheel of one-second ticks with lazy re-arming: a packet
@@ -20,7 +34,10 @@
 //!   on, the flow is re-filed, otherwise it expires. Per packet that is one store in the
 //!   flow's own cache line; per tick, work in proportion to the flows filed in that slot.
 //!   A flow is filed at most 64 s ahead, so long timeouts are re-filed every minute and a
-//!   flow whose timeout shrinks (or that is removed) is recycled within a minute.
+//!   flow whose timeout shrinks (or that is removed) is recycled within a minute. Tables
+//!   of fewer than 43 flows have a smaller wheel (a power of two, up to 3 slots a flow)
+//!   and file flows at most one turn ahead; the wheel's lists and the free list share
+//!   one link field in the entry, since an entry is on exactly one of them.
 //! - **TCP**: the states and timeouts of Linux conntrack (SYN_SENT 120 s, SYN_RECV 60 s,
 //!   ESTABLISHED 5 days, FIN_WAIT 120 s, CLOSE_WAIT 60 s, LAST_ACK 30 s, TIME_WAIT 120 s,
 //!   CLOSE 10 s), configurable ([`Timeouts`]); UDP 30 s unreplied, 120 s once replied.
@@ -191,6 +208,10 @@ impl Timeouts {
 }
 
 /// A tracked flow (92 bytes).
+///
+/// `wheel_next` links the entry into exactly one list at a time: the timer-wheel slot it
+/// is filed in (live flows, and removed or expired-at-lookup flows awaiting recycling,
+/// `live == false`), or, once the wheel has recycled it, the table's free list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Flow {
     /// Original direction (client -> virtual address).
@@ -275,21 +296,34 @@ pub struct FlowStats {
 }
 
 const NIL: u32 = u32::MAX;
+/// Wheel slots (one-second ticks) of a table of at least 43 flows; smaller tables get
+/// the largest power of two up to 3 slots a flow (at least 2), which keeps them within
+/// 128 bytes a flow too.
 const WHEEL_SLOTS: usize = 128;
-/// Flows are filed at most this far ahead and re-filed on arrival, so a flow whose
-/// timeout shrinks (established -> TIME_WAIT) or that is removed is recycled within a
-/// minute of its real expiry.
+/// Ticks one [`FlowTable::expire`] call processes at most (bounded work per call).
+const MAX_TICKS_PER_CALL: u32 = WHEEL_SLOTS as u32 - 1;
+/// Flows are filed at most this far ahead (or one wheel turn, if shorter) and re-filed
+/// on arrival, so a flow whose timeout shrinks (established -> TIME_WAIT) or that is
+/// removed is recycled within a minute of its real expiry.
 const REFILE_HORIZON: u32 = 64;
+/// Index slots per flow (two keys a flow: at most 2/3 full; see the module docs).
+const SLOTS_PER_FLOW: usize = 3;
 const EMPTY_SLOT: u64 = 0;
+
+const _: () = assert!(std::mem::size_of::<Flow>() <= 92);
 
 /// The flow table (see the [module docs](self)).
 pub struct FlowTable {
     flows: Box<[Flow]>,
-    /// Open-addressing index: `0` empty, else `tag << 32 | (id << 1 | reply) + 1`.
+    /// Open-addressing index of `SLOTS_PER_FLOW × capacity` slots: `0` empty, else
+    /// `tag << 32 | (id << 1 | reply) + 1`.
     index: Box<[u64]>,
-    mask: usize,
-    free: Vec<u32>,
+    /// Head of the free entries, chained through `Flow::wheel_next` (`NIL`: full).
+    free: u32,
+    /// Heads of the wheel slots' lists (a power of two, at most `WHEEL_SLOTS`).
     wheel: Box<[u32]>,
+    /// Flows are filed at most this many ticks ahead.
+    horizon: u32,
     /// The wheel's position: every slot before it has been processed.
     wheel_now: u32,
     seed: u64,
@@ -313,13 +347,24 @@ impl FlowTable {
     /// `timeouts`, whose clock starts at `now` seconds. `seed` keys the hash.
     pub fn new(capacity: usize, timeouts: Timeouts, now: u32, seed: u64) -> FlowTable {
         let capacity = capacity.clamp(1, (NIL >> 2) as usize);
-        let slots = (capacity * 4).next_power_of_two();
+        let mut flows = vec![EMPTY_FLOW; capacity].into_boxed_slice();
+        // The free list runs 0, 1, 2, ...: entries are handed out in order.
+        for (i, f) in flows.iter_mut().enumerate() {
+            f.wheel_next = if i + 1 < capacity { i as u32 + 1 } else { NIL };
+        }
+        // Entry and index take 116 bytes a flow, leaving 12 for the wheel: 3 slots a flow
+        // in small tables (at capacity 1, 3 rounded down to 2).
+        let wheel_slots = if capacity * 3 >= WHEEL_SLOTS {
+            WHEEL_SLOTS
+        } else {
+            1 << (capacity * 3).ilog2()
+        };
         FlowTable {
-            flows: vec![EMPTY_FLOW; capacity].into_boxed_slice(),
-            index: vec![EMPTY_SLOT; slots].into_boxed_slice(),
-            mask: slots - 1,
-            free: (0..capacity as u32).rev().collect(),
-            wheel: vec![NIL; WHEEL_SLOTS].into_boxed_slice(),
+            flows,
+            index: vec![EMPTY_SLOT; capacity * SLOTS_PER_FLOW].into_boxed_slice(),
+            free: 0,
+            wheel: vec![NIL; wheel_slots].into_boxed_slice(),
+            horizon: REFILE_HORIZON.min(wheel_slots as u32),
             wheel_now: now,
             seed,
             timeouts,
@@ -348,16 +393,63 @@ impl FlowTable {
         self.stats
     }
 
-    /// Bytes held by the table (entries, index, free list, wheel).
+    /// Bytes held by the table (entries, index, wheel): at most 128 a flow.
     pub fn memory_bytes(&self) -> usize {
         self.flows.len() * std::mem::size_of::<Flow>()
-            + self.index.len() * 8
-            + self.free.capacity() * 4
-            + self.wheel.len() * 4
+            + self.index.len() * std::mem::size_of::<u64>()
+            + self.wheel.len() * std::mem::size_of::<u32>()
     }
 
+    /// The tag stored beside a key: the hash's low half (the slot comes from the high
+    /// half, so the tag still tells apart the keys of one probe run).
     fn tag(h: u64) -> u64 {
-        (h >> 32) | 1
+        u64::from(h as u32 | 1)
+    }
+
+    /// The home slot of a hash: `h × len / 2^64` (multiply-shift range reduction).
+    #[inline]
+    fn home(&self, h: u64) -> usize {
+        ((u128::from(h) * self.index.len() as u128) >> 64) as usize
+    }
+
+    /// The slot after `i`, wrapping at the end of the index.
+    #[inline]
+    fn next_slot(&self, i: usize) -> usize {
+        if i + 1 == self.index.len() {
+            0
+        } else {
+            i + 1
+        }
+    }
+
+    /// Slots from `from` forward to `to`, cyclically.
+    #[inline]
+    fn distance(&self, from: usize, to: usize) -> usize {
+        if to >= from {
+            to - from
+        } else {
+            to + self.index.len() - from
+        }
+    }
+
+    /// The hash of a tuple under this table's seed, for [`FlowTable::prefetch`] and
+    /// [`FlowTable::lookup_hashed`] (a burst hashes every packet first, prefetches, then
+    /// looks up).
+    #[inline]
+    pub fn hash(&self, t: &Tuple) -> u64 {
+        t.hash(self.seed)
+    }
+
+    /// Prefetches the index slot where a lookup of `hash` starts.
+    #[inline]
+    pub fn prefetch(&self, hash: u64) {
+        crate::port::prefetch_read(&self.index[self.home(hash)]);
+    }
+
+    /// Prefetches a flow's entry (e.g. between the lookup and the packet's rewrite).
+    #[inline]
+    pub fn prefetch_flow(&self, id: FlowId) {
+        crate::port::prefetch_read(&self.flows[id.0 as usize]);
     }
 
     fn slot_tuple(&self, v: u64) -> (u32, Dir, &Tuple) {
@@ -376,15 +468,25 @@ impl FlowTable {
     /// returned (so timeouts are exact to the second whatever the wheel's lag).
     #[inline]
     pub fn lookup(&self, t: &Tuple, now: u32) -> Option<(FlowId, Dir)> {
-        self.find(t)
+        self.lookup_hashed(t, self.hash(t), now)
+    }
+
+    /// [`FlowTable::lookup`] with the tuple's [`FlowTable::hash`] already computed.
+    #[inline]
+    pub fn lookup_hashed(&self, t: &Tuple, hash: u64, now: u32) -> Option<(FlowId, Dir)> {
+        self.find_hashed(t, hash)
             .filter(|(id, _)| self.flows[id.0 as usize].expires > now)
     }
 
     /// Finds the indexed flow with this tuple, expired or not.
     fn find(&self, t: &Tuple) -> Option<(FlowId, Dir)> {
-        let h = t.hash(self.seed);
+        self.find_hashed(t, self.hash(t))
+    }
+
+    #[inline]
+    fn find_hashed(&self, t: &Tuple, h: u64) -> Option<(FlowId, Dir)> {
         let tag = Self::tag(h);
-        let mut i = h as usize & self.mask;
+        let mut i = self.home(h);
         loop {
             let v = self.index[i];
             if v == EMPTY_SLOT {
@@ -396,7 +498,7 @@ impl FlowTable {
                     return Some((FlowId(id), dir));
                 }
             }
-            i = (i + 1) & self.mask;
+            i = self.next_slot(i);
         }
     }
 
@@ -411,19 +513,20 @@ impl FlowTable {
     }
 
     fn index_insert(&mut self, t: &Tuple, id: u32, dir: Dir) {
-        let h = t.hash(self.seed);
+        let h = self.hash(t);
         let v = Self::tag(h) << 32 | u64::from((id << 1 | u32::from(dir == Dir::Reply)) + 1);
-        let mut i = h as usize & self.mask;
+        // At most 2 keys a flow in 3 slots a flow: there is always an empty slot.
+        let mut i = self.home(h);
         while self.index[i] != EMPTY_SLOT {
-            i = (i + 1) & self.mask;
+            i = self.next_slot(i);
         }
         self.index[i] = v;
     }
 
     fn index_remove(&mut self, t: &Tuple, id: u32) {
-        let h = t.hash(self.seed);
+        let h = self.hash(t);
         let tag = Self::tag(h);
-        let mut i = h as usize & self.mask;
+        let mut i = self.home(h);
         loop {
             let v = self.index[i];
             if v == EMPTY_SLOT {
@@ -432,26 +535,27 @@ impl FlowTable {
             if v >> 32 == tag && (((v & 0xffff_ffff) as u32 - 1) >> 1) == id {
                 break;
             }
-            i = (i + 1) & self.mask;
+            i = self.next_slot(i);
         }
-        // Backward-shift deletion: pull later members of the probe run into the hole.
+        // Backward-shift deletion: pull later members of the probe run into the hole. A
+        // key at `j` may move back to the hole iff its home is not in (hole, j]
+        // cyclically, i.e. it is at least as far from its home as from the hole (the
+        // distances count forward with wrap-around at the index's end, whatever its
+        // length).
         let mut hole = i;
-        let mut j = (i + 1) & self.mask;
+        let mut j = self.next_slot(i);
         loop {
             let v = self.index[j];
             if v == EMPTY_SLOT {
                 break;
             }
             let (_, _, key) = self.slot_tuple(v);
-            let home = key.hash(self.seed) as usize & self.mask;
-            // Move v into the hole if its home is not in (hole, j] (cyclically).
-            let dist_home = j.wrapping_sub(home) & self.mask;
-            let dist_hole = j.wrapping_sub(hole) & self.mask;
-            if dist_home >= dist_hole {
+            let home = self.home(self.hash(key));
+            if self.distance(home, j) >= self.distance(hole, j) {
                 self.index[hole] = v;
                 hole = j;
             }
-            j = (j + 1) & self.mask;
+            j = self.next_slot(j);
         }
         self.index[hole] = EMPTY_SLOT;
     }
@@ -475,10 +579,12 @@ impl FlowTable {
                 self.reap(id); // expired, not yet reaped: its tuples may be reused now
             }
         }
-        let Some(id) = self.free.pop() else {
+        let id = self.free;
+        if id == NIL {
             self.stats.full += 1;
             return Err(InsertError::Full);
-        };
+        }
+        self.free = self.flows[id as usize].wheel_next;
         let expires = now.saturating_add(self.timeouts.for_state(state));
         self.flows[id as usize] = Flow {
             orig,
@@ -503,9 +609,9 @@ impl FlowTable {
         // wheel re-files it when it gets there.
         let due = expires.clamp(
             self.wheel_now.saturating_add(1),
-            self.wheel_now.saturating_add(REFILE_HORIZON),
+            self.wheel_now.saturating_add(self.horizon),
         );
-        let slot = due as usize % WHEEL_SLOTS;
+        let slot = due as usize & (self.wheel.len() - 1);
         self.flows[id as usize].wheel_next = self.wheel[slot];
         self.wheel[slot] = id;
     }
@@ -558,16 +664,16 @@ impl FlowTable {
     pub fn expire(&mut self, now: u32, mut on_expire: impl FnMut(&Flow)) -> usize {
         let mut expired = 0;
         // Never process more than one turn per call: later slots wait for the next call.
-        let end = now.min(self.wheel_now.saturating_add(WHEEL_SLOTS as u32 - 1));
+        let end = now.min(self.wheel_now.saturating_add(MAX_TICKS_PER_CALL));
         while self.wheel_now < end {
             self.wheel_now += 1;
-            let slot = self.wheel_now as usize % WHEEL_SLOTS;
+            let slot = self.wheel_now as usize & (self.wheel.len() - 1);
             let mut id = std::mem::replace(&mut self.wheel[slot], NIL);
             while id != NIL {
                 let next = self.flows[id as usize].wheel_next;
                 let f = self.flows[id as usize];
                 if !f.live {
-                    self.free.push(id); // removed earlier: recycle now
+                    self.recycle(id); // removed earlier: recycle now
                 } else if f.expires > self.wheel_now {
                     self.file(id, f.expires); // touched since filed: lazy re-arm
                 } else {
@@ -575,7 +681,7 @@ impl FlowTable {
                     self.index_remove(&f.orig, id);
                     self.index_remove(&f.reply, id);
                     self.flows[id as usize].live = false;
-                    self.free.push(id);
+                    self.recycle(id);
                     self.len -= 1;
                     self.stats.expired += 1;
                     expired += 1;
@@ -584,6 +690,12 @@ impl FlowTable {
             }
         }
         expired
+    }
+
+    /// Puts an entry the wheel has just unlinked on the free list.
+    fn recycle(&mut self, id: u32) {
+        self.flows[id as usize].wheel_next = self.free;
+        self.free = id;
     }
 
     /// Every live flow (for `sluice ctl flows` and tests).

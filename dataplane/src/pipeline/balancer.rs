@@ -55,7 +55,7 @@ use crate::stats::{DropReason, Event};
 use crate::tables::maglev::Pick;
 use crate::tables::snapshot::Snapshot;
 use crate::wire::{checksum, ethernet, icmpv4, icmpv6, ip_proto, ipv4, ipv6, tcp, EtherType};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 const ETH: usize = ethernet::HEADER_LEN;
 const REPLY_TTL: u8 = 64;
@@ -204,6 +204,35 @@ fn parse(d: &[u8], port_mac: &[u8; 6]) -> Parsed {
 }
 
 fn parse_v4(d: &[u8]) -> Parsed {
+    // The common case in one pass over fixed offsets: no options, a sound length, a good
+    // header checksum, TCP or UDP, not a fragment. Everything else takes the general path.
+    if let Some(h) = d.get(ETH..ETH + ipv4::HEADER_LEN) {
+        let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
+        let proto = h[9];
+        let frag = u16::from_be_bytes([h[6], h[7]]) & 0x3fff;
+        if h[0] == 0x45
+            && total >= ipv4::HEADER_LEN
+            && ETH + total <= d.len()
+            && frag == 0
+            && (proto == ip_proto::TCP || proto == ip_proto::UDP)
+        {
+            // Byte-order independent ones' complement sum (RFC 1071 §2).
+            let w = |i: usize| u64::from(u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
+            if checksum::fold(w(0) + w(4) + w(8) + w(12) + w(16)) == 0xffff {
+                let src = Ipv4Addr::new(h[12], h[13], h[14], h[15]);
+                let dst = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
+                return l4_ports(
+                    d,
+                    ETH + ipv4::HEADER_LEN,
+                    ETH + total,
+                    false,
+                    IpAddr::V4(src),
+                    IpAddr::V4(dst),
+                    proto,
+                );
+            }
+        }
+    }
     let Ok(ip) = ipv4::Packet::new_checked(&d[ETH..]) else {
         return Parsed::Other;
     };
@@ -429,7 +458,7 @@ impl State {
     ) -> Verdict {
         let t = l4.tuple();
         if let Some((id, dir)) = self.flows.lookup(&t, now_s) {
-            let f = *self.flows.get(id);
+            let f = self.flows.get(id);
             if f.generation != generation {
                 // A newer snapshot: the verdict source -> what the flow really reaches.
                 ctx.counters.event(Event::PolicyRechecked);
@@ -444,9 +473,19 @@ impl State {
                 }
                 self.flows.get_mut(id).generation = generation;
             }
+            // The packet leaves as the other direction's tuple, reversed.
+            let other = match dir {
+                Dir::Orig => self.flows.get(id).reply,
+                Dir::Reply => self.flows.get(id).orig,
+            };
             self.flows.on_packet(id, dir, l4.tcp_flags(), now_s);
-            let (src, dst) = f.rewrite(dir);
-            rewrite(pkt, l4, src, dst);
+            if other.dst != t.src
+                || other.src != t.dst
+                || other.dport != t.sport
+                || other.sport != t.dport
+            {
+                rewrite_raw(pkt, l4, &other.dst, other.dport, &other.src, other.sport);
+            }
             return self.fwd.process(in_port, pkt, ctx);
         }
         let ours = self.fwd.config().is_ours(l4.dst);
@@ -628,67 +667,60 @@ impl State {
 /// Rewrites source and destination (addresses and ports) of a TCP/UDP packet, updating
 /// the IPv4 header checksum and the transport checksum incrementally (RFC 1624).
 fn rewrite(pkt: &mut Pkt, l4: &L4, src: SocketAddr, dst: SocketAddr) {
-    let d = pkt.data_mut();
-    let mut words_old = [0u16; 18];
-    let mut words_new = [0u16; 18];
-    let n = match (l4.v6, src.ip(), dst.ip()) {
-        (false, IpAddr::V4(s), IpAddr::V4(t)) => {
-            let ip = &mut d[ETH..];
-            let old: [u8; 8] = ip[12..20].try_into().unwrap_or([0; 8]);
-            ip[12..16].copy_from_slice(&s.octets());
-            ip[16..20].copy_from_slice(&t.octets());
-            let new: [u8; 8] = ip[12..20].try_into().unwrap_or([0; 8]);
-            let mut hc = u16::from_be_bytes([ip[10], ip[11]]);
-            for i in 0..4 {
-                let (o, nw) = (be16(&old, i), be16(&new, i));
-                hc = checksum::update16(hc, o, nw);
-                words_old[i] = o;
-                words_new[i] = nw;
-            }
-            ip[10..12].copy_from_slice(&hc.to_be_bytes());
-            4
-        }
-        (true, IpAddr::V6(s), IpAddr::V6(t)) => {
-            let ip = &mut d[ETH..];
-            let old: [u8; 32] = ip[8..40].try_into().unwrap_or([0; 32]);
-            ip[8..24].copy_from_slice(&s.octets());
-            ip[24..40].copy_from_slice(&t.octets());
-            let new: [u8; 32] = ip[8..40].try_into().unwrap_or([0; 32]);
-            for i in 0..16 {
-                words_old[i] = be16(&old, i);
-                words_new[i] = be16(&new, i);
-            }
-            16
-        }
-        // Flows never mix families (checked when they are created).
-        _ => return,
-    };
-    let seg = &mut d[l4.l4..];
-    words_old[n] = u16::from_be_bytes([seg[0], seg[1]]);
-    words_old[n + 1] = u16::from_be_bytes([seg[2], seg[3]]);
-    seg[0..2].copy_from_slice(&src.port().to_be_bytes());
-    seg[2..4].copy_from_slice(&dst.port().to_be_bytes());
-    words_new[n] = src.port();
-    words_new[n + 1] = dst.port();
-    let at = if l4.proto == ip_proto::TCP { 16 } else { 6 };
-    let old_sum = u16::from_be_bytes([seg[at], seg[at + 1]]);
-    if l4.proto == ip_proto::UDP && old_sum == 0 && !l4.v6 {
-        return; // IPv4 UDP without a checksum stays without one.
-    }
-    let mut acc = u64::from(!old_sum);
-    for (o, nw) in words_old[..n + 2].iter().zip(&words_new[..n + 2]) {
-        acc += u64::from(!*o) + u64::from(*nw);
-    }
-    let mut sum = !checksum::fold(acc);
-    if l4.proto == ip_proto::UDP && sum == 0 {
-        sum = 0xffff; // RFC 768: a computed zero is sent as all ones.
-    }
-    seg[at..at + 2].copy_from_slice(&sum.to_be_bytes());
+    let t = Tuple::new(src, dst, l4.proto);
+    rewrite_raw(pkt, l4, &t.src, src.port(), &t.dst, dst.port());
 }
 
+/// [`rewrite`] with addresses as the flow table stores them (16 bytes, IPv4 mapped).
+#[inline]
+fn rewrite_raw(pkt: &mut Pkt, l4: &L4, src: &[u8; 16], sport: u16, dst: &[u8; 16], dport: u16) {
+    let d = pkt.data_mut();
+    // Ones' complement sums of the old and new words the transport checksum covers.
+    let (mut old_sum, mut new_sum) = (0u64, 0u64);
+    let sum = |b: &[u8]| -> u64 {
+        b.chunks_exact(2)
+            .map(|w| u64::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum()
+    };
+    if l4.v6 {
+        let ip = &mut d[ETH..ETH + ipv6::HEADER_LEN];
+        old_sum += sum(&ip[8..40]);
+        ip[8..24].copy_from_slice(src);
+        ip[24..40].copy_from_slice(dst);
+        new_sum += sum(&ip[8..40]);
+    } else {
+        let ip = &mut d[ETH..ETH + ipv4::HEADER_LEN];
+        let old = sum(&ip[12..20]);
+        ip[12..16].copy_from_slice(&src[12..]);
+        ip[16..20].copy_from_slice(&dst[12..]);
+        let new = sum(&ip[12..20]);
+        let hc = u16::from_be_bytes([ip[10], ip[11]]);
+        let hc = !checksum::fold(u64::from(!hc) + fold_not(old) + new);
+        ip[10..12].copy_from_slice(&hc.to_be_bytes());
+        old_sum += old;
+        new_sum += new;
+    }
+    let seg = &mut d[l4.l4..];
+    old_sum += sum(&seg[0..4]);
+    seg[0..2].copy_from_slice(&sport.to_be_bytes());
+    seg[2..4].copy_from_slice(&dport.to_be_bytes());
+    new_sum += sum(&seg[0..4]);
+    let at = if l4.proto == ip_proto::TCP { 16 } else { 6 };
+    let old_check = u16::from_be_bytes([seg[at], seg[at + 1]]);
+    if l4.proto == ip_proto::UDP && old_check == 0 && !l4.v6 {
+        return; // IPv4 UDP without a checksum stays without one.
+    }
+    let mut c = !checksum::fold(u64::from(!old_check) + fold_not(old_sum) + new_sum);
+    if l4.proto == ip_proto::UDP && c == 0 {
+        c = 0xffff; // RFC 768: a computed zero is sent as all ones.
+    }
+    seg[at..at + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+/// The ones' complement of a wide sum, folded (`~m` in RFC 1624's `~HC + ~m + m'`).
 #[inline(always)]
-fn be16(b: &[u8], i: usize) -> u16 {
-    u16::from_be_bytes([b[2 * i], b[2 * i + 1]])
+fn fold_not(sum: u64) -> u64 {
+    u64::from(!checksum::fold(sum))
 }
 
 /// Writes Ethernet + IP headers of a reply from `from` to `to`, `l4_len` bytes of payload.
@@ -795,43 +827,24 @@ fn port_unreachable(
     }
     let d = pkt.data_mut();
     d.copy_within(ETH..ETH + quote, ETH + shift);
+    let proto = if l4.v6 {
+        ip_proto::ICMPV6
+    } else {
+        ip_proto::ICMP
+    };
+    reply_headers(d, to_mac, from_mac, l4.dst, l4.src, proto, icmp_len + quote);
+    let icmp = &mut d[ETH + ip_len..];
     match (l4.dst, l4.src) {
-        (IpAddr::V4(from), IpAddr::V4(to)) => {
-            reply_headers(
-                d,
-                to_mac,
-                from_mac,
-                IpAddr::V4(from),
-                IpAddr::V4(to),
-                ip_proto::ICMP,
-                icmp_len + quote,
-            );
-            icmpv4::Repr::DstUnreachable {
-                code: 3,
-                data_len: quote,
-            }
-            .emit(&mut icmpv4::Packet::new_unchecked(&mut d[ETH + ip_len..]));
+        (IpAddr::V4(_), IpAddr::V4(_)) => icmpv4::Repr::DstUnreachable {
+            code: 3,
+            data_len: quote,
         }
-        (IpAddr::V6(from), IpAddr::V6(to)) => {
-            reply_headers(
-                d,
-                to_mac,
-                from_mac,
-                IpAddr::V6(from),
-                IpAddr::V6(to),
-                ip_proto::ICMPV6,
-                icmp_len + quote,
-            );
-            icmpv6::Repr::DstUnreachable {
-                code: 4,
-                data_len: quote,
-            }
-            .emit(
-                &mut icmpv6::Packet::new_unchecked(&mut d[ETH + ip_len..]),
-                from,
-                to,
-            );
+        .emit(&mut icmpv4::Packet::new_unchecked(icmp)),
+        (IpAddr::V6(from), IpAddr::V6(to)) => icmpv6::Repr::DstUnreachable {
+            code: 4,
+            data_len: quote,
         }
+        .emit(&mut icmpv6::Packet::new_unchecked(icmp), from, to),
         _ => return Verdict::Drop(DropReason::BackendRejected),
     }
     Verdict::tx(out)
