@@ -1,7 +1,7 @@
 //! One entry point for the whole control-plane pipeline: load -> validate -> IR, with
 //! every diagnostic collected; a summary for `sluice check`; JSON for `sluice tables`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use sluice_dataplane::tables::maglev::Pick;
 
 use crate::compile::build_ir;
-use crate::compile::ir::{BackendTarget, Ir, ListenerKind};
+use crate::compile::ir::{BackendTarget, Ir, ListenerKind, L4};
 use crate::diag::{Diagnostic, Severity};
 use crate::load::{self, Item, Loaded};
 use crate::model::Kind;
@@ -218,13 +218,18 @@ fn compile_policy(
 /// `kubectl apply` would; a differing duplicate stays and is an error in validation.
 fn drop_identical_duplicates(loaded: &mut Loaded) {
     let mut kept: Vec<Item> = Vec::with_capacity(loaded.items.len());
+    // Kept items (indices into `kept`, in order) by kind, namespace and name: comparing
+    // each item with every kept one would make loading n objects quadratic.
+    let mut by_key: HashMap<(Kind, String, String), Vec<usize>> = HashMap::new();
     for it in std::mem::take(&mut loaded.items) {
-        let same = kept.iter().find(|k| {
-            k.object.kind() == it.object.kind()
-                && k.object.meta().namespace() == it.object.meta().namespace()
-                && k.object.meta().name == it.object.meta().name
-                && k.object == it.object
-        });
+        let m = it.object.meta();
+        let key = (it.object.kind(), m.namespace().to_string(), m.name.clone());
+        let same = by_key
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .map(|&k| &kept[k])
+            .find(|k| k.object == it.object);
         match same {
             Some(first) => {
                 let p = first.origin.locate(&first.base);
@@ -235,7 +240,10 @@ fn drop_identical_duplicates(loaded: &mut Loaded) {
                 it.reporter(&mut loaded.diagnostics)
                     .warn(&it.path("metadata.name"), msg);
             }
-            None => kept.push(it),
+            None => {
+                by_key.entry(key).or_default().push(kept.len());
+                kept.push(it);
+            }
         }
     }
     loaded.items = kept;
@@ -245,11 +253,12 @@ fn drop_identical_duplicates(loaded: &mut Loaded) {
 /// kind, and for by-name kinds distinct host patterns; two catch-all TCP listeners on one
 /// address:port cannot be told apart.
 fn listener_conflicts(ir: &Ir, items: &[Item], out: &mut Vec<Diagnostic>) {
+    // Earlier listeners (indices, in order) by port and protocol: only those can
+    // conflict, and comparing every pair would make n listeners quadratic.
+    let mut by_port: HashMap<(u16, L4), Vec<usize>> = HashMap::new();
     for (i, a) in ir.listeners.iter().enumerate() {
-        for b in &ir.listeners[..i] {
-            if a.port != b.port || a.protocol != b.protocol {
-                continue;
-            }
+        let earlier = by_port.entry((a.port, a.protocol)).or_default();
+        for b in earlier.iter().map(|&j| &ir.listeners[j]) {
             let overlap = a.addresses.is_empty()
                 || b.addresses.is_empty()
                 || a.addresses.iter().any(|x| b.addresses.contains(x));
@@ -309,6 +318,7 @@ fn listener_conflicts(ir: &Ir, items: &[Item], out: &mut Vec<Diagnostic>) {
                 }
             }
         }
+        earlier.push(i);
     }
 }
 

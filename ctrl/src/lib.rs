@@ -11,6 +11,8 @@
 //! - [`config`]: load -> validate -> IR in one call, summaries and table dumps.
 //! - [`explain`]: trace one hypothetical connection (`sluice explain`).
 //! - [`stdout`]: command output that survives a closed pipe.
+//! - [`synth`]: generated configurations of many listeners and routes (scale tests and
+//!   benchmarks).
 //! - [`run`]: `sluice run`: the Appliance translated into ports and pinned workers, serving
 //!   the compiled tables.
 //! - [`sources`]: what asks for a reload: configuration files changing, SIGHUP, the admin
@@ -30,4 +32,5 @@ pub mod reload;
 pub mod run;
 pub mod sources;
 pub mod stdout;
+pub mod synth;
 pub mod validate;

@@ -33,17 +33,33 @@ pub const ISTIO_PROTOCOLS: &[&str] = &[
 /// Gateway API core/extended listener protocols.
 pub const GATEWAY_PROTOCOLS: &[&str] = &["HTTP", "HTTPS", "TLS", "TCP", "UDP"];
 
-/// Objects by kind, namespace and name, for reference checks.
+/// Objects by kind, namespace and name, for reference checks, with the lookups that
+/// would otherwise scan every object (ReferenceGrants of a namespace, DestinationRules of
+/// a Service, a Gateway's listeners by name and port) indexed once, so that checking or
+/// compiling `n` routes stays linear in `n`.
 #[derive(Debug, Default)]
 pub struct Index<'a> {
     by_key: HashMap<(Kind, String, String), &'a Item>,
+    /// ReferenceGrants (of `by_key`) by their namespace.
+    grants: HashMap<&'a str, Vec<&'a gw::ReferenceGrantSpec>>,
+    /// DestinationRules (of `by_key`) by the (namespace, Service) their host names.
+    rules: HashMap<(&'a str, &'a str), Vec<&'a istio::DestinationRuleSpec>>,
+    /// Listeners of each Gateway API Gateway (of `by_key`) by (namespace, name).
+    listeners: HashMap<(&'a str, &'a str), GatewayListeners<'a>>,
+}
+
+/// A Gateway's listeners (indices into `spec.listeners`, in order) by name and by port.
+#[derive(Debug, Default)]
+struct GatewayListeners<'a> {
+    by_name: HashMap<&'a str, Vec<usize>>,
+    by_port: HashMap<u32, Vec<usize>>,
 }
 
 impl<'a> Index<'a> {
     /// Indexes the loaded items (the first of duplicates wins; duplicates are reported
     /// by [`validate`]).
     pub fn new(items: &'a [Item]) -> Self {
-        let mut by_key = HashMap::new();
+        let mut ix = Index::default();
         for it in items {
             let m = it.object.meta();
             let ns = if it.object.kind().namespaced() {
@@ -51,11 +67,36 @@ impl<'a> Index<'a> {
             } else {
                 String::new()
             };
-            by_key
-                .entry((it.object.kind(), ns, m.name.clone()))
-                .or_insert(it);
+            let std::collections::hash_map::Entry::Vacant(e) =
+                ix.by_key.entry((it.object.kind(), ns, m.name.clone()))
+            else {
+                continue;
+            };
+            e.insert(it);
+            match &it.object {
+                Object::ReferenceGrant(g) => {
+                    ix.grants
+                        .entry(g.meta.namespace())
+                        .or_default()
+                        .push(&g.spec);
+                }
+                Object::DestinationRule(dr) => {
+                    let key = service_of_host(&dr.spec.host, dr.meta.namespace());
+                    ix.rules.entry(key).or_default().push(&dr.spec);
+                }
+                Object::Gateway(g) => {
+                    let mut l = GatewayListeners::default();
+                    for (i, x) in g.spec.listeners.iter().enumerate() {
+                        l.by_name.entry(x.name.as_str()).or_default().push(i);
+                        l.by_port.entry(x.port).or_default().push(i);
+                    }
+                    ix.listeners
+                        .insert((g.meta.namespace(), g.meta.name.as_str()), l);
+                }
+                _ => {}
+            }
         }
-        Index { by_key }
+        ix
     }
 
     /// Looks an object up (`ns` is ignored for cluster-scoped kinds).
@@ -66,8 +107,6 @@ impl<'a> Index<'a> {
             .copied()
     }
 
-    /// Whether a ReferenceGrant in `to_ns` lets a `from_kind` in `from_ns` refer to the
-    /// `to_kind` object `to_name`.
     /// Whether a ReferenceGrant in the target's namespace lets `from` (group, kind,
     /// namespace) refer to `to` (group, kind, namespace, name). Same-namespace
     /// references need no grant.
@@ -77,19 +116,25 @@ impl<'a> Index<'a> {
         if from_ns == to_ns {
             return true;
         }
-        self.by_key.values().any(|it| match &it.object {
-            Object::ReferenceGrant(g) if g.meta.namespace() == to_ns => {
-                g.spec
-                    .from
+        self.grants.get(to_ns).is_some_and(|gs| {
+            gs.iter().any(|g| {
+                g.from
                     .iter()
                     .any(|f| f.group == from_group && f.kind == from_kind && f.namespace == from_ns)
-                    && g.spec.to.iter().any(|t| {
+                    && g.to.iter().any(|t| {
                         t.group == to_group
                             && t.kind == to_kind
                             && t.name.as_deref().is_none_or(|n| n == to_name)
                     })
-            }
-            _ => false,
+            })
+        })
+    }
+
+    /// Whether a DestinationRule for Service `ns/svc` defines `subset`.
+    fn defines_subset(&self, ns: &str, svc: &str, subset: &str) -> bool {
+        self.rules.get(&(ns, svc)).is_some_and(|rs| {
+            rs.iter()
+                .any(|dr| dr.subsets.iter().any(|s| s.name == subset))
         })
     }
 }
@@ -915,14 +960,7 @@ fn destination(
         }
     }
     if let Some(subset) = &d.subset {
-        let found = index.by_key.values().any(|i| match &i.object {
-            Object::DestinationRule(dr) => {
-                let (dns, dname) = service_of_host(&dr.spec.host, dr.meta.namespace());
-                dns == sns && dname == name && dr.spec.subsets.iter().any(|s| &s.name == subset)
-            }
-            _ => false,
-        });
-        if !found {
+        if !index.defines_subset(sns, name, subset) {
             r.warn(&it.path(&format!("{at}.subset")), format!("no DestinationRule defines subset `{subset}` of {sns}/{name}: this destination is invalid and its share of connections will be rejected"));
         }
     }
@@ -1218,15 +1256,32 @@ fn route_parents(
         let Object::Gateway(g) = &g.object else {
             continue;
         };
-        let matching: Vec<&gw::Listener> = g
-            .spec
-            .listeners
-            .iter()
-            .filter(|l| p.section_name.as_ref().is_none_or(|s| &l.name == s))
-            .filter(|l| p.port.is_none_or(|port| l.port == port))
-            .collect();
+        // The listeners the parentRef selects, in order, through the Gateway's index (a
+        // scan of every listener per route would make n routes on n listeners quadratic).
+        let by_index = index.listeners.get(&(gns.as_str(), p.name.as_str()));
+        let listeners = &g.spec.listeners;
+        let picked = |ids: Option<&Vec<usize>>| -> Vec<&gw::Listener> {
+            ids.into_iter()
+                .flatten()
+                .map(|&i| &listeners[i])
+                .filter(|l| p.port.is_none_or(|port| l.port == port))
+                .collect()
+        };
+        let matching: Vec<&gw::Listener> = match (&p.section_name, p.port, by_index) {
+            (Some(s), _, Some(ix)) => picked(ix.by_name.get(s.as_str())),
+            (None, Some(port), Some(ix)) => picked(ix.by_port.get(&port)),
+            _ => listeners
+                .iter()
+                .filter(|l| p.section_name.as_ref().is_none_or(|s| &l.name == s))
+                .filter(|l| p.port.is_none_or(|port| l.port == port))
+                .collect(),
+        };
         if let Some(s) = &p.section_name {
-            if !g.spec.listeners.iter().any(|l| &l.name == s) {
+            let named = match by_index {
+                Some(ix) => ix.by_name.contains_key(s.as_str()),
+                None => listeners.iter().any(|l| &l.name == s),
+            };
+            if !named {
                 r.error(
                     &it.path(&format!("{at}.sectionName")),
                     format!("Gateway {gns}/{} has no listener named `{s}`", p.name),

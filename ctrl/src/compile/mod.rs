@@ -22,15 +22,18 @@ pub mod policy;
 pub mod snapshot;
 pub mod tables;
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 
 use crate::diag::Diagnostic;
 use crate::load::Item;
+use crate::model::core::{EndpointSliceInfo, PodInfo};
 use crate::model::gateway_api as gw;
 use crate::model::istio;
+use crate::model::meta::ObjectMeta;
 use crate::model::meta::{IntOrString, LabelSelector};
-use crate::model::{Kind, Object};
+use crate::model::{Kind, Object, Resource};
 use crate::validate::{self, Index};
 use ir::*;
 use sluice_dataplane::tables::hostname;
@@ -44,6 +47,23 @@ pub const DEFAULT_MAGLEV_TABLE_SIZE: u64 = 65537;
 /// Builds the IR from validated items. Warnings (routes not attached, ...) are appended
 /// to `diags`.
 pub fn build_ir(items: &[Item], diags: &mut Vec<Diagnostic>) -> Ir {
+    build_ir_with_stats(items, diags).0
+}
+
+/// How much binding work [`build_ir_with_stats`] did: a structural measure of its cost
+/// that tests can bound without timing anything.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BuildStats {
+    /// (listener, route) and (server, VirtualService) pairs examined while binding: each
+    /// route is examined only for the listeners its parentRefs (or a VirtualService's
+    /// gateways and match ports) may select, so `n` routes on `n` listeners cost about
+    /// `n`, not `n * n`.
+    pub candidates: usize,
+}
+
+/// [`build_ir`], also returning how much binding work it did.
+pub fn build_ir_with_stats(items: &[Item], diags: &mut Vec<Diagnostic>) -> (Ir, BuildStats) {
     let index = Index::new(items);
     let mut ir = Ir::default();
     let mut ctx = Ctx {
@@ -51,6 +71,9 @@ pub fn build_ir(items: &[Item], diags: &mut Vec<Diagnostic>) -> Ir {
         index: &index,
         default_maglev: DEFAULT_MAGLEV_TABLE_SIZE,
         virtual_addresses: Vec::new(),
+        by: Lookups::new(items),
+        resolved: RefCell::new(HashMap::new()),
+        stats: BuildStats::default(),
     };
     for it in items {
         if let Object::Appliance(a) = &it.object {
@@ -134,7 +157,7 @@ pub fn build_ir(items: &[Item], diags: &mut Vec<Diagnostic>) -> Ir {
             _ => {}
         }
     }
-    ir
+    (ir, ctx.stats)
 }
 
 struct Ctx<'a> {
@@ -142,6 +165,192 @@ struct Ctx<'a> {
     index: &'a Index<'a>,
     default_maglev: u64,
     virtual_addresses: Vec<IpAddr>,
+    by: Lookups<'a>,
+    /// Backends already resolved, by (namespace, Service, port, port name, subset): many
+    /// routes to one Service resolve it once.
+    resolved: RefCell<HashMap<ResolveKey, BackendTarget>>,
+    stats: BuildStats,
+}
+
+/// What [`Ctx::resolve`] is a function of.
+type ResolveKey = (String, String, Option<u32>, Option<String>, Option<String>);
+
+/// Indices built once per IR so that binding and resolving `n` routes does not scan every
+/// object per route or per listener. Every list keeps the objects' source order, so that
+/// "the first object that ..." picks what a scan of all objects would.
+#[derive(Default)]
+struct Lookups<'a> {
+    /// Every DestinationRule (duplicates included) by the (namespace, Service) it names.
+    rules: HashMap<(&'a str, &'a str), Vec<&'a istio::DestinationRuleSpec>>,
+    /// EndpointSlices by namespace and `kubernetes.io/service-name` label.
+    slices: HashMap<(&'a str, &'a str), Vec<&'a Resource<EndpointSliceInfo>>>,
+    /// Pods by namespace.
+    pods: HashMap<&'a str, Vec<&'a Resource<PodInfo>>>,
+    /// The labels of the first pod of a namespace with an address.
+    pod_by_ip: HashMap<(&'a str, IpAddr), &'a BTreeMap<String, String>>,
+    /// Gateway API routes (indices into the items) by the Gateway their parentRefs name.
+    routes: HashMap<(&'a str, &'a str), ParentRefs<'a>>,
+    /// VirtualServices (indices into the items) by the Istio Gateway they name.
+    virtual_services: HashMap<(&'a str, &'a str), PortRefs>,
+}
+
+/// Routes naming one Gateway, split by what their parentRef selects: the listener called
+/// `sectionName`, the listeners on `port`, or every listener.
+#[derive(Default)]
+struct ParentRefs<'a> {
+    by_section: HashMap<&'a str, Vec<usize>>,
+    by_port: HashMap<u32, Vec<usize>>,
+    any: Vec<usize>,
+}
+
+/// VirtualServices naming one Istio Gateway: those whose every match names a port, by
+/// port, and the others (which may bind to a server on any port).
+#[derive(Default)]
+struct PortRefs {
+    by_port: HashMap<u32, Vec<usize>>,
+    any: Vec<usize>,
+}
+
+/// Pushes `i` unless it is already the last entry (an object is listed once per key).
+fn push_once(v: &mut Vec<usize>, i: usize) {
+    if v.last() != Some(&i) {
+        v.push(i);
+    }
+}
+
+/// The ascending union of sorted index lists.
+fn union(lists: &[&[usize]]) -> Vec<usize> {
+    let mut all: Vec<usize> = lists.iter().flat_map(|l| l.iter().copied()).collect();
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
+impl<'a> Lookups<'a> {
+    fn new(items: &'a [Item]) -> Self {
+        let mut by = Lookups::default();
+        for (i, it) in items.iter().enumerate() {
+            match &it.object {
+                Object::DestinationRule(dr) => {
+                    let key = validate::service_of_host(&dr.spec.host, dr.meta.namespace());
+                    by.rules.entry(key).or_default().push(&dr.spec);
+                }
+                Object::EndpointSlice(es) => {
+                    if let Some(svc) = es.meta.labels.get("kubernetes.io/service-name") {
+                        let key = (es.meta.namespace(), svc.as_str());
+                        by.slices.entry(key).or_default().push(es);
+                    }
+                }
+                Object::Pod(p) => {
+                    let ns = p.meta.namespace();
+                    by.pods.entry(ns).or_default().push(p);
+                    for ip in p.spec.ips() {
+                        if let Ok(ip) = ip.parse() {
+                            by.pod_by_ip.entry((ns, ip)).or_insert(&p.meta.labels);
+                        }
+                    }
+                }
+                Object::TcpRoute(r) => by.add_route(i, &r.meta, &r.spec.parent_refs),
+                Object::UdpRoute(r) => by.add_route(i, &r.meta, &r.spec.parent_refs),
+                Object::TlsRoute(r) => by.add_route(i, &r.meta, &r.spec.parent_refs),
+                Object::VirtualService(vs) => by.add_virtual_service(i, &vs.meta, &vs.spec),
+                _ => {}
+            }
+        }
+        by
+    }
+
+    fn add_route(&mut self, i: usize, meta: &'a ObjectMeta, parents: &'a [gw::ParentReference]) {
+        for p in parents {
+            if p.kind.as_deref().unwrap_or("Gateway") != "Gateway" {
+                continue;
+            }
+            let gns = p.namespace.as_deref().unwrap_or(meta.namespace());
+            let refs = self.routes.entry((gns, p.name.as_str())).or_default();
+            match (&p.section_name, p.port) {
+                (Some(s), _) => push_once(refs.by_section.entry(s.as_str()).or_default(), i),
+                (None, Some(port)) => push_once(refs.by_port.entry(port).or_default(), i),
+                (None, None) => push_once(&mut refs.any, i),
+            }
+        }
+    }
+
+    fn add_virtual_service(
+        &mut self,
+        i: usize,
+        meta: &'a ObjectMeta,
+        spec: &'a istio::VirtualServiceSpec,
+    ) {
+        // The ports a server must have for one of the VirtualService's routes to apply
+        // to it; `None` when some route applies to a server on any port.
+        let mut ports: BTreeMap<u32, ()> = BTreeMap::new();
+        let mut any_port = false;
+        let mut note = |port: Option<u32>| match port {
+            Some(p) => {
+                ports.insert(p, ());
+            }
+            None => any_port = true,
+        };
+        for h in &spec.http {
+            if h.matches.is_empty() {
+                note(None);
+            }
+            h.matches.iter().for_each(|m| note(m.port));
+        }
+        for t in &spec.tls {
+            t.matches.iter().for_each(|m| note(m.port));
+        }
+        for t in &spec.tcp {
+            if t.matches.is_empty() {
+                note(None);
+            }
+            t.matches.iter().for_each(|m| note(m.port));
+        }
+        let mut named: HashSet<(&str, &str)> = HashSet::new();
+        for g in &spec.gateways {
+            let key = validate::split_gateway_ref(g, meta.namespace());
+            if !named.insert(key) {
+                continue;
+            }
+            let refs = self.virtual_services.entry(key).or_default();
+            if any_port {
+                refs.any.push(i);
+            } else {
+                for &p in ports.keys() {
+                    refs.by_port.entry(p).or_default().push(i);
+                }
+            }
+        }
+    }
+
+    /// The routes (item indices, ascending) that may select listener `l` of Gateway
+    /// `gns/gname`: those whose parentRef names it, and its name or port or neither.
+    fn routes_for(&self, gns: &str, gname: &str, l: &gw::Listener) -> Vec<usize> {
+        let Some(refs) = self.routes.get(&(gns, gname)) else {
+            return Vec::new();
+        };
+        let none: &[usize] = &[];
+        union(&[
+            refs.by_section
+                .get(l.name.as_str())
+                .map_or(none, Vec::as_slice),
+            refs.by_port.get(&l.port).map_or(none, Vec::as_slice),
+            &refs.any,
+        ])
+    }
+
+    /// The VirtualServices (item indices, ascending) naming Istio Gateway `gns/gname`
+    /// that may have a route for a server on `port`.
+    fn virtual_services_for(&self, gns: &str, gname: &str, port: u32) -> Vec<usize> {
+        let Some(refs) = self.virtual_services.get(&(gns, gname)) else {
+            return Vec::new();
+        };
+        let none: &[usize] = &[];
+        union(&[
+            refs.by_port.get(&port).map_or(none, Vec::as_slice),
+            &refs.any,
+        ])
+    }
 }
 
 /// Istio's binding of a VirtualService host to a Gateway server host: they bind when
@@ -176,49 +385,33 @@ impl Ctx<'_> {
     }
 
     fn maglev_size_for(&self, ns: &str, svc: &str) -> u64 {
-        for it in self.items {
-            if let Object::DestinationRule(dr) = &it.object {
-                let (dns, dname) = validate::service_of_host(&dr.spec.host, dr.meta.namespace());
-                if dns == ns && dname == svc {
-                    if let Some(s) = dr
-                        .spec
-                        .traffic_policy
-                        .as_ref()
-                        .and_then(|t| t.load_balancer.as_ref())
-                        .and_then(|l| l.consistent_hash.as_ref())
-                        .and_then(|c| c.maglev.as_ref())
-                        .and_then(|m| m.table_size)
-                    {
-                        return s;
-                    }
-                }
-            }
-        }
-        self.default_maglev
+        self.by
+            .rules
+            .get(&(ns, svc))
+            .into_iter()
+            .flatten()
+            .find_map(|dr| {
+                dr.traffic_policy
+                    .as_ref()
+                    .and_then(|t| t.load_balancer.as_ref())
+                    .and_then(|l| l.consistent_hash.as_ref())
+                    .and_then(|c| c.maglev.as_ref())
+                    .and_then(|m| m.table_size)
+            })
+            .unwrap_or(self.default_maglev)
     }
 
     fn subset_labels(&self, ns: &str, svc: &str, subset: &str) -> Option<BTreeMap<String, String>> {
-        self.items.iter().find_map(|it| match &it.object {
-            Object::DestinationRule(dr) => {
-                let (dns, dname) = validate::service_of_host(&dr.spec.host, dr.meta.namespace());
-                (dns == ns && dname == svc)
-                    .then(|| dr.spec.subsets.iter().find(|s| s.name == subset))
-                    .flatten()
-                    .map(|s| s.labels.clone())
-            }
-            _ => None,
-        })
+        self.by
+            .rules
+            .get(&(ns, svc))?
+            .iter()
+            .find_map(|dr| dr.subsets.iter().find(|s| s.name == subset))
+            .map(|s| s.labels.clone())
     }
 
     fn pod_labels_by_ip(&self, ns: &str, ip: IpAddr) -> Option<&BTreeMap<String, String>> {
-        self.items.iter().find_map(|it| match &it.object {
-            Object::Pod(p)
-                if p.meta.namespace() == ns && p.spec.ips().iter().any(|i| i.parse() == Ok(ip)) =>
-            {
-                Some(&p.meta.labels)
-            }
-            _ => None,
-        })
+        self.by.pod_by_ip.get(&(ns, ip)).copied()
     }
 
     /// Resolves a Service port (by number, or by target port name for Consul) to ready
@@ -250,7 +443,31 @@ impl Ctx<'_> {
         }
     }
 
+    /// [`Ctx::resolve_once`], remembered: routes to one Service port share the work.
     fn resolve(
+        &self,
+        ns: &str,
+        svc: &str,
+        port: Option<u32>,
+        port_name: Option<&str>,
+        subset: Option<&str>,
+    ) -> BackendTarget {
+        let key: ResolveKey = (
+            ns.to_string(),
+            svc.to_string(),
+            port,
+            port_name.map(str::to_string),
+            subset.map(str::to_string),
+        );
+        if let Some(t) = self.resolved.borrow().get(&key) {
+            return t.clone();
+        }
+        let t = self.resolve_once(ns, svc, port, port_name, subset);
+        self.resolved.borrow_mut().insert(key, t.clone());
+        t
+    }
+
+    fn resolve_once(
         &self,
         ns: &str,
         svc: &str,
@@ -302,38 +519,26 @@ impl Ctx<'_> {
         let sp_name = sp.name.clone().unwrap_or_default();
         // 1. EndpointSlices labelled with the service name.
         let mut have_source = false;
-        for it in self.items {
-            if let Object::EndpointSlice(es) = &it.object {
-                if es.meta.namespace() != ns
-                    || es
-                        .meta
-                        .labels
-                        .get("kubernetes.io/service-name")
-                        .map(String::as_str)
-                        != Some(svc)
-                {
+        for es in self.by.slices.get(&(ns, svc)).into_iter().flatten() {
+            have_source = true;
+            let Some(p) = es
+                .spec
+                .ports
+                .iter()
+                .find(|p| p.name.clone().unwrap_or_default() == sp_name)
+                .and_then(|p| p.port)
+                .and_then(|p| u16::try_from(p).ok())
+            else {
+                continue;
+            };
+            for e in &es.spec.endpoints {
+                if e.conditions.ready == Some(false) {
                     continue;
                 }
-                have_source = true;
-                let Some(p) = es
-                    .spec
-                    .ports
-                    .iter()
-                    .find(|p| p.name.clone().unwrap_or_default() == sp_name)
-                    .and_then(|p| p.port)
-                    .and_then(|p| u16::try_from(p).ok())
-                else {
-                    continue;
-                };
-                for e in &es.spec.endpoints {
-                    if e.conditions.ready == Some(false) {
-                        continue;
-                    }
-                    for a in &e.addresses {
-                        if let Ok(ip) = a.parse::<IpAddr>() {
-                            if in_subset(ip) {
-                                eps.push(SocketAddr::new(ip, p));
-                            }
+                for a in &e.addresses {
+                    if let Ok(ip) = a.parse::<IpAddr>() {
+                        if in_subset(ip) {
+                            eps.push(SocketAddr::new(ip, p));
                         }
                     }
                 }
@@ -374,9 +579,8 @@ impl Ctx<'_> {
                     match_labels: sel.clone(),
                     match_expressions: Vec::new(),
                 };
-                for it in self.items {
-                    let Object::Pod(p) = &it.object else { continue };
-                    if p.meta.namespace() != ns || sel.is_empty() || !sel.matches(&p.meta.labels) {
+                for p in self.by.pods.get(ns).into_iter().flatten() {
+                    if sel.is_empty() || !sel.matches(&p.meta.labels) {
                         continue;
                     }
                     let target = match &sp.target_port {
@@ -499,10 +703,25 @@ impl Ctx<'_> {
                 ir.listeners.push(listener);
                 continue;
             }
-            for vit in self.items {
-                let Object::VirtualService(vs) = &vit.object else {
+            // Hosts bound so far (the same as `listener.bindings`, for lookups).
+            let mut bound: HashSet<String> = HashSet::new();
+            let tcp_like = matches!(
+                kind,
+                ListenerKind::Tcp | ListenerKind::Udp | ListenerKind::TlsTerminate
+            ) && !listener.tls.as_ref().is_some_and(|t| t.http);
+            for vi in self
+                .by
+                .virtual_services_for(&gns, &gname, server.port.number)
+            {
+                self.stats.candidates += 1;
+                let Object::VirtualService(vs) = &self.items[vi].object else {
                     continue;
                 };
+                if tcp_like && !listener.bindings.is_empty() {
+                    // A TCP listener takes one catch-all route: the first one binds and
+                    // no later VirtualService can add anything.
+                    break;
+                }
                 let vns = vs.meta.namespace().to_string();
                 let names_gateway = vs.spec.gateways.iter().any(|g| {
                     let (ns, n) = validate::split_gateway_ref(g, &vns);
@@ -584,7 +803,7 @@ impl Ctx<'_> {
                                 maglev_table_size: maglev(&t.route),
                             });
                             for (sni, _) in snis {
-                                if !listener.bindings.iter().any(|b| b.host == sni) {
+                                if bound.insert(sni.clone()) {
                                     listener.bindings.push(Binding {
                                         host: sni,
                                         route: ri,
@@ -602,7 +821,7 @@ impl Ctx<'_> {
                                     m.port.is_none_or(|p| p == server.port.number)
                                         && gw_ok(&m.gateways)
                                 });
-                            if !applies || listener.bindings.iter().any(|b| b.host == "*") {
+                            if !applies || bound.contains("*") {
                                 continue;
                             }
                             let ri = ir.routes.len();
@@ -616,6 +835,7 @@ impl Ctx<'_> {
                                 http: Vec::new(),
                                 maglev_table_size: maglev(&t.route),
                             });
+                            bound.insert("*".into());
                             listener.bindings.push(Binding {
                                 host: "*".into(),
                                 route: ri,
@@ -677,7 +897,7 @@ impl Ctx<'_> {
                             maglev_table_size: maglev(&first),
                         });
                         for h in &hosts {
-                            if !listener.bindings.iter().any(|b| &b.host == h) {
+                            if bound.insert(h.clone()) {
                                 listener.bindings.push(Binding {
                                     host: h.clone(),
                                     route: ri,
@@ -703,6 +923,8 @@ impl Ctx<'_> {
         listener: &mut Listener,
         ir: &mut Ir,
     ) {
+        // Hosts bound so far (the same as `listener.bindings`, for lookups).
+        let mut bound: HashSet<String> = listener.bindings.iter().map(|b| b.host.clone()).collect();
         for it in self.items {
             let Object::Service(svc) = &it.object else {
                 continue;
@@ -716,14 +938,14 @@ impl Ctx<'_> {
                 continue;
             }
             let mut subsets: Vec<String> = vec![String::new()];
-            for d in self.items {
-                if let Object::DestinationRule(dr) = &d.object {
-                    let (dns, dname) =
-                        validate::service_of_host(&dr.spec.host, dr.meta.namespace());
-                    if dns == ns && dname == svc.meta.name {
-                        subsets.extend(dr.spec.subsets.iter().map(|s| s.name.clone()));
-                    }
-                }
+            for dr in self
+                .by
+                .rules
+                .get(&(ns, svc.meta.name.as_str()))
+                .into_iter()
+                .flatten()
+            {
+                subsets.extend(dr.subsets.iter().map(|s| s.name.clone()));
             }
             for sp in &svc.spec.ports {
                 let Ok(port) = u32::try_from(sp.port) else {
@@ -731,7 +953,7 @@ impl Ctx<'_> {
                 };
                 for subset in &subsets {
                     let sni = format!("outbound_.{port}_.{subset}_.{fqdn}");
-                    if listener.bindings.iter().any(|b| b.host == sni) {
+                    if !bound.insert(sni.clone()) {
                         continue;
                     }
                     let backend = self.backend(
@@ -826,7 +1048,11 @@ impl Ctx<'_> {
                 }
                 _ => "",
             };
-            for rit in self.items {
+            // Hosts bound so far (the same as `listener.bindings`, for lookups).
+            let mut bound: HashSet<String> = HashSet::new();
+            for ri in self.by.routes_for(&gns, &gname, l) {
+                self.stats.candidates += 1;
+                let rit = &self.items[ri];
                 let (parents, hostnames, rules, route_kind) = match &rit.object {
                     Object::TcpRoute(r) if want_kind == "TCPRoute" => {
                         (&r.spec.parent_refs, &[][..], &r.spec.rules, "TCPRoute")
@@ -931,7 +1157,7 @@ impl Ctx<'_> {
                     maglev_table_size: maglev,
                 });
                 for h in hosts {
-                    if listener.bindings.iter().any(|b| b.host == h) {
+                    if !bound.insert(h.clone()) {
                         rit.reporter(diags).warn(&rit.path("spec"), format!("host `{h}` on listener `{}` is already taken by an earlier route; this one is not attached for it", l.name));
                         continue;
                     }

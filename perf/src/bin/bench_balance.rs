@@ -29,9 +29,9 @@
 //! 4. **Swaps**: snapshot build time of a config with 10,000 extra TCP listeners and a
 //!    route each to the 256-pod Service (the IR of the compiled manifests with its
 //!    listener and route replicated, Maglev tables of `--swap-maglev` slots: 10k tables
-//!    of 65537 slots would take 2.6 GB), and the compile time (manifests -> IR) of 1,000
-//!    generated listeners and TCPRoutes (10,000 took about 3 minutes in a trial: compile
-//!    grows faster than linearly, so it is left out of the default run). Then, with 100k
+//!    of 65537 slots would take 2.6 GB), and the compile time (manifests -> IR) of 1,000,
+//!    5,000 and 10,000 generated listeners and TCPRoutes, with the growth of the time per
+//!    route (1.0 is linear; `bench_compile` times each phase of a reload). Then, with 100k
 //!    established flows at full rate through the worker, the control thread publishes the
 //!    10k-route snapshots, then a freshly built base snapshot every `--swap-interval-ms`,
 //!    timing `publish`, the wait until the worker has moved to the new generation
@@ -808,15 +808,27 @@ fn swap_once(publisher: &mut Publisher<Snapshot>, snap: Snapshot) -> (f64, f64, 
 
 fn fig_swap(o: &Opts, base: &Ir, report: &mut Report) {
     const ROUTES: usize = 10_000;
-    const COMPILE_ROUTES: usize = 1_000;
+    const COMPILE_ROUTES: [usize; 3] = [1_000, 5_000, 10_000];
     let mut errors = vec![];
-    // Manifests -> IR at 1k extra routes (10k manifests take minutes: see the report).
-    let text = manifests(COMPILE_ROUTES, o.swap_maglev);
-    let t = Instant::now();
-    let compile_1k = match compile(&text) {
-        Ok(_) => t.elapsed().as_secs_f64(),
-        Err(e) => {
-            errors.push(format!("compile: {e}"));
+    // Manifests -> IR at 1k, 5k and 10k extra routes, and how the time grows per route
+    // (1.0: linear).
+    let mut compile_s = vec![];
+    for n in COMPILE_ROUTES {
+        let text = manifests(n, o.swap_maglev);
+        let t = Instant::now();
+        match compile(&text) {
+            Ok(_) => compile_s.push(t.elapsed().as_secs_f64()),
+            Err(e) => {
+                errors.push(format!("compile {n}: {e}"));
+                compile_s.push(0.0);
+            }
+        }
+    }
+    let per_route = |i: usize| compile_s[i] / COMPILE_ROUTES[i] as f64;
+    let growth = |i: usize| {
+        if per_route(0) > 0.0 {
+            per_route(i) / per_route(0)
+        } else {
             0.0
         }
     };
@@ -903,11 +915,14 @@ fn fig_swap(o: &Opts, base: &Ir, report: &mut Report) {
         json!({
             "setup": {
                 "config_10k": format!("{ROUTES} extra TCP listeners with a route each to the 256-pod Service (IR replicated from the compiled manifests), Maglev tables of {} slots", o.swap_maglev),
-                "compile": format!("manifests -> IR with {COMPILE_ROUTES} extra listeners and TCPRoutes (10k took ~180 s in a trial run: compile time grows faster than linearly)"),
+                "compile": format!("manifests -> IR with {COMPILE_ROUTES:?} extra listeners and TCPRoutes (one Gateway, a sectionName per route); growth: time per route relative to 1k (1.0 = linear)"),
                 "traffic": format!("{flows} established flows replayed at full rate on core {FWD_CORE}; first the 10k-route snapshots are published, then a freshly built base snapshot every {} ms for {} s, on core 0", o.swap_interval_ms, o.duration * 2.0),
                 "lost": "rx - tx - drops, plus every drop (none is expected)",
             },
-            "compile_1k_routes_s": compile_1k,
+            "compile_1k_routes_s": compile_s[0],
+            "compile_5k_routes_s": compile_s[1],
+            "compile_10k_routes_s": compile_s[2],
+            "compile_growth_per_route": {"5k_vs_1k": growth(1), "10k_vs_1k": growth(2)},
             "build_10k_routes_s": median(&mut build_s.clone()),
             "runs_build_10k_routes_s": build_s,
             "swaps_10k": big_swaps,

@@ -1,0 +1,122 @@
+//! Control-plane scale benchmark, printed as JSON (never asserted): the time of each
+//! phase of a reload (load, validate, IR, the whole `compile_loaded`, listener table,
+//! snapshot) for `n` generated listeners and routes in each [`Shape`] of
+//! [`sluice_ctrl::synth`], and the growth factor from one size to the next (2.0 when a
+//! size doubles and the phase is linear).
+//!
+//! Usage: `bench_compile [--sizes 1000,2000,4000,8000] [--maglev 1021] [--runs N]`.
+//! Medians over `--runs` runs.
+
+use serde_json::{json, Value};
+use sluice_ctrl::compile::{build_ir, snapshot, tables};
+use sluice_ctrl::config::compile_loaded;
+use sluice_ctrl::load::{load_str, Loaded};
+use sluice_ctrl::synth::{manifests, Shape};
+use sluice_ctrl::validate;
+use sluice_perf::median;
+use std::time::Instant;
+
+fn main() {
+    let mut sizes = vec![1000usize, 2000, 4000, 8000];
+    let mut maglev = 1021u64;
+    let mut runs = 1usize;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match (a.as_str(), it.next()) {
+            ("--sizes", Some(v)) => sizes = v.split(',').filter_map(|s| s.parse().ok()).collect(),
+            ("--maglev", Some(v)) => maglev = v.parse().unwrap_or(maglev),
+            ("--runs", Some(v)) => runs = v.parse().unwrap_or(runs).max(1),
+            (other, _) => {
+                eprintln!("bench_compile: unknown or incomplete argument {other}");
+                std::process::exit(2);
+            }
+        }
+    }
+    let mut report = json!({"bench": "compile", "maglev_table_size": maglev});
+    for shape in Shape::ALL {
+        let mut rows: Vec<Value> = Vec::new();
+        for &n in &sizes {
+            let text = manifests(shape, n, maglev);
+            let phases = [
+                "load",
+                "validate",
+                "build_ir",
+                "compile_loaded",
+                "listener_table",
+                "snapshot",
+            ];
+            let mut t: Vec<Vec<f64>> = vec![Vec::new(); phases.len()];
+            let mut errors = Vec::new();
+            for _ in 0..runs {
+                let s = Instant::now();
+                let mut loaded = Loaded::default();
+                load_str("synth.yaml", &text, &mut loaded);
+                t[0].push(s.elapsed().as_secs_f64());
+                let s = Instant::now();
+                validate::validate(&mut loaded);
+                t[1].push(s.elapsed().as_secs_f64());
+                let s = Instant::now();
+                let mut diags = Vec::new();
+                let _ir = build_ir(&loaded.items, &mut diags);
+                t[2].push(s.elapsed().as_secs_f64());
+                let mut fresh = Loaded::default();
+                load_str("synth.yaml", &text, &mut fresh);
+                let s = Instant::now();
+                let c = compile_loaded(fresh);
+                t[3].push(s.elapsed().as_secs_f64());
+                errors = c.errors().take(3).map(|d| d.to_string()).collect();
+                let Some(ir) = c.ir else { break };
+                let s = Instant::now();
+                let lt = tables::listener_table(&ir);
+                t[4].push(s.elapsed().as_secs_f64());
+                if let Err(e) = lt {
+                    errors.push(e);
+                }
+                let s = Instant::now();
+                if let Err(e) = snapshot::build(&ir) {
+                    errors.extend(e);
+                }
+                t[5].push(s.elapsed().as_secs_f64());
+            }
+            let mut row = json!({"n": n});
+            for (name, v) in phases.iter().zip(t.iter_mut()) {
+                row[format!("{name}_s")] = json!(median(v));
+            }
+            // load + compile_loaded + snapshot: what a reload costs end to end.
+            let total = |r: &Value, k: &str| r[k].as_f64().unwrap_or(0.0);
+            row["reload_s"] = json!(
+                total(&row, "load_s") + total(&row, "compile_loaded_s") + total(&row, "snapshot_s")
+            );
+            if !errors.is_empty() {
+                row["errors"] = json!(errors);
+            }
+            eprintln!("bench_compile: {} n={n}: {row}", shape.name());
+            rows.push(row);
+        }
+        let growth: Vec<Value> = rows
+            .windows(2)
+            .map(|w| {
+                let g = |k: &str| {
+                    let a = w[0][k].as_f64().unwrap_or(0.0);
+                    let b = w[1][k].as_f64().unwrap_or(0.0);
+                    if a > 0.0 {
+                        b / a
+                    } else {
+                        0.0
+                    }
+                };
+                json!({
+                    "from": w[0]["n"], "to": w[1]["n"],
+                    "validate": g("validate_s"), "build_ir": g("build_ir_s"),
+                    "compile_loaded": g("compile_loaded_s"), "snapshot": g("snapshot_s"),
+                    "reload": g("reload_s"),
+                })
+            })
+            .collect();
+        report[shape.name()] = json!({"sizes": rows, "growth": growth});
+    }
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&report).unwrap_or_default()
+    );
+}
