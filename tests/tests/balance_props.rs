@@ -485,3 +485,40 @@ fn packets_of_a_new_flow_in_one_burst_share_it() {
         "same rewrite for all"
     );
 }
+
+/// A SYN reusing the 5-tuple of a connection that was reset (or is in TIME_WAIT) opens a
+/// new flow with the current tables instead of riding the old one (Linux conntrack does
+/// the same), so a drained backend stays drained for reused client ports.
+#[test]
+fn a_syn_on_a_closed_flow_opens_a_new_one() {
+    let mut publisher = Publisher::new(snapshot_from_yaml("p.yaml", CONFIG), 1);
+    let mut b = balancer(&mut publisher);
+    let pool = Pool::new(8);
+    let mut counters = Counters::new(2);
+    let send = |b: &mut Balancer, flags: u16, counters: &mut Counters| {
+        let f = frame(
+            false,
+            ip_proto::TCP,
+            "10.77.0.1",
+            "10.77.0.10",
+            40000,
+            7000,
+            flags,
+            b"",
+        );
+        let mut pkts = vec![pool.alloc_copy(&f).expect("buffer")];
+        let mut v = [Verdict::Drop(sluice_dataplane::stats::DropReason::BadPort)];
+        b.process_burst(0, &mut pkts, &mut v, &mut Ctx::new(0, counters));
+        v[0]
+    };
+    use sluice_dataplane::stats::Event;
+    assert_eq!(send(&mut b, tcp::flags::SYN, &mut counters), Verdict::Tx(1));
+    // A retransmitted SYN of the same connection rides the existing flow.
+    assert_eq!(send(&mut b, tcp::flags::SYN, &mut counters), Verdict::Tx(1));
+    assert_eq!(counters.events_of(Event::FlowCreated), 1);
+    assert_eq!(send(&mut b, tcp::flags::RST, &mut counters), Verdict::Tx(1));
+    // After the reset, a SYN opens a fresh flow.
+    assert_eq!(send(&mut b, tcp::flags::SYN, &mut counters), Verdict::Tx(1));
+    assert_eq!(counters.events_of(Event::FlowCreated), 2);
+    assert_eq!(b.flows().len(), 1);
+}

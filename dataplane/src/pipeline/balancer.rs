@@ -531,6 +531,18 @@ impl State {
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
         let f = self.flows.get(id);
+        if dir == Dir::Orig
+            && matches!(f.state, TcpState::TimeWait | TcpState::Close)
+            && l4.tcp_flags().is_some_and(TcpFlags::is_syn_only)
+        {
+            // A new connection reusing a closed one's 5-tuple (as Linux conntrack does on
+            // a SYN in TIME_WAIT or CLOSE): forget the old flow, so the new connection
+            // gets the current tables' backend and policy (a drained backend stays
+            // drained).
+            self.flows.remove(id);
+            self.removed_in_burst = true;
+            return self.l4(in_port, pkt, l4, snap, generation, now_s, ctx);
+        }
         if f.generation != generation {
             // A newer snapshot: the verdict source -> what the flow really reaches.
             ctx.counters.event(Event::PolicyRechecked);
