@@ -301,19 +301,23 @@ spec:
 
 #[test]
 fn route_parent_gateway_missing() {
-    error(
-        r#"apiVersion: gateway.networking.k8s.io/v1alpha2
-kind: TCPRoute
-metadata: {name: r, namespace: default}
+    for kind in ["TCPRoute", "UDPRoute"] {
+        error(
+            &format!(
+                r#"apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: {kind}
+metadata: {{name: r, namespace: default}}
 spec:
   parentRefs:
   - name: nope #<-
   rules:
-  - backendRefs: [{name: svc, port: 80}]
-"#,
-        "spec.parentRefs[0].name",
-        "Gateway default/nope not found",
-    );
+  - backendRefs: [{{name: svc, port: 80}}]
+"#
+            ),
+            "spec.parentRefs[0].name",
+            "Gateway default/nope not found",
+        );
+    }
 }
 
 #[test]
@@ -874,20 +878,30 @@ spec:
 }
 
 #[test]
-fn tcproute_has_one_rule() {
-    error(
-        r#"apiVersion: gateway.networking.k8s.io/v1alpha2
-kind: TCPRoute
-metadata: {name: r, namespace: default}
+fn l4_routes_have_one_rule() {
+    for (kind, section) in [("TCPRoute", "tcp"), ("UDPRoute", "dns")] {
+        let d = error(
+            &format!(
+                r#"apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: {kind}
+metadata: {{name: r, namespace: default}}
 spec:
-  parentRefs: [{name: gw, sectionName: tcp}]
+  parentRefs: [{{name: gw, sectionName: {section}}}]
   rules: #<-
-  - backendRefs: [{name: svc, port: 80}]
-  - backendRefs: [{name: svc, port: 80}]
-"#,
-        "spec.rules",
-        "exactly one rule",
-    );
+  - backendRefs: [{{name: svc, port: 80}}]
+  - backendRefs: [{{name: svc, port: 80}}]
+"#
+            ),
+            "spec.rules",
+            "exactly one rule",
+        );
+        assert!(
+            d.message
+                .contains(&format!("a {kind} has exactly one rule")),
+            "{}",
+            d.message
+        );
+    }
 }
 
 #[test]
@@ -1128,40 +1142,6 @@ spec:
         .find(|l| l.port == 5353)
         .expect("UDP listener");
     assert_eq!(ir.routes[l.bindings[0].route].name, "UDPRoute default/r");
-}
-
-#[test]
-fn udproute_parent_gateway_missing() {
-    error(
-        r#"apiVersion: gateway.networking.k8s.io/v1alpha2
-kind: UDPRoute
-metadata: {name: r, namespace: default}
-spec:
-  parentRefs:
-  - name: nope #<-
-  rules:
-  - backendRefs: [{name: svc, port: 80}]
-"#,
-        "spec.parentRefs[0].name",
-        "Gateway default/nope not found",
-    );
-}
-
-#[test]
-fn udproute_has_one_rule() {
-    error(
-        r#"apiVersion: gateway.networking.k8s.io/v1alpha2
-kind: UDPRoute
-metadata: {name: r, namespace: default}
-spec:
-  parentRefs: [{name: gw, sectionName: dns}]
-  rules: #<-
-  - backendRefs: [{name: svc, port: 80}]
-  - backendRefs: [{name: svc, port: 80}]
-"#,
-        "spec.rules",
-        "a UDPRoute has exactly one rule",
-    );
 }
 
 #[test]

@@ -439,14 +439,8 @@ fn run_connections(
 #[test]
 fn weighted_shares_and_byte_exact_echo_through_nat_under_loss() {
     let faults = Faults {
-        drop: std::env::var("SIM_DROP")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.01),
-        reorder: std::env::var("SIM_REORDER")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.01),
+        drop: 0.01,
+        reorder: 0.01,
         ..Faults::NONE
     };
     let (mut sim, _publisher) = sim(ALLOW_CLIENTS, faults, 7);

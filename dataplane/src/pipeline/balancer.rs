@@ -611,9 +611,7 @@ impl State {
                 // A reply to a SNAT port without a flow here: its owner may be another
                 // worker (its port range says which).
                 return match self.snat.owner(l4.dport) {
-                    Some(w) if w != self.worker && self.fwd.config().is_ours(l4.dst) => {
-                        Verdict::Redirect(w)
-                    }
+                    Some(w) if w != self.worker => Verdict::Redirect(w),
                     Some(_) => Verdict::Drop(DropReason::NoFlow),
                     None => self.fwd.process(in_port, pkt, ctx),
                 };
