@@ -33,6 +33,7 @@ pub mod pipeline;
 #[allow(unsafe_code)]
 pub mod port;
 pub mod rcu;
+pub mod splice;
 pub mod stats;
 pub mod tables;
 pub mod wire;

@@ -55,6 +55,32 @@ Event {
     /// An ARP request or neighbour solicitation was sent (first try, retry or probe of a
     /// stale entry).
     NeighbourSolicited => "neighbour_solicited",
+    /// A SYN to a delayed-binding listener was answered with a SYN cookie.
+    SynCookieSent => "syn_cookie_sent",
+    /// A cookie came back: an embryo reads the connection's first bytes.
+    EmbryoOpened => "embryo_opened",
+    /// A SYN went to a backend for an embryo (first try, retry or failover).
+    BackendSynSent => "backend_syn_sent",
+    /// A backend answered and the two connections were spliced.
+    Spliced => "spliced",
+    /// A backend reset or stayed silent; the next one is tried.
+    BackendFailover => "backend_failover",
+    /// sluice reset a client connection it had accepted (no route, no backend, denied).
+    SpliceResetSent => "splice_reset_sent",
+    /// sluice answered an HTTP request with a redirect.
+    HttpRedirectSent => "http_redirect_sent",
+    /// First bytes: not TLS on a TLS listener, not HTTP/1 on an HTTP one.
+    FirstBytesUnrecognised => "first_bytes_unrecognised",
+    /// First bytes: no SNI or Host to route on.
+    FirstBytesNoName => "first_bytes_no_name",
+    /// First bytes: the name matches no route (and there is no catch-all).
+    FirstBytesNoRoute => "first_bytes_no_route",
+    /// First bytes: none or too few before the deadline (server-first protocols too).
+    FirstBytesTimeout => "first_bytes_timeout",
+    /// First bytes: more than the buffer holds, or too many out-of-order pieces.
+    FirstBytesOverflow => "first_bytes_overflow",
+    /// First bytes: the client closed before they were complete.
+    FirstBytesClientFin => "first_bytes_client_fin",
 }
 }
 
@@ -131,8 +157,15 @@ DropReason {
     /// The per-worker parking lot for unresolved next hops was full: the oldest packet of
     /// the next hop's queue (or the new packet, when no next hop slot was free) was dropped.
     NeighbourQueueFull => "neighbour_queue_full",
-    /// A connection to a listener that routes by SNI or Host, which needs delayed binding.
-    NeedsDelayedBinding => "needs_delayed_binding",
+    /// A connection to a TLS-terminating listener (termination is not built yet).
+    TlsTerminateUnsupported => "tls_terminate_unsupported",
+    /// A client segment taken by delayed binding (handshake, first bytes, close of an
+    /// answer sluice gave itself): it goes no further.
+    SpliceConsumed => "splice_consumed",
+    /// An ACK to a delayed-binding listener without a valid SYN cookie.
+    BadCookie => "bad_cookie",
+    /// A valid cookie came back while every embryo slot was in use.
+    EmbryoTableFull => "embryo_table_full",
     /// The owner worker's redirect ring was full.
     RedirectFull => "redirect_full",
     /// The listener's route does not apply to this destination (destinationSubnets), or

@@ -3,6 +3,7 @@
 //! - [`sim`]: the simulation harness: smoltcp hosts on in-memory wires (a `phy::Device`
 //!   over the in-memory port), a virtual clock, a seeded fault injector (drop, duplicate,
 //!   reorder, corrupt), and sluice's worker stepped on the same clock.
+//! - [`hello`]: TLS ClientHellos with a chosen SNI, in one record or several.
 //! - [`apps`]: small applications on smoltcp sockets: a TCP client, an echo server, a tiny
 //!   HTTP server and client, ping.
 //! - [`sys`]: guards for kernel resources the tests create (TAP devices, network
@@ -11,6 +12,7 @@
 //!   sluice's balancer running in the test process.
 
 pub mod apps;
+pub mod hello;
 pub mod kernel;
 pub mod sim;
 pub mod sys;

@@ -10,8 +10,9 @@
 //! what lets established flows survive table swaps.
 //!
 //! - **Memory**: capacity fixed at [`FlowTable::new`]; no allocation afterwards; at most
-//!   128 bytes per flow at every capacity (116 plus the wheel's 512 bytes shared by all
-//!   flows: 116.5 at 1,000 flows, 116.005 at 100,000). An entry is 92 bytes ([`Flow`]).
+//!   128 bytes per flow at every capacity (124 plus the wheel's 512 bytes shared by all
+//!   flows: 124.5 at 1,000 flows, 124.005 at 100,000). An entry is 100 bytes ([`Flow`]),
+//!   8 of them for delayed binding ([`Splice`]).
 //!   The index is open addressing with linear probing and backward-shift deletion (no
 //!   tombstones, so a long-running table does not degrade): 8-byte slots, two keys per
 //!   flow, exactly 3 slots per flow (24 bytes), so it is at most 2/3 full. Free entries
@@ -35,7 +36,7 @@
 //!   flow's own cache line; per tick, work in proportion to the flows filed in that slot.
 //!   A flow is filed at most 64 s ahead, so long timeouts are re-filed every minute and a
 //!   flow whose timeout shrinks (or that is removed) is recycled within a minute. Tables
-//!   of fewer than 43 flows have a smaller wheel (a power of two, up to 3 slots a flow)
+//!   of fewer than 128 flows have a smaller wheel (a power of two, up to a slot a flow)
 //!   and file flows at most one turn ahead; the wheel's lists and the free list share
 //!   one link field in the entry, since an entry is on exactly one of them.
 //! - **TCP**: the states and timeouts of Linux conntrack (SYN_SENT 120 s, SYN_RECV 60 s,
@@ -207,7 +208,7 @@ impl Timeouts {
     }
 }
 
-/// A tracked flow (92 bytes).
+/// A tracked flow (100 bytes).
 ///
 /// `wheel_next` links the entry into exactly one list at a time: the timer-wheel slot it
 /// is filed in (live flows, and removed or expired-at-lookup flows awaiting recycling,
@@ -227,6 +228,38 @@ pub struct Flow {
     live: bool,
     /// Free bits for the pipeline (e.g. "policy re-checked"), untouched by the table.
     pub user_flags: u8,
+    /// Delayed-binding state ([`crate::splice`]); [`Splice::NONE`] for plain flows.
+    pub splice: Splice,
+}
+
+/// What a flow carries for delayed binding (6 bytes): nothing, the index of its
+/// embryonic entry while sluice reads the first bytes and connects the backend, or, once
+/// spliced, the sequence offset and the two window scales.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Splice {
+    /// [`Splice::PLAIN`], [`Splice::EMBRYO`] or [`Splice::SPLICED`].
+    pub phase: u8,
+    /// Spliced: the backend's window scale (high nibble) and the scale sluice announced
+    /// to the client (low nibble).
+    pub scales: u8,
+    /// Embryonic: the entry's index; spliced: added to the backend's sequence numbers on
+    /// the way to the client (and taken from the client's acknowledgments).
+    pub value: u32,
+}
+
+impl Splice {
+    /// A plain flow (NAT or routed).
+    pub const PLAIN: u8 = 0;
+    /// Handshake answered by sluice; first bytes or backend connection pending.
+    pub const EMBRYO: u8 = 1;
+    /// Both connections established; packets rewritten.
+    pub const SPLICED: u8 = 2;
+    /// A plain flow's value.
+    pub const NONE: Splice = Splice {
+        phase: Splice::PLAIN,
+        scales: 0,
+        value: 0,
+    };
 }
 
 const EMPTY_FLOW: Flow = Flow {
@@ -250,6 +283,7 @@ const EMPTY_FLOW: Flow = Flow {
     state: TcpState::Close,
     live: false,
     user_flags: 0,
+    splice: Splice::NONE,
 };
 
 impl Flow {
@@ -296,8 +330,8 @@ pub struct FlowStats {
 }
 
 const NIL: u32 = u32::MAX;
-/// Wheel slots (one-second ticks) of a table of at least 43 flows; smaller tables get
-/// the largest power of two up to 3 slots a flow (at least 2), which keeps them within
+/// Wheel slots (one-second ticks) of a table of at least 128 flows; smaller tables get
+/// the largest power of two up to one slot a flow, which keeps them within
 /// 128 bytes a flow too.
 const WHEEL_SLOTS: usize = 128;
 /// Ticks one [`FlowTable::expire`] call processes at most (bounded work per call).
@@ -310,7 +344,7 @@ const REFILE_HORIZON: u32 = 64;
 const SLOTS_PER_FLOW: usize = 3;
 const EMPTY_SLOT: u64 = 0;
 
-const _: () = assert!(std::mem::size_of::<Flow>() <= 92);
+const _: () = assert!(std::mem::size_of::<Flow>() <= 100);
 
 /// The flow table (see the [module docs](self)).
 pub struct FlowTable {
@@ -352,12 +386,12 @@ impl FlowTable {
         for (i, f) in flows.iter_mut().enumerate() {
             f.wheel_next = if i + 1 < capacity { i as u32 + 1 } else { NIL };
         }
-        // Entry and index take 116 bytes a flow, leaving 12 for the wheel: 3 slots a flow
-        // in small tables (at capacity 1, 3 rounded down to 2).
-        let wheel_slots = if capacity * 3 >= WHEEL_SLOTS {
+        // Entry and index take 124 bytes a flow, leaving 4 for the wheel: one slot a flow
+        // in small tables (rounded down to a power of two).
+        let wheel_slots = if capacity >= WHEEL_SLOTS {
             WHEEL_SLOTS
         } else {
-            1 << (capacity * 3).ilog2()
+            1 << capacity.ilog2()
         };
         FlowTable {
             flows,
@@ -595,6 +629,7 @@ impl FlowTable {
             state,
             live: true,
             user_flags: 0,
+            splice: Splice::NONE,
         };
         self.index_insert(&orig, id, Dir::Orig);
         self.index_insert(&reply, id, Dir::Reply);

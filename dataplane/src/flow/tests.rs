@@ -39,7 +39,7 @@ fn syn_flags() {
 #[test]
 fn a_flow_is_small() {
     assert!(
-        std::mem::size_of::<Flow>() <= 92,
+        std::mem::size_of::<Flow>() <= 100,
         "{}",
         std::mem::size_of::<Flow>()
     );
@@ -135,11 +135,11 @@ fn memory_is_at_most_128_bytes_a_flow_at_every_capacity() {
             worst = (per, cap);
         }
     }
-    // 92-byte entry, 3 slots of 8 bytes, and the wheel (128 slots of 4 bytes from 43 flows).
+    // 100-byte entry, 3 slots of 8 bytes, and the wheel (128 slots of 4 bytes from 128 flows).
     let t = FlowTable::new(1000, Timeouts::default(), 0, 1);
-    assert_eq!(t.memory_bytes(), 1000 * (92 + 24) + 512);
+    assert_eq!(t.memory_bytes(), 1000 * (100 + 24) + 512);
     let t = FlowTable::new(100_000, Timeouts::default(), 0, 1);
-    assert_eq!(t.memory_bytes(), 100_000 * (92 + 24) + 512);
+    assert_eq!(t.memory_bytes(), 100_000 * (100 + 24) + 512);
     assert!(worst.0 <= 128.0, "{worst:?}");
 }
 
@@ -303,7 +303,7 @@ fn hashed_lookup_and_prefetch() {
 fn the_smallest_tables_still_expire_and_recycle() {
     let to = Timeouts::default();
     let mut t = FlowTable::new(1, to, 0, 5);
-    assert_eq!(t.wheel.len(), 2);
+    assert_eq!(t.wheel.len(), 1);
     let (o, r) = flow_k(1);
     let id = t
         .insert(o, r, TcpState::UdpUnreplied, 1, 0)

@@ -47,14 +47,19 @@
 //! Nothing here allocates after [`Balancer::new`], takes a lock, or panics on input; every
 //! packet that does not go out is counted under a [`DropReason`].
 
+mod delayed;
+
 use super::{Ctx, Forwarder, Stage, Verdict};
-use crate::flow::{Dir, FlowId, FlowTable, TcpFlags, TcpState, Timeouts, Tuple};
+use crate::flow::{Dir, FlowId, FlowTable, Splice, TcpFlags, TcpState, Timeouts, Tuple};
 use crate::port::{Pkt, BURST};
 use crate::rcu::Reader;
+use crate::splice::SpliceConfig;
 use crate::stats::{DropReason, Event};
+use crate::tables::listeners::ListenerKind;
 use crate::tables::maglev::Pick;
 use crate::tables::snapshot::Snapshot;
 use crate::wire::{checksum, ethernet, icmpv4, icmpv6, ip_proto, ipv4, ipv6, tcp, EtherType};
+use delayed::Splicer;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 const ETH: usize = ethernet::HEADER_LEN;
@@ -79,6 +84,8 @@ pub struct BalancerConfig {
     pub snat_ports: (u16, u16),
     /// Seeds the flow table's hash and the SNAT port cursor.
     pub seed: u64,
+    /// Delayed binding (SNI/Host listeners): embryos, buffers, timers, cookie secret.
+    pub splice: SpliceConfig,
 }
 
 impl Default for BalancerConfig {
@@ -90,6 +97,7 @@ impl Default for BalancerConfig {
             timeouts: Timeouts::default(),
             snat_ports: (1024, 65535),
             seed: 0x5eed_5eed,
+            splice: SpliceConfig::default(),
         }
     }
 }
@@ -370,6 +378,7 @@ struct State {
     snat: SnatPorts,
     worker: u32,
     macs: Box<[[u8; 6]]>,
+    splice: Splicer,
 }
 
 impl std::fmt::Debug for Balancer {
@@ -394,6 +403,7 @@ impl Balancer {
                 worker: cfg.worker as u32,
                 fwd,
                 macs,
+                splice: Splicer::new(cfg.splice.clone()),
             },
             snapshot,
         }
@@ -476,11 +486,17 @@ impl Stage for Balancer {
     fn maintain(&mut self, ctx: &mut Ctx<'_>) {
         // The quiescent point: an idle worker still moves to the newest snapshot, so the
         // control thread can free the older ones (one load and one store).
-        let _ = self.snapshot.read();
+        let (generation, snap) = self.snapshot.read();
         // The forwarder's neighbour timers: parked packets, retries, failures.
         self.state.fwd.maintain(ctx);
+        self.state.splice_timers(snap, generation as u32, ctx);
         let now_s = (ctx.now_ms / 1000) as u32;
-        let expired = self.state.flows.expire(now_s, |_| ());
+        let embryos = &mut self.state.splice.embryos;
+        let expired = self.state.flows.expire(now_s, |f| {
+            if f.splice.phase == Splice::EMBRYO {
+                embryos.close(f.splice.value);
+            }
+        });
         ctx.counters.events[Event::FlowExpired as usize] += expired as u64;
         ctx.counters.flows = self.state.flows.len() as u64;
     }
@@ -543,6 +559,19 @@ impl State {
             self.removed_in_burst = true;
             return self.l4(in_port, pkt, l4, snap, generation, now_s, ctx);
         }
+        let sp = f.splice;
+        if sp.phase == Splice::EMBRYO {
+            return self.embryo_packet(
+                in_port,
+                pkt,
+                l4,
+                (id, dir),
+                sp.value,
+                snap,
+                generation,
+                ctx,
+            );
+        }
         if f.generation != generation {
             // A newer snapshot: the verdict source -> what the flow really reaches.
             ctx.counters.event(Event::PolicyRechecked);
@@ -563,6 +592,12 @@ impl State {
             Dir::Orig => self.flows.get(id).reply,
             Dir::Reply => self.flows.get(id).orig,
         };
+        if sp.phase & 0x0f == Splice::SPLICED {
+            if dir == Dir::Reply && l4.flags & TcpFlags::SYN != 0 {
+                return self.splice_reack(in_port, pkt, l4, id, ctx);
+            }
+            delayed::splice_rewrite(pkt, l4, dir, sp);
+        }
         self.flows.on_packet(id, dir, l4.tcp_flags(), now_s);
         if other.dst != t.src
             || other.src != t.dst
@@ -619,7 +654,17 @@ impl State {
             return self.routed(in_port, pkt, l4, t, snap, generation, now_s, ctx);
         };
         if listener.kind.routes_by_name() {
-            return Verdict::Drop(DropReason::NeedsDelayedBinding);
+            if listener.kind == ListenerKind::TlsTerminate {
+                return Verdict::Drop(DropReason::TlsTerminateUnsupported);
+            }
+            if l4.proto != ip_proto::TCP {
+                return Verdict::Drop(DropReason::NoRouteMatch);
+            }
+            return if l4.tcp_flags().is_some_and(TcpFlags::is_syn_only) {
+                self.splice_syn(in_port, pkt, l4, ctx)
+            } else {
+                self.splice_open(in_port, pkt, l4, snap, generation, now_s, ctx)
+            };
         }
         let flags = l4.tcp_flags();
         if flags.is_some_and(|f| !f.is_syn_only()) {

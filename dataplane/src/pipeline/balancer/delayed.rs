@@ -1,0 +1,1107 @@
+//! The packet side of delayed binding ([`crate::splice`]) in the balancer: SYN cookies,
+//! embryos reading first bytes, the backend handshake, failover, sluice's own answers,
+//! and the per-packet rewrite of spliced flows.
+//!
+//! Packets sluice makes itself leave through the [`Forwarder`](super::Forwarder) (FIB,
+//! neighbours, MACs), written as if received on the port they concern, except the SYN-ACK,
+//! which goes straight back to the sender's MAC like a RST. A reply is written into the
+//! packet that caused it where there is one; timers draw fresh buffers from
+//! [`StageIo`](super::super::StageIo).
+
+use super::{fold_not, reply_headers, State, ETH, L4};
+use crate::flow::{Dir, FlowId, InsertError, Splice, TcpFlags, TcpState, Tuple};
+use crate::pipeline::{Ctx, Verdict};
+use crate::port::Pkt;
+use crate::splice::cookie::{self, Cookies, SynOptions};
+use crate::splice::first_bytes::{Overflow, Pieces};
+use crate::splice::{self, options, Embryo, Embryos, Phase, SpliceConfig};
+use crate::stats::{DropReason, Event};
+use crate::tables::listeners::{ListenerEntry, ListenerKind, Redirect};
+use crate::tables::maglev::{flow_hash, Pick};
+use crate::tables::snapshot::Snapshot;
+use crate::wire::{checksum, ip_proto, ipv4, ipv6, tcp};
+use std::net::SocketAddr;
+
+const SYN: u8 = TcpFlags::SYN;
+const ACK: u8 = TcpFlags::ACK;
+const RST: u8 = TcpFlags::RST;
+const FIN: u8 = TcpFlags::FIN;
+/// How often embryo timers are scanned.
+const SCAN_MS: u64 = 10;
+/// Times sluice sends its own answer (redirect) before giving up on an acknowledgment.
+const ANSWER_TRIES: u8 = 3;
+/// The largest answer sluice writes (one segment).
+const ANSWER_MAX: usize = 1200;
+
+/// A worker's delayed-binding state.
+pub(super) struct Splicer {
+    pub(super) cfg: SpliceConfig,
+    cookies: Cookies,
+    pub(super) embryos: Embryos,
+    next_scan_ms: u64,
+}
+
+impl Splicer {
+    pub(super) fn new(cfg: SpliceConfig) -> Splicer {
+        Splicer {
+            cookies: Cookies::new(cfg.cookie_secret),
+            embryos: Embryos::new(cfg.embryos, cfg.buffer_bytes),
+            next_scan_ms: 0,
+            cfg,
+        }
+    }
+}
+
+/// A TCP segment sluice writes.
+struct Seg<'a> {
+    src: SocketAddr,
+    dst: SocketAddr,
+    seq: u32,
+    ack: u32,
+    flags: u16,
+    window: u16,
+    options: &'a [u8],
+    payload: &'a [u8],
+}
+
+/// Writes Ethernet (`to`, `from`), IP and TCP headers and the payload into `pkt`.
+fn write_seg(pkt: &mut Pkt, to: [u8; 6], from: [u8; 6], s: &Seg<'_>) -> bool {
+    let ip_len = if s.src.is_ipv6() {
+        ipv6::HEADER_LEN
+    } else {
+        ipv4::HEADER_LEN
+    };
+    let tcp_len = tcp::HEADER_LEN + s.options.len();
+    if !pkt.set_len(ETH + ip_len + tcp_len + s.payload.len()) {
+        return false;
+    }
+    let d = pkt.data_mut();
+    reply_headers(
+        d,
+        to,
+        from,
+        s.src.ip(),
+        s.dst.ip(),
+        ip_proto::TCP,
+        tcp_len + s.payload.len(),
+    );
+    let seg = &mut d[ETH + ip_len..];
+    seg[tcp::HEADER_LEN..tcp_len].copy_from_slice(s.options);
+    seg[tcp_len..].copy_from_slice(s.payload);
+    let mut t = tcp::Packet::new_unchecked(seg);
+    t.set_src_port(s.src.port());
+    t.set_dst_port(s.dst.port());
+    t.set_seq_number(s.seq);
+    t.set_ack_number(s.ack);
+    t.set_header_len_and_flags(tcp_len as u8, s.flags);
+    t.set_window_len(s.window);
+    t.set_urgent_at(0);
+    t.fill_checksum(s.src.ip(), s.dst.ip());
+    true
+}
+
+/// The TCP header length, options, window and payload of a parsed segment.
+fn tcp_parts<'p>(pkt: &'p Pkt, l4: &L4) -> (&'p [u8], u16, &'p [u8]) {
+    let seg = &pkt.data()[l4.l4..];
+    let hl = usize::from(seg[12] >> 4) * 4;
+    let win = u16::from_be_bytes([seg[14], seg[15]]);
+    let end = (hl + l4.payload as usize).min(seg.len());
+    (&seg[tcp::HEADER_LEN..hl], win, &seg[hl..end])
+}
+
+/// A window field scaled by `from` re-expressed at scale `to`: rounded down, but never to
+/// zero from a non-zero window (that would stall the sender), at most 65535.
+#[inline]
+fn rescale(win: u16, from: u8, to: u8) -> u16 {
+    if from == to {
+        return win;
+    }
+    let bytes = u64::from(win) << from;
+    let v = bytes >> to;
+    let v = if v == 0 && bytes > 0 { 1 } else { v };
+    v.min(0xffff) as u16
+}
+
+/// Rewrites a spliced segment's sequence space (see [`crate::splice`]): `Reply`
+/// (backend -> client) `seq += delta` and the window from the backend's scale to sluice's;
+/// `Orig` `ack -= delta`, SACK edges `-= delta`, and the window scaled up when the backend
+/// declined scaling. The TCP checksum is updated incrementally.
+#[inline]
+pub(super) fn splice_rewrite(pkt: &mut Pkt, l4: &L4, dir: Dir, s: Splice) {
+    let d = pkt.data_mut();
+    let seg = &mut d[l4.l4..];
+    let word = |v: u32| u64::from(v >> 16) + u64::from(v & 0xffff);
+    let get = |b: &[u8], i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    let (mut old, mut new) = (0u64, 0u64);
+    let win = u16::from_be_bytes([seg[14], seg[15]]);
+    let mut odd_sack = false;
+    let nwin = match dir {
+        Dir::Reply => {
+            let seq = get(seg, 4);
+            let nseq = seq.wrapping_add(s.value);
+            seg[4..8].copy_from_slice(&nseq.to_be_bytes());
+            old += word(seq);
+            new += word(nseq);
+            rescale(win, s.scales >> 4, s.scales & 0x0f)
+        }
+        Dir::Orig => {
+            if l4.flags & ACK != 0 {
+                let ack = get(seg, 8);
+                let nack = ack.wrapping_sub(s.value);
+                seg[8..12].copy_from_slice(&nack.to_be_bytes());
+                old += word(ack);
+                new += word(nack);
+            }
+            let hl = (usize::from(seg[12] >> 4) * 4).min(seg.len());
+            if hl > tcp::HEADER_LEN {
+                let opts = &mut seg[tcp::HEADER_LEN..hl];
+                if options::sack_is_odd_aligned(opts) {
+                    odd_sack = true;
+                    let _ = options::shift_sack_edges(opts, s.value);
+                } else {
+                    let (o, n) = options::shift_sack_edges(opts, s.value);
+                    old += o;
+                    new += n;
+                }
+            }
+            let fix = s.phase >> 4;
+            if fix == 0 {
+                win
+            } else {
+                rescale(win, fix, 0)
+            }
+        }
+    };
+    if nwin != win {
+        seg[14..16].copy_from_slice(&nwin.to_be_bytes());
+        old += u64::from(win);
+        new += u64::from(nwin);
+    }
+    if odd_sack {
+        recompute_tcp_checksum(pkt, l4);
+        return;
+    }
+    let c = u16::from_be_bytes([seg[16], seg[17]]);
+    let c = !checksum::fold(u64::from(!c) + fold_not(old) + new);
+    seg[16..18].copy_from_slice(&c.to_be_bytes());
+}
+
+/// Recomputes a TCP checksum from scratch (for the rare layouts the incremental update
+/// does not cover).
+fn recompute_tcp_checksum(pkt: &mut Pkt, l4: &L4) {
+    let d = pkt.data_mut();
+    let hl = usize::from(d[l4.l4 + 12] >> 4) * 4;
+    let end = (l4.l4 + hl + l4.payload as usize).min(d.len());
+    tcp::Packet::new_unchecked(&mut d[l4.l4..end]).fill_checksum(l4.src, l4.dst);
+}
+
+impl State {
+    fn our_mss(&self, v6: bool) -> u16 {
+        let m = self.splice.cfg.mss_v4;
+        if v6 {
+            m.saturating_sub(20)
+        } else {
+            m
+        }
+    }
+
+    /// A SYN to a delayed-binding listener: answered in place with a SYN-ACK whose
+    /// sequence number is the cookie. No state.
+    pub(super) fn splice_syn(
+        &mut self,
+        in_port: usize,
+        pkt: &mut Pkt,
+        l4: &L4,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        let Some(&port_mac) = self.macs.get(in_port) else {
+            return Verdict::Drop(DropReason::BadPort);
+        };
+        let src_mac: [u8; 6] = pkt.data()[6..12].try_into().unwrap_or([0; 6]);
+        if src_mac[0] & 1 != 0 || l4.src.is_multicast() || l4.src.is_unspecified() {
+            return Verdict::Drop(DropReason::NoFlow);
+        }
+        let (opts, _, _) = tcp_parts(pkt, l4);
+        let o = options::parse_syn(opts);
+        let syn = SynOptions {
+            mss: o.mss.unwrap_or(536),
+            wscale: o.wscale,
+            sack: o.sack,
+        };
+        let t = l4.tuple();
+        let tb = cookie::tuple_bytes(&t.src, &t.dst, t.sport, t.dport);
+        let isn = self
+            .splice
+            .cookies
+            .make(&tb, l4.seq, syn, ctx.now_ms / 1000);
+        let mut ob = [0u8; 20];
+        let n = options::emit_syn(
+            &mut ob,
+            self.our_mss(l4.v6),
+            o.wscale.map(|_| self.splice.cfg.wscale),
+            o.sack,
+        );
+        let window = self.splice.cfg.buffer_bytes.min(0xffff) as u16;
+        let seg = Seg {
+            src: SocketAddr::new(l4.dst, l4.dport),
+            dst: SocketAddr::new(l4.src, l4.sport),
+            seq: isn,
+            ack: l4.seq.wrapping_add(1),
+            flags: tcp::flags::SYN | tcp::flags::ACK,
+            window,
+            options: &ob[..n],
+            payload: &[],
+        };
+        if !write_seg(pkt, src_mac, port_mac, &seg) {
+            return Verdict::Drop(DropReason::NoRoom);
+        }
+        ctx.counters.event(Event::SynCookieSent);
+        Verdict::tx(in_port)
+    }
+
+    /// A segment without a flow to a delayed-binding listener: the handshake's third
+    /// segment (or the first data) if its cookie checks out, which opens an embryo.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn splice_open(
+        &mut self,
+        in_port: usize,
+        pkt: &mut Pkt,
+        l4: &L4,
+        snap: &Snapshot,
+        generation: u32,
+        now_s: u32,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        if l4.flags & (SYN | RST) != 0 || l4.flags & ACK == 0 {
+            return Verdict::Drop(DropReason::NoFlow);
+        }
+        let t = l4.tuple();
+        let tb = cookie::tuple_bytes(&t.src, &t.dst, t.sport, t.dport);
+        let client_isn = l4.seq.wrapping_sub(1);
+        let our_isn = l4.ack.wrapping_sub(1);
+        let Some(syn) = self
+            .splice
+            .cookies
+            .check(&tb, client_isn, our_isn, ctx.now_ms / 1000)
+        else {
+            return Verdict::Drop(DropReason::BadCookie);
+        };
+        let (_, win, _) = tcp_parts(pkt, l4);
+        let mut e = Embryo::new(t, syn, client_isn, our_isn);
+        e.in_port = in_port as u8;
+        e.client_win = win;
+        e.pieces = Pieces::new(self.splice.cfg.max_pieces);
+        e.deadline_ms = ctx.now_ms + self.splice.cfg.first_bytes_ms;
+        let Some(idx) = self.splice.embryos.open(e) else {
+            return Verdict::Drop(DropReason::EmbryoTableFull);
+        };
+        let id = match self
+            .flows
+            .insert(t, t.reversed(), TcpState::SynRecv, generation, now_s)
+        {
+            Ok(id) => id,
+            Err(e) => {
+                self.splice.embryos.close(idx);
+                return Verdict::Drop(match e {
+                    InsertError::Full => DropReason::FlowTableFull,
+                    InsertError::Exists => DropReason::NoFlow,
+                });
+            }
+        };
+        self.flows.get_mut(id).splice = Splice {
+            phase: Splice::EMBRYO,
+            scales: 0,
+            value: idx,
+        };
+        ctx.counters.event(Event::EmbryoOpened);
+        self.embryo_client(pkt, l4, id, idx, snap, generation, ctx)
+    }
+
+    /// A packet of a flow whose embryo is open.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn embryo_packet(
+        &mut self,
+        in_port: usize,
+        pkt: &mut Pkt,
+        l4: &L4,
+        (id, dir): (FlowId, Dir),
+        idx: u32,
+        snap: &Snapshot,
+        generation: u32,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        if !self.splice.embryos.is_open(idx) {
+            self.flows.remove(id);
+            self.removed_in_burst = true;
+            return Verdict::Drop(DropReason::NoFlow);
+        }
+        match dir {
+            Dir::Orig => self.embryo_client(pkt, l4, id, idx, snap, generation, ctx),
+            Dir::Reply => self.embryo_backend(in_port, pkt, l4, id, idx, snap, generation, ctx),
+        }
+    }
+
+    /// A client segment while sluice holds the connection.
+    #[allow(clippy::too_many_arguments)]
+    fn embryo_client(
+        &mut self,
+        pkt: &mut Pkt,
+        l4: &L4,
+        id: FlowId,
+        idx: u32,
+        snap: &Snapshot,
+        generation: u32,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        if l4.flags & RST != 0 {
+            self.embryo_close(idx, Some(id));
+            return Verdict::Drop(DropReason::SpliceConsumed);
+        }
+        if l4.flags & SYN != 0 {
+            return Verdict::Drop(DropReason::SpliceConsumed); // a late retransmitted SYN
+        }
+        let (_, win, payload) = tcp_parts(pkt, l4);
+        let phase = self.splice.embryos.get(idx).phase;
+        if phase == Phase::Responding {
+            return self.responding_client(pkt, l4, id, idx, payload.len(), ctx);
+        }
+        let mut end = None;
+        {
+            let (e, buf) = self.splice.embryos.with_buf(idx);
+            e.client_win = win;
+            let base = e.client_isn.wrapping_add(1);
+            let off = l4.seq.wrapping_sub(base) as i32;
+            // Bytes before the stream's start (cannot happen after a valid cookie, but a
+            // wrapped sequence number must not index the buffer).
+            let skip = if off < 0 {
+                off.unsigned_abs() as usize
+            } else {
+                0
+            };
+            if skip < payload.len() {
+                let at = off.max(0) as u32;
+                match e.pieces.insert(buf, at, &payload[skip..]) {
+                    Ok(()) => {}
+                    Err(Overflow::TooLong | Overflow::TooManyPieces) => {
+                        end = Some(Event::FirstBytesOverflow)
+                    }
+                }
+            }
+            if l4.flags & FIN != 0 {
+                e.client_fin = true;
+            }
+            if e.client_fin && end.is_none() && e.pieces.pieces() <= 1 {
+                end = Some(Event::FirstBytesClientFin);
+            }
+        }
+        if phase == Phase::Connecting {
+            return Verdict::Drop(DropReason::SpliceConsumed);
+        }
+        self.embryo_decide(pkt, id, idx, end, snap, generation, ctx)
+    }
+
+    /// Parses what the embryo holds and acts: wait, answer, connect a backend or reset.
+    /// `pkt` is written with whatever goes out.
+    #[allow(clippy::too_many_arguments)]
+    fn embryo_decide(
+        &mut self,
+        pkt: &mut Pkt,
+        id: FlowId,
+        idx: u32,
+        end: Option<Event>,
+        snap: &Snapshot,
+        generation: u32,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        let e = *self.splice.embryos.get(idx);
+        let have = e.pieces.contiguous();
+        if end.is_none() && have < e.need as usize {
+            return Verdict::Drop(DropReason::SpliceConsumed);
+        }
+        let plan = self.plan(&e, idx, end, snap, ctx);
+        match plan {
+            Plan::Wait(need) => {
+                self.splice.embryos.get_mut(idx).need = need as u32;
+                Verdict::Drop(DropReason::SpliceConsumed)
+            }
+            Plan::Reset => self.reset_client(pkt, idx, Some(id), ctx),
+            Plan::Answer(len) => self.answer(pkt, idx, len, ctx),
+            Plan::Connect {
+                backend,
+                transparent,
+            } => self.connect(pkt, id, idx, backend, transparent, snap, generation, ctx),
+        }
+    }
+
+    /// The decision for an embryo's bytes (borrowing them), as a plan.
+    fn plan(
+        &mut self,
+        e: &Embryo,
+        idx: u32,
+        end: Option<Event>,
+        snap: &Snapshot,
+        ctx: &mut Ctx<'_>,
+    ) -> Plan {
+        let client = e.client.source();
+        let vip = e.client.destination();
+        let Some(listener) = self.splice_listener(snap, vip) else {
+            ctx.counters.event(Event::FirstBytesNoRoute);
+            return Plan::Reset;
+        };
+        let have = e.pieces.contiguous();
+        let mut answer = [0u8; ANSWER_MAX];
+        let (plan, answer_len) = {
+            let bytes = &self.splice.embryos.buf(idx)[..have];
+            match splice::inspect(listener.kind, listener.https_redirect, bytes, end) {
+                splice::Verdict::NeedMore(n) => (Plan::Wait(n), 0),
+                splice::Verdict::HttpsRedirect { host, target } => {
+                    match splice::redirect_answer(
+                        &mut answer,
+                        301,
+                        &["https://", host.as_str(), target],
+                    ) {
+                        Some(n) => (Plan::Answer(n), n),
+                        None => (Plan::Reset, 0),
+                    }
+                }
+                splice::Verdict::Route { name, path, why } => {
+                    if let Some(w) = why {
+                        ctx.counters.event(w);
+                    }
+                    let route = listener
+                        .route(name.as_ref().map_or(&b""[..], |n| n.as_bytes()))
+                        .and_then(|i| snap.listeners.route(i))
+                        .filter(|r| r.applies_to(vip.ip()));
+                    let Some(route) = route else {
+                        if why.is_none() {
+                            ctx.counters.event(Event::FirstBytesNoRoute);
+                        }
+                        return Plan::Reset;
+                    };
+                    let host = name.as_ref().map_or("", |n| n.as_str());
+                    let pick = |table: &crate::tables::maglev::MaglevTable| {
+                        pick_backend(table, client, vip, e.tries, e.backend)
+                    };
+                    if listener.kind == ListenerKind::Http && !route.http.is_empty() {
+                        match route.http_rule(path) {
+                            None => (Plan::Reset, 0),
+                            Some(rule) => match &rule.redirect {
+                                Some(r) => {
+                                    let target = http_target(bytes);
+                                    match location(&mut answer, r, host, target) {
+                                        Some(n) => (Plan::Answer(n), n),
+                                        None => (Plan::Reset, 0),
+                                    }
+                                }
+                                None => (pick(&rule.table), 0),
+                            },
+                        }
+                    } else {
+                        let table = match (&route.table_v6, vip.is_ipv6()) {
+                            (Some(t), true) => t,
+                            _ => &route.table,
+                        };
+                        (pick(table), 0)
+                    }
+                }
+            }
+        };
+        let plan = match plan {
+            Plan::Connect { backend, .. } => Plan::Connect {
+                backend,
+                transparent: listener.transparent,
+            },
+            p => p,
+        };
+        if answer_len > 0 {
+            let (_, buf) = self.splice.embryos.with_buf(idx);
+            let n = answer_len.min(buf.len());
+            buf[..n].copy_from_slice(&answer[..n]);
+        }
+        plan
+    }
+
+    /// The delayed-binding listener for a virtual address (re-read from the current
+    /// snapshot: a reload may have changed it).
+    fn splice_listener<'s>(
+        &self,
+        snap: &'s Snapshot,
+        vip: SocketAddr,
+    ) -> Option<&'s ListenerEntry> {
+        let l = if self.fwd.config().is_ours(vip.ip()) {
+            snap.listeners.lookup(vip.ip(), vip.port(), ip_proto::TCP)
+        } else {
+            snap.listeners
+                .lookup_bound(vip.ip(), vip.port(), ip_proto::TCP)
+        }?;
+        (l.kind.routes_by_name() && l.kind != ListenerKind::TlsTerminate).then_some(l)
+    }
+
+    /// Policy, SNAT and the flow for `backend`, then a SYN to it written into `pkt`.
+    #[allow(clippy::too_many_arguments)]
+    fn connect(
+        &mut self,
+        pkt: &mut Pkt,
+        id: FlowId,
+        idx: u32,
+        backend: Option<SocketAddr>,
+        transparent: bool,
+        snap: &Snapshot,
+        generation: u32,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        let e = *self.splice.embryos.get(idx);
+        let client = e.client.source();
+        let Some(backend) = backend.filter(|b| b.is_ipv4() == client.is_ipv4()) else {
+            ctx.counters.drop(DropReason::BackendRejected);
+            return self.reset_client(pkt, idx, Some(id), ctx);
+        };
+        if !snap
+            .policy
+            .verdict(client.ip(), backend.ip(), ip_proto::TCP, backend.port())
+            .is_allow()
+        {
+            ctx.counters.drop(DropReason::PolicyDenied);
+            return self.reset_client(pkt, idx, Some(id), ctx);
+        }
+        let Some(nh) = self.fwd.config().fib.lookup(backend.ip()) else {
+            ctx.counters.drop(DropReason::NoRoute);
+            return self.reset_client(pkt, idx, Some(id), ctx);
+        };
+        let now_s = (ctx.now_ms / 1000) as u32;
+        // The flow is keyed anew: client tuple <-> backend -> SNAT (or client).
+        self.flows.remove(id);
+        self.removed_in_burst = true;
+        let created = if transparent {
+            self.flows
+                .insert(
+                    e.client,
+                    Tuple::new(backend, client, ip_proto::TCP),
+                    TcpState::SynSent,
+                    generation,
+                    now_s,
+                )
+                .map_err(|e| match e {
+                    InsertError::Full => DropReason::FlowTableFull,
+                    InsertError::Exists => DropReason::NoFlow,
+                })
+        } else {
+            match self.fwd.config().addr_on(nh.port, backend.ip()) {
+                Some(snat) => self.insert_snat(
+                    e.client,
+                    backend,
+                    snat,
+                    TcpState::SynSent,
+                    generation,
+                    now_s,
+                ),
+                None => Err(DropReason::NoSnatAddress),
+            }
+        };
+        let new_id = match created {
+            Ok(i) => i,
+            Err(r) => {
+                ctx.counters.drop(r);
+                return self.reset_client(pkt, idx, None, ctx);
+            }
+        };
+        self.flows.get_mut(new_id).splice = Splice {
+            phase: Splice::EMBRYO,
+            scales: 0,
+            value: idx,
+        };
+        {
+            let m = self.splice.embryos.get_mut(idx);
+            m.phase = Phase::Connecting;
+            m.backend = Some(backend);
+            m.syns = 0;
+            m.tries = m.tries.saturating_add(1);
+        }
+        self.backend_syn(pkt, new_id, idx, ctx)
+    }
+
+    /// Writes the SYN to the embryo's backend into `pkt` and routes it.
+    fn backend_syn(&mut self, pkt: &mut Pkt, id: FlowId, idx: u32, ctx: &mut Ctx<'_>) -> Verdict {
+        let rto = self.splice.cfg.syn_rto_ms;
+        let e = {
+            let m = self.splice.embryos.get_mut(idx);
+            m.syns = m.syns.saturating_add(1);
+            m.deadline_ms = ctx.now_ms + rto;
+            *m
+        };
+        let (src, dst) = self.flows.get(id).rewrite(Dir::Orig);
+        let mut ob = [0u8; 20];
+        let n = options::emit_syn(&mut ob, e.syn.mss, e.syn.wscale, e.syn.sack);
+        let window = rescale(e.client_win, e.syn.wscale.unwrap_or(0), 0);
+        let seg = Seg {
+            src,
+            dst,
+            seq: e.client_isn,
+            ack: 0,
+            flags: tcp::flags::SYN,
+            window,
+            options: &ob[..n],
+            payload: &[],
+        };
+        ctx.counters.event(Event::BackendSynSent);
+        self.route_out(pkt, usize::from(e.in_port), &seg, ctx)
+    }
+
+    /// Writes `seg` into `pkt` as if received on `port` and lets the forwarder route it.
+    fn route_out(
+        &mut self,
+        pkt: &mut Pkt,
+        port: usize,
+        seg: &Seg<'_>,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        let Some(&mac) = self.macs.get(port) else {
+            return Verdict::Drop(DropReason::BadPort);
+        };
+        if !write_seg(pkt, mac, mac, seg) {
+            return Verdict::Drop(DropReason::NoRoom);
+        }
+        self.fwd.process(port, pkt, ctx)
+    }
+
+    /// A backend segment while the embryo connects: its SYN-ACK splices; its RST fails
+    /// over.
+    #[allow(clippy::too_many_arguments)]
+    fn embryo_backend(
+        &mut self,
+        in_port: usize,
+        pkt: &mut Pkt,
+        l4: &L4,
+        id: FlowId,
+        idx: u32,
+        snap: &Snapshot,
+        generation: u32,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        let e = *self.splice.embryos.get(idx);
+        if e.phase != Phase::Connecting {
+            return Verdict::Drop(DropReason::SpliceConsumed);
+        }
+        let expected_ack = e.client_isn.wrapping_add(1);
+        if l4.flags & RST != 0 {
+            if l4.flags & ACK != 0 && l4.ack != expected_ack {
+                return Verdict::Drop(DropReason::SpliceConsumed); // not for our SYN
+            }
+            return self.failover(pkt, id, idx, snap, generation, ctx);
+        }
+        if l4.flags & (SYN | ACK) != SYN | ACK || l4.ack != expected_ack {
+            return Verdict::Drop(DropReason::SpliceConsumed);
+        }
+        let (opts, _, _) = tcp_parts(pkt, l4);
+        let b = options::parse_syn(opts);
+        let ours = self.splice.cfg.wscale;
+        let (bws, ows, fix) = match (e.syn.wscale, b.wscale) {
+            (None, _) => (0, 0, 0),
+            (Some(_), Some(bw)) => (bw, ours, 0),
+            (Some(cw), None) => (0, ours, cw),
+        };
+        let backend_isn = l4.seq;
+        let now_s = (ctx.now_ms / 1000) as u32;
+        {
+            let f = self.flows.get_mut(id);
+            f.splice = Splice {
+                phase: Splice::SPLICED | (fix << 4),
+                scales: (bws << 4) | ows,
+                value: e.our_isn.wrapping_sub(backend_isn),
+            };
+            f.state = TcpState::Established;
+        }
+        self.flows
+            .on_packet(id, Dir::Orig, Some(TcpFlags(ACK)), now_s);
+        // Replay the buffered bytes: earlier chunks in fresh buffers (they leave first),
+        // the last one in this packet. A chunk that cannot be sent is not lost: sluice never
+        // acknowledged it, so the client sends it again.
+        let (src, dst) = self.flows.get(id).rewrite(Dir::Orig);
+        let have = e.pieces.contiguous();
+        let mss = usize::from(b.mss.unwrap_or(536).min(e.syn.mss)).max(64);
+        let window = rescale(e.client_win, fix, 0);
+        let chunks = have.div_ceil(mss).max(1);
+        for k in 0..chunks - 1 {
+            let Some(mut p) = ctx.io.as_ref().and_then(|io| io.alloc()) else {
+                break;
+            };
+            let payload = &self.splice.embryos.buf(idx)[k * mss..(k + 1) * mss];
+            let seg = Seg {
+                src,
+                dst,
+                seq: e.client_isn.wrapping_add(1 + (k * mss) as u32),
+                ack: backend_isn.wrapping_add(1),
+                flags: tcp::flags::ACK,
+                window,
+                options: &[],
+                payload,
+            };
+            let Some(&mac) = self.macs.get(in_port) else {
+                break;
+            };
+            if !write_seg(&mut p, mac, mac, &seg) {
+                break;
+            }
+            let v = self.fwd.process(in_port, &mut p, ctx);
+            dispatch(v, p, ctx);
+        }
+        let last = (chunks - 1) * mss;
+        let payload_len = have - last.min(have);
+        // The last chunk is copied out of the embryo before the embryo is returned.
+        let seg_seq = e.client_isn.wrapping_add(1 + last as u32);
+        let v = {
+            let Some(&mac) = self.macs.get(in_port) else {
+                return Verdict::Drop(DropReason::BadPort);
+            };
+            let payload = &self.splice.embryos.buf(idx)[last..last + payload_len];
+            let seg = Seg {
+                src,
+                dst,
+                seq: seg_seq,
+                ack: backend_isn.wrapping_add(1),
+                flags: if payload_len > 0 {
+                    tcp::flags::ACK | tcp::flags::PSH
+                } else {
+                    tcp::flags::ACK
+                },
+                window,
+                options: &[],
+                payload,
+            };
+            if !write_seg(pkt, mac, mac, &seg) {
+                Verdict::Drop(DropReason::NoRoom)
+            } else {
+                Verdict::Tx(0)
+            }
+        };
+        self.splice.embryos.close(idx);
+        ctx.counters.event(Event::Spliced);
+        match v {
+            Verdict::Tx(_) => self.fwd.process(in_port, pkt, ctx),
+            other => other,
+        }
+    }
+
+    /// The backend reset or stayed silent: the route's next pick, or RST to the client.
+    fn failover(
+        &mut self,
+        pkt: &mut Pkt,
+        id: FlowId,
+        idx: u32,
+        snap: &Snapshot,
+        generation: u32,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        ctx.counters.event(Event::BackendFailover);
+        let e = *self.splice.embryos.get(idx);
+        if e.tries >= self.splice.cfg.backend_tries {
+            return self.reset_client(pkt, idx, Some(id), ctx);
+        }
+        match self.plan(&e, idx, Some(Event::FirstBytesTimeout), snap, ctx) {
+            Plan::Connect {
+                backend,
+                transparent,
+            } => self.connect(pkt, id, idx, backend, transparent, snap, generation, ctx),
+            _ => self.reset_client(pkt, idx, Some(id), ctx),
+        }
+    }
+
+    /// Resets the client's connection (RST written into `pkt`, routed) and forgets it.
+    fn reset_client(
+        &mut self,
+        pkt: &mut Pkt,
+        idx: u32,
+        id: Option<FlowId>,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        let e = *self.splice.embryos.get(idx);
+        self.embryo_close(idx, id);
+        let seg = Seg {
+            src: e.client.destination(),
+            dst: e.client.source(),
+            seq: e.our_isn.wrapping_add(1),
+            ack: e
+                .client_isn
+                .wrapping_add(1 + e.pieces.end() as u32 + u32::from(e.client_fin)),
+            flags: tcp::flags::RST | tcp::flags::ACK,
+            window: 0,
+            options: &[],
+            payload: &[],
+        };
+        ctx.counters.event(Event::SpliceResetSent);
+        self.route_out(pkt, usize::from(e.in_port), &seg, ctx)
+    }
+
+    /// Sends sluice's own answer (held at the start of the buffer, `len` bytes) with FIN.
+    fn answer(&mut self, pkt: &mut Pkt, idx: u32, len: usize, ctx: &mut Ctx<'_>) -> Verdict {
+        let rto = self.splice.cfg.syn_rto_ms;
+        let e = {
+            let m = self.splice.embryos.get_mut(idx);
+            if m.phase != Phase::Responding {
+                m.phase = Phase::Responding;
+                m.answer = len as u16;
+                // Acknowledge what the request occupied (and a FIN that came with it).
+                m.replay = m.pieces.contiguous() as u32 + u32::from(m.client_fin);
+                m.syns = 0;
+                ctx.counters.event(Event::HttpRedirectSent);
+            }
+            m.syns = m.syns.saturating_add(1);
+            m.deadline_ms = ctx.now_ms + rto;
+            *m
+        };
+        let payload = &self.splice.embryos.buf(idx)[..usize::from(e.answer)];
+        let mut copy = [0u8; ANSWER_MAX];
+        let n = payload.len().min(ANSWER_MAX);
+        copy[..n].copy_from_slice(&payload[..n]);
+        let seg = Seg {
+            src: e.client.destination(),
+            dst: e.client.source(),
+            seq: e.our_isn.wrapping_add(1),
+            ack: e.client_isn.wrapping_add(1 + e.replay),
+            flags: tcp::flags::ACK | tcp::flags::PSH | tcp::flags::FIN,
+            window: self.splice.cfg.buffer_bytes.min(0xffff) as u16,
+            options: &[],
+            payload: &copy[..n],
+        };
+        self.route_out(pkt, usize::from(e.in_port), &seg, ctx)
+    }
+
+    /// A client segment after sluice answered: the client's FIN is acknowledged and the
+    /// connection forgotten; a retransmitted request gets the answer again.
+    fn responding_client(
+        &mut self,
+        pkt: &mut Pkt,
+        l4: &L4,
+        id: FlowId,
+        idx: u32,
+        payload: usize,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        let e = *self.splice.embryos.get(idx);
+        let our_fin_acked =
+            l4.flags & ACK != 0 && l4.ack == e.our_isn.wrapping_add(2 + u32::from(e.answer));
+        if l4.flags & FIN != 0 {
+            let seg = Seg {
+                src: e.client.destination(),
+                dst: e.client.source(),
+                seq: e.our_isn.wrapping_add(2 + u32::from(e.answer)),
+                ack: l4.seq.wrapping_add(payload as u32 + 1),
+                flags: tcp::flags::ACK,
+                window: 0,
+                options: &[],
+                payload: &[],
+            };
+            self.embryo_close(idx, Some(id));
+            return self.route_out(pkt, usize::from(e.in_port), &seg, ctx);
+        }
+        if our_fin_acked {
+            // Wait for the client's FIN a while; no more retransmissions.
+            let wait = self.splice.cfg.first_bytes_ms;
+            let m = self.splice.embryos.get_mut(idx);
+            m.syns = u8::MAX;
+            m.deadline_ms = ctx.now_ms + wait;
+            return Verdict::Drop(DropReason::SpliceConsumed);
+        }
+        if payload > 0 {
+            return self.answer(pkt, idx, usize::from(e.answer), ctx);
+        }
+        Verdict::Drop(DropReason::SpliceConsumed)
+    }
+
+    /// Returns an embryo and removes its flow (if `id` still is it).
+    fn embryo_close(&mut self, idx: u32, id: Option<FlowId>) {
+        if let Some(id) = id {
+            let f = self.flows.get(id);
+            if f.splice.phase == Splice::EMBRYO && f.splice.value == idx {
+                self.flows.remove(id);
+                self.removed_in_burst = true;
+            }
+        }
+        self.splice.embryos.close(idx);
+    }
+
+    /// A retransmitted SYN-ACK from the backend of a spliced flow (sluice's ACK was lost):
+    /// acknowledged again, in place.
+    pub(super) fn splice_reack(
+        &mut self,
+        in_port: usize,
+        pkt: &mut Pkt,
+        l4: &L4,
+        id: FlowId,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        let (src, dst) = self.flows.get(id).rewrite(Dir::Orig);
+        let seg = Seg {
+            src,
+            dst,
+            seq: l4.ack,
+            ack: l4.seq.wrapping_add(1),
+            flags: tcp::flags::ACK,
+            window: 0xffff,
+            options: &[],
+            payload: &[],
+        };
+        self.route_out(pkt, in_port, &seg, ctx)
+    }
+
+    /// Embryo timers (every [`SCAN_MS`]): first-bytes deadlines, SYN retransmissions and
+    /// failover, answer retransmissions.
+    pub(super) fn splice_timers(&mut self, snap: &Snapshot, generation: u32, ctx: &mut Ctx<'_>) {
+        let now = ctx.now_ms;
+        if now < self.splice.next_scan_ms || self.splice.embryos.is_empty() {
+            return;
+        }
+        self.splice.next_scan_ms = now + SCAN_MS;
+        let mut k = 0;
+        while let Some(idx) = self.splice.embryos.active(k) {
+            let e = *self.splice.embryos.get(idx);
+            if now < e.deadline_ms {
+                k += 1;
+                continue;
+            }
+            let before = self.splice.embryos.len();
+            self.embryo_timeout(idx, e, snap, generation, ctx);
+            if self.splice.embryos.len() == before && self.splice.embryos.active(k) == Some(idx) {
+                k += 1;
+            }
+        }
+    }
+
+    fn embryo_timeout(
+        &mut self,
+        idx: u32,
+        e: Embryo,
+        snap: &Snapshot,
+        generation: u32,
+        ctx: &mut Ctx<'_>,
+    ) {
+        let now_s = (ctx.now_ms / 1000) as u32;
+        let Some((id, _)) = self.flows.lookup(&e.client, now_s) else {
+            self.splice.embryos.close(idx);
+            return;
+        };
+        if e.phase == Phase::Responding && (e.syns == u8::MAX || e.syns >= ANSWER_TRIES) {
+            self.embryo_close(idx, Some(id));
+            return;
+        }
+        let Some(mut p) = ctx.io.as_ref().and_then(|io| io.alloc()) else {
+            // No buffer to say anything with: give up quietly (the client times out).
+            if e.phase != Phase::Connecting {
+                self.embryo_close(idx, Some(id));
+            }
+            return;
+        };
+        let v = match e.phase {
+            Phase::Reading => self.embryo_decide(
+                &mut p,
+                id,
+                idx,
+                Some(Event::FirstBytesTimeout),
+                snap,
+                generation,
+                ctx,
+            ),
+            Phase::Connecting if e.syns < self.splice.cfg.syn_tries => {
+                self.backend_syn(&mut p, id, idx, ctx)
+            }
+            Phase::Connecting => self.failover(&mut p, id, idx, snap, generation, ctx),
+            Phase::Responding => self.answer(&mut p, idx, usize::from(e.answer), ctx),
+        };
+        if self.splice.embryos.is_open(idx)
+            && self.splice.embryos.get(idx).deadline_ms <= ctx.now_ms
+        {
+            // A decision that left the embryo waiting (it cannot on a final verdict, but
+            // never spin): push the deadline.
+            self.splice.embryos.get_mut(idx).deadline_ms = ctx.now_ms + SCAN_MS;
+        }
+        dispatch(v, p, ctx);
+    }
+}
+
+/// Sends a packet sluice made outside the burst (through [`StageIo`]) or counts its drop.
+///
+/// [`StageIo`]: crate::pipeline::StageIo
+fn dispatch(v: Verdict, p: Pkt, ctx: &mut Ctx<'_>) {
+    match v {
+        Verdict::Tx(port) => {
+            if let Some(io) = ctx.io.as_mut() {
+                if io.send(port as usize, p).is_err() {
+                    ctx.counters.drop(DropReason::TxFull);
+                }
+            }
+        }
+        Verdict::Drop(r) => ctx.counters.drop(r),
+        Verdict::Kept | Verdict::Redirect(_) => {}
+    }
+}
+
+/// What to do with an embryo.
+enum Plan {
+    /// Wait for this many bytes.
+    Wait(usize),
+    /// Reset the client.
+    Reset,
+    /// Send sluice's answer (this long, at the start of the buffer).
+    Answer(usize),
+    /// Connect this backend (`None`: the pick was a reject slot).
+    Connect {
+        backend: Option<SocketAddr>,
+        transparent: bool,
+    },
+}
+
+/// The route's pick for attempt `tries` (0: the flow's own hash, as an L4 flow would get;
+/// later attempts perturb it and skip the backend that just failed).
+fn pick_backend(
+    table: &crate::tables::maglev::MaglevTable,
+    client: SocketAddr,
+    vip: SocketAddr,
+    tries: u8,
+    failed: Option<SocketAddr>,
+) -> Plan {
+    let h = flow_hash(client, vip, ip_proto::TCP);
+    for salt in 0..8u64 {
+        let attempt = u64::from(tries) + salt;
+        let h = if attempt == 0 {
+            h
+        } else {
+            h ^ attempt.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        };
+        match table.pick(h) {
+            Pick::Backend(b) if Some(b) != failed => {
+                return Plan::Connect {
+                    backend: Some(b),
+                    transparent: false,
+                }
+            }
+            Pick::Backend(_) => continue,
+            Pick::Reject => {
+                return Plan::Connect {
+                    backend: None,
+                    transparent: false,
+                }
+            }
+        }
+    }
+    Plan::Connect {
+        backend: None,
+        transparent: false,
+    }
+}
+
+/// The request target of an HTTP head held in `bytes` (between the first two spaces).
+fn http_target(bytes: &[u8]) -> &str {
+    let line = bytes.split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let mut parts = line.split(|&b| b == b' ');
+    let _method = parts.next();
+    std::str::from_utf8(parts.next().unwrap_or(b"/")).unwrap_or("/")
+}
+
+/// Writes a rule redirect's answer: `Location: <scheme or http>://<authority or host><path
+/// or the request's target>`.
+fn location(out: &mut [u8], r: &Redirect, host: &str, target: &str) -> Option<usize> {
+    let scheme = r.scheme.as_deref().unwrap_or("http");
+    let authority = r.authority.as_deref().unwrap_or(host);
+    let path = r.path.as_deref().unwrap_or(target);
+    splice::redirect_answer(out, r.code, &[scheme, "://", authority, path])
+}
