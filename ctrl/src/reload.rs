@@ -87,6 +87,10 @@ pub fn fixed_changes(
             );
             check(a.admin != b.admin, "spec.admin");
             check(a.conntrack != b.conntrack, "spec.conntrack");
+            check(
+                a.delayed_binding != b.delayed_binding,
+                "spec.delayedBinding",
+            );
             v
         }
     }

@@ -20,7 +20,7 @@
 
 use crate::api::{self, ControlRequest, Snapshot};
 use crate::config;
-use crate::model::appliance::{ApplianceSpec, Conntrack};
+use crate::model::appliance::{ApplianceSpec, Conntrack, DelayedBinding};
 use crate::model::Object;
 use crate::reload::{self, Prepared, ReloadOutcome, ReloadStatus, Reloader};
 use crate::sources::{FileWatch, Sighup, Trigger};
@@ -31,6 +31,7 @@ use sluice_dataplane::pipeline::{
 };
 use sluice_dataplane::port::{self, Opened, Pool, PortKind};
 use sluice_dataplane::rcu::Reader;
+use sluice_dataplane::splice::SpliceConfig;
 use sluice_dataplane::stats::{Counters, SharedCounters};
 use sluice_dataplane::tables::snapshot::Snapshot as Tables;
 use sluice_dataplane::worker::{self, Idle, Redirects, Worker, WorkerConfig};
@@ -115,6 +116,8 @@ pub struct RunPlan {
     pub timeouts: Timeouts,
     /// Source NAT ports, inclusive, split among the workers.
     pub snat_ports: (u16, u16),
+    /// Delayed binding (SNI/Host listeners); its cookie secret is drawn at start.
+    pub splice: SpliceConfig,
     /// EAL arguments (only used when a DPDK port exists).
     pub eal: Vec<String>,
     /// Admin socket.
@@ -232,6 +235,11 @@ impl RunPlan {
             spec.conntrack.as_deref().unwrap_or(&Conntrack::default()),
             cores.len(),
         )?;
+        let splice = delayed_binding(
+            spec.delayed_binding
+                .as_deref()
+                .unwrap_or(&DelayedBinding::default()),
+        )?;
         Ok(RunPlan {
             ports,
             cores,
@@ -240,6 +248,7 @@ impl RunPlan {
             flow_capacity,
             timeouts,
             snat_ports,
+            splice,
             eal: spec.eal.clone(),
             admin_socket: spec
                 .admin
@@ -288,6 +297,7 @@ pub fn load(args: &RunArgs) -> Result<(RunPlan, Prepared), String> {
     if let Some(p) = &args.admin_socket {
         plan.admin_socket = p.clone();
     }
+    plan.splice.cookie_secret = cookie_secret()?;
     Ok((plan, prepared))
 }
 
@@ -396,6 +406,77 @@ pub fn conntrack(c: &Conntrack, workers: usize) -> Result<(Timeouts, (u16, u16))
     Ok((t, ports))
 }
 
+/// The Appliance's delayed-binding settings, checked against their ranges (the cookie
+/// secret is left at its default: [`run`] draws it from the OS).
+pub fn delayed_binding(d: &DelayedBinding) -> Result<SpliceConfig, String> {
+    let def = SpliceConfig::default();
+    let within =
+        |v: Option<u32>, name: &str, lo: u32, hi: u32, default: u64| -> Result<u64, String> {
+            match v {
+                None => Ok(default),
+                Some(v) if (lo..=hi).contains(&v) => Ok(u64::from(v)),
+                Some(v) => Err(format!("delayedBinding.{name} {v}: expected {lo} to {hi}")),
+            }
+        };
+    Ok(SpliceConfig {
+        embryos: within(
+            d.embryos_per_worker,
+            "embryosPerWorker",
+            1,
+            1 << 20,
+            def.embryos as u64,
+        )? as usize,
+        buffer_bytes: within(
+            d.buffer_bytes,
+            "bufferBytes",
+            512,
+            65535,
+            def.buffer_bytes as u64,
+        )? as usize,
+        max_pieces: within(d.max_segments, "maxSegments", 1, 8, def.max_pieces as u64)? as usize,
+        first_bytes_ms: within(
+            d.first_bytes_timeout_ms,
+            "firstBytesTimeoutMs",
+            1,
+            600_000,
+            def.first_bytes_ms,
+        )?,
+        syn_rto_ms: within(
+            d.backend_syn_timeout_ms,
+            "backendSynTimeoutMs",
+            1,
+            60_000,
+            def.syn_rto_ms,
+        )?,
+        syn_tries: within(
+            d.backend_syn_tries,
+            "backendSynTries",
+            1,
+            10,
+            u64::from(def.syn_tries),
+        )? as u8,
+        backend_tries: within(
+            d.backend_tries,
+            "backendTries",
+            1,
+            10,
+            u64::from(def.backend_tries),
+        )? as u8,
+        ..def
+    })
+}
+
+/// 16 bytes from the OS's random source, for the SYN cookie secret (shared by the
+/// workers so any of them accepts a cookie another made).
+fn cookie_secret() -> Result<[u8; 16], String> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| format!("reading /dev/urandom for the SYN cookie secret: {e}"))?;
+    Ok(b)
+}
+
 /// Builds worker `worker`'s stage (of `workers`) as the plan says.
 fn stage(
     fwd: Forwarder,
@@ -413,6 +494,7 @@ fn stage(
             flow_capacity: plan.flow_capacity,
             timeouts: plan.timeouts,
             snat_ports: plan.snat_ports,
+            splice: plan.splice.clone(),
             ..BalancerConfig::default()
         },
     )
@@ -806,6 +888,55 @@ spec:
         assert!(RunPlan::from_appliance(&bad, false)
             .unwrap_err()
             .contains("exactly one"));
+    }
+
+    #[test]
+    fn delayed_binding_settings_and_their_ranges() {
+        assert_eq!(
+            delayed_binding(&DelayedBinding::default()).unwrap(),
+            SpliceConfig::default()
+        );
+        let d = DelayedBinding {
+            embryos_per_worker: Some(64),
+            buffer_bytes: Some(4096),
+            max_segments: Some(3),
+            first_bytes_timeout_ms: Some(250),
+            backend_syn_timeout_ms: Some(200),
+            backend_syn_tries: Some(1),
+            backend_tries: Some(5),
+        };
+        let c = delayed_binding(&d).unwrap();
+        assert_eq!(
+            (c.embryos, c.buffer_bytes, c.max_pieces, c.first_bytes_ms),
+            (64, 4096, 3, 250)
+        );
+        assert_eq!((c.syn_rto_ms, c.syn_tries, c.backend_tries), (200, 1, 5));
+        for (bad, what) in [
+            (
+                DelayedBinding {
+                    buffer_bytes: Some(100),
+                    ..DelayedBinding::default()
+                },
+                "delayedBinding.bufferBytes 100: expected 512 to 65535",
+            ),
+            (
+                DelayedBinding {
+                    max_segments: Some(9),
+                    ..DelayedBinding::default()
+                },
+                "delayedBinding.maxSegments 9",
+            ),
+            (
+                DelayedBinding {
+                    embryos_per_worker: Some(0),
+                    ..DelayedBinding::default()
+                },
+                "delayedBinding.embryosPerWorker 0",
+            ),
+        ] {
+            let e = delayed_binding(&bad).unwrap_err();
+            assert!(e.contains(what), "{e}");
+        }
     }
 
     #[test]

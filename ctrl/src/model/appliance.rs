@@ -35,6 +35,37 @@ pub struct ApplianceSpec {
     /// Appliances leave it out).
     #[serde(default)]
     pub conntrack: Option<Box<Conntrack>>,
+    /// Delayed binding for SNI/Host listeners: embryo slots, first-bytes buffer and
+    /// deadline, backend connect retries (boxed: most Appliances leave it out).
+    #[serde(default)]
+    pub delayed_binding: Option<Box<DelayedBinding>>,
+}
+
+/// Delayed-binding settings (SNI/Host passthrough); defaults when absent.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DelayedBinding {
+    /// Connections a worker holds between its SYN cookie's return and the splice (1024).
+    #[serde(default)]
+    pub embryos_per_worker: Option<u32>,
+    /// Bytes buffered for a connection's first bytes (16384; 512 to 65535).
+    #[serde(default)]
+    pub buffer_bytes: Option<u32>,
+    /// Out-of-order pieces of first bytes held at once (8; 1 to 8).
+    #[serde(default)]
+    pub max_segments: Option<u32>,
+    /// Milliseconds the first bytes may take (5000).
+    #[serde(default)]
+    pub first_bytes_timeout_ms: Option<u32>,
+    /// Milliseconds between SYNs to a silent backend (1000).
+    #[serde(default)]
+    pub backend_syn_timeout_ms: Option<u32>,
+    /// SYNs sent to one backend before the next is tried (2).
+    #[serde(default)]
+    pub backend_syn_tries: Option<u32>,
+    /// Backends tried for one connection before the client is reset (3).
+    #[serde(default)]
+    pub backend_tries: Option<u32>,
 }
 
 /// Connection-tracking settings; every timeout in seconds, Linux nf_conntrack's default
