@@ -330,7 +330,10 @@ impl State {
         generation: u32,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        if !self.splice.embryos.is_open(idx) {
+        if !self.splice.embryos.is_open(idx)
+            || self.splice.embryos.get(idx).client != self.flows.get(id).orig
+        {
+            // The embryo is gone (or its slot serves another connection by now).
             self.flows.remove(id);
             self.removed_in_burst = true;
             return Verdict::Drop(DropReason::NoFlow);
