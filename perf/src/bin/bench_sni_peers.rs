@@ -187,7 +187,7 @@ fn start_sluice_l4(lane: &TapLane, spin: bool) -> Result<InProcessRun, String> {
     let conf = ForwarderConfig::with_virtual(
         vec![
             port("outside", outside.port.mac(), net::LANE_OUTSIDE),
-            port("inside", inside.port.mac(), net::LANE_INSIDE),
+            port("inside", inside.port.mac(), lane.inside),
         ],
         &[],
         vec![IpAddr::V4(net::LANE_VIP)],
@@ -431,7 +431,7 @@ fn main() {
             "backends": "one epoll thread in the backend netns: a (port 8001), b (port 8002); read the whole TLS record, answer `backend=<name>\\n`, close",
             "hello_capture": testdata.join(hello::BASE_CAPTURE).display().to_string(),
             "hello_bytes": hellos.first().and_then(|h| h.first()).map(|h| h.bytes.len()),
-            "topology": "client netns -veth- proxy netns -veth- backend netns (10.95.1.0/24, 10.95.2.0/24); in-process contenders on a TAP lane between the client and backend netns (10.95.3.0/24, 10.95.4.0/24)",
+            "topology": "client netns -veth- proxy netns -veth- backend netns (10.95.1.0/24, 10.95.2.0/24); in-process contenders on a TAP lane between the client and backend netns (10.95.3.0/24, 10.95.4.0/24), a source NAT address of its own per round (10.95.4.100+n) so a fresh instance never reuses tuples the backends hold in TIME_WAIT",
             "cps": "right answers in the window / window seconds",
             "cps_per_core": "right answers in the window / contender CPU seconds in the window (cpu_method)",
             "aggregation": "medians over rounds of cps, cps_per_core, cpu_s, p50/p99; sums of conns, errors, mismatches",

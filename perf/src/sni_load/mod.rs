@@ -306,7 +306,7 @@ pub struct InProcessRun {
 
 /// A contender in this process (sluice's workers) on a TAP lane: the closure opens the
 /// lane's two TAP devices by name (creating them), starts serving on [`net::LANE_VIP`]:443
-/// with [`net::LANE_OUTSIDE`] / [`net::LANE_INSIDE`] as its addresses and the backends at
+/// with [`net::LANE_OUTSIDE`] / [`TapLane::inside`] as its addresses and the backends at
 /// [`net::backend_tap`], and returns an [`InProcessRun`]. The harness then moves the
 /// devices into the client and backend namespaces ([`Topology::attach`]).
 pub struct InProcess {
@@ -377,7 +377,7 @@ impl Contender for InProcess {
     }
 
     fn start(&mut self, topo: &Topology) -> Result<Box<dyn Instance>, String> {
-        let lane = topo.tap_lane();
+        let lane = topo.tap_lane()?;
         let run = (self.start)(&lane)?;
         let inst = Box::new(InProcessInstance { run: Some(run) });
         topo.attach(&lane)?;

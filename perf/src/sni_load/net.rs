@@ -7,8 +7,17 @@
 //!
 //!  TAP lane (in-process contenders such as sluice, whose worker holds both TAP fds):
 //!  <outside> 10.95.3.1/24 ── TAP ── sluice 10.95.3.2, VIP 10.95.3.10 (:443)
-//!                                   sluice 10.95.4.2 ── TAP ── <inside> 10.95.4.11/24 (a), .12 (b)
+//!                                   sluice 10.95.4.100+n ── TAP ── <inside> 10.95.4.11/24 (a), .12 (b)
 //! ```
+//!
+//! Each lane (one per round) gives the contender a source NAT address of its own
+//! (10.95.4.100 + n): a fresh instance starts its SNAT port cursor afresh, and reusing an
+//! (address, port, backend) tuple that a backend still holds in TIME_WAIT from an earlier
+//! round fails: the new SYN carries the timestamp of another client connection, which on
+//! this kernel (6.18) is not ordered after the old one's (the timestamp offset differs
+//! between connections), so PAWS rejects it and the client retransmits its SYN a second
+//! later (seen here: `TcpExtPAWSTimewait` in the backend namespace, ~100 cps instead of
+//! thousands and a 3 s p99 in every round after the first).
 //!
 //! Every address is in 10.95.0.0/16 on a device the benchmark created inside a namespace
 //! of its own; nothing is configured in the initial namespace (a TAP device is created
@@ -38,8 +47,11 @@ pub const CLIENT_TAP: Ipv4Addr = Ipv4Addr::new(10, 95, 3, 1);
 pub const LANE_OUTSIDE: Ipv4Addr = Ipv4Addr::new(10, 95, 3, 2);
 /// The virtual address an in-process contender listens on.
 pub const LANE_VIP: Ipv4Addr = Ipv4Addr::new(10, 95, 3, 10);
-/// The in-process contender's address on the backend TAP (its source NAT address).
-pub const LANE_INSIDE: Ipv4Addr = Ipv4Addr::new(10, 95, 4, 2);
+/// The in-process contender's address on the backend TAP (its source NAT address) on the
+/// first lane; lane `n` uses the `n`th address after it.
+pub const LANE_INSIDE_FIRST: Ipv4Addr = Ipv4Addr::new(10, 95, 4, 100);
+/// How many lanes one topology can give out.
+pub const MAX_LANES: u8 = 150;
 /// Backend addresses on the TAP lane, in the order of [`BACKENDS`].
 pub const BACKEND_TAP: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 95, 4, 11), Ipv4Addr::new(10, 95, 4, 12)];
 /// Prefix length of every link.
@@ -82,6 +94,7 @@ pub fn ns_run(ns: &str, args: &[&str]) -> Result<String, String> {
 /// The three namespaces and the veths between them. Deleted on drop.
 #[derive(Debug)]
 pub struct Topology {
+    lanes: std::sync::atomic::AtomicU8,
     /// The load client's namespace.
     pub client: Netns,
     /// The external proxies' namespace.
@@ -95,6 +108,7 @@ impl Topology {
     /// docs). Needs root; panics (after cleaning up) when `ip` refuses.
     pub fn new() -> Result<Topology, String> {
         let t = Topology {
+            lanes: std::sync::atomic::AtomicU8::new(0),
             client: Netns::new("snc"),
             proxy: Netns::new("snp"),
             backend: Netns::new("snb"),
@@ -150,13 +164,22 @@ impl Topology {
         Ok(t)
     }
 
-    /// Names for a TAP lane's two devices, unique on the machine (the devices are created
-    /// in the initial namespace by whoever opens them).
-    pub fn tap_lane(&self) -> TapLane {
-        TapLane {
+    /// A new TAP lane: names for its two devices, unique on the machine (the devices are
+    /// created in the initial namespace by whoever opens them), and a source NAT address
+    /// no earlier lane of this topology used.
+    pub fn tap_lane(&self) -> Result<TapLane, String> {
+        let n = self
+            .lanes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n >= MAX_LANES {
+            return Err(format!("more than {MAX_LANES} TAP lanes"));
+        }
+        let first = u32::from(LANE_INSIDE_FIRST);
+        Ok(TapLane {
             outside_if: unique_name("sno"),
             inside_if: unique_name("sni"),
-        }
+            inside: Ipv4Addr::from(first + u32::from(n)),
+        })
     }
 
     /// Moves an opened TAP lane's devices into the client and backend namespaces and
@@ -218,7 +241,7 @@ impl Topology {
         pings.extend(
             BACKEND_TAP
                 .iter()
-                .map(|a| (&self.backend.name, *a, LANE_INSIDE)),
+                .map(|a| (&self.backend.name, *a, lane.inside)),
         );
         for (ns, from, to) in pings {
             ns_run(
@@ -239,15 +262,19 @@ impl Topology {
     }
 }
 
-/// The names of a TAP lane's devices: `outside_if` faces the client, `inside_if` the
-/// backends. Whoever runs the contender opens (creates) them; [`Topology::attach`] moves
-/// them into the namespaces. They disappear when their opener closes them.
+/// A TAP lane: its devices' names (`outside_if` faces the client, `inside_if` the
+/// backends) and the contender's address towards the backends. Whoever runs the contender
+/// opens (creates) the devices; [`Topology::attach`] moves them into the namespaces. They
+/// disappear when their opener closes them.
 #[derive(Debug, Clone)]
 pub struct TapLane {
     /// The client-side device.
     pub outside_if: String,
     /// The backend-side device.
     pub inside_if: String,
+    /// The contender's address on the backend side (its source NAT address); on the
+    /// client side it is [`LANE_OUTSIDE`] with [`LANE_VIP`].
+    pub inside: Ipv4Addr,
 }
 
 /// Spawns thread `name` that enters namespace `ns`, pins itself to `core` (if any) and
