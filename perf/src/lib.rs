@@ -6,7 +6,11 @@
 //!
 //! This library holds what several benchmarks share: medians, per-thread CPU time, the
 //! forwarding-rate summary ([`Run`]), the measurement window over a running worker
-//! ([`measure_worker`]) and the `dpdk-testpmd` runner ([`testpmd_run`]).
+//! ([`measure_worker`]) and the `dpdk-testpmd` runner ([`testpmd_run`]), and [`sni_load`],
+//! the kernel-side harness of the SNI routing comparison (namespaces, backends, load
+//! client, HAProxy/nginx processes and the slot for sluice).
+
+pub mod sni_load;
 
 use serde_json::{json, Value};
 use sluice_dataplane::pipeline::{Ctx, Stage, Verdict};

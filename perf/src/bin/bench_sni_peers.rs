@@ -1,0 +1,454 @@
+//! SNI routing, connections per second per core: HAProxy and nginx side by side, with a
+//! slot for sluice. Prints JSON on stdout (figures are never asserted), progress on
+//! stderr.
+//!
+//! Issue #7's comparison: the same backends and the same client load through
+//!
+//! - `haproxy`: `mode tcp`, `tcp-request inspect-delay 5s`, `tcp-request content accept if
+//!   { req.ssl_hello_type 1 }`, `use_backend ... if { req.ssl_sni -i ... }`, `nbthread 1`;
+//! - `nginx`: `stream` with `ssl_preread on`, `map $ssl_preread_server_name $upstream`,
+//!   `proxy_pass $upstream`, `worker_processes 1`;
+//! - `sluice_l4_tcp`: **not SNI routing**. sluice's SNI passthrough (delayed binding) is
+//!   not there yet; until it is, the slot runs sluice's L4 balancer (`Worker<Balancer>` in
+//!   this process on two TAP ports: a Gateway API Gateway with a `TCP` listener on 443
+//!   and a TCPRoute to Service `a`) to show the hook measures an in-process worker the
+//!   same way. Every connection must reach backend `a`, whatever its SNI.
+//!
+//! Each contender runs on core 1 (`taskset`, or the worker's pinning); the load client
+//! (64 connections in flight by default, the Firefox ClientHello of
+//! `shared/testdata/tls` with SNI `a.example.test` or `b.example.test`, every answer
+//! checked against the backend the SNI maps to) and the two backends run on core 0.
+//! Contenders alternate in rounds (the order rotates each round); the figures are
+//! medians over the rounds. Topology, accounting and caveats: `sluice_perf::sni_load`.
+//!
+//! CPU time: HAProxy's and nginx's from `/proc/PID/stat` (utime + stime of the process
+//! tree). sluice's worker runs as `sluice run` runs it on TAP ports (busy-polls, then
+//! sleeps after 256 empty rounds, up to 500 µs) and is charged its thread's CPU time
+//! (`schedstat`): like the peers' figure, it does not count time the thread was
+//! preempted. The TSC cycles of its busy poll rounds (`busy_cycles`: rx, pipeline, tx)
+//! are reported beside it; they are wall-clock cycles, so on a machine shared with other
+//! work they include preemption (seen here: 1.05 s of busy cycles in a 1 s window in
+//! which the thread ran 0.33 s). `--sluice-idle spin` busy-polls without sleeping (as on
+//! DPDK ports) and charges the busy cycles instead, since the thread's CPU time is then
+//! the wall time.
+//!
+//! Needs root (namespaces, TAP) and `haproxy`, `nginx`, `libnginx-mod-stream` from
+//! `scripts/setup`; installs nothing itself.
+//!
+//! Usage: `bench_sni_peers [--duration S] [--warmup S] [--rounds N] [--conns C]
+//! [--only haproxy,nginx,sluice] [--timeout S] [--sluice-idle sleep|spin]`.
+
+use serde_json::{json, Value};
+use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
+use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf};
+use sluice_dataplane::port::{tap, Pool};
+use sluice_dataplane::rcu::Publisher;
+use sluice_dataplane::stats::{DropReason, Event};
+use sluice_dataplane::worker::{self, Idle, Worker, WorkerConfig};
+use sluice_perf::sni_load::backend::Backends;
+use sluice_perf::sni_load::net::{self, TapLane, Topology};
+use sluice_perf::sni_load::{
+    self, hello, proxy, Contender, CpuSample, External, InProcess, InProcessRun, Round, RoundSpec,
+    Routing,
+};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Opts {
+    /// Busy-poll sluice's worker (charged its busy cycles) instead of letting it sleep
+    /// when idle as `sluice run` does on TAP ports (charged its thread CPU time).
+    sluice_spin: bool,
+    duration: f64,
+    warmup: f64,
+    rounds: usize,
+    conns: usize,
+    timeout: f64,
+    only: Vec<String>,
+}
+
+const ALL: [&str; 3] = ["haproxy", "nginx", "sluice"];
+
+fn usage(msg: &str) -> ! {
+    eprintln!(
+        "bench_sni_peers: {msg}\nusage: bench_sni_peers [--duration S] [--warmup S] [--rounds N] [--conns C] [--timeout S] [--only haproxy,nginx,sluice] [--sluice-idle sleep|spin]"
+    );
+    std::process::exit(2)
+}
+
+fn opts() -> Opts {
+    let mut o = Opts {
+        duration: 3.0,
+        warmup: 0.5,
+        rounds: 3,
+        conns: 64,
+        timeout: 5.0,
+        only: ALL.iter().map(|s| s.to_string()).collect(),
+        sluice_spin: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut num = |what: &str| -> f64 {
+            it.next()
+                .and_then(|s| s.parse::<f64>().ok())
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .unwrap_or_else(|| usage(&format!("{what} needs a number")))
+        };
+        match a.as_str() {
+            "--duration" => o.duration = num("--duration").max(0.2),
+            "--warmup" => o.warmup = num("--warmup"),
+            "--rounds" => o.rounds = (num("--rounds") as usize).max(1),
+            "--conns" => o.conns = (num("--conns") as usize).clamp(1, 10_000),
+            "--timeout" => o.timeout = num("--timeout").max(0.1),
+            "--only" => {
+                let list = it.next().unwrap_or_else(|| usage("--only needs a list"));
+                o.only = list.split(',').map(|s| s.trim().to_string()).collect();
+                if let Some(bad) = o.only.iter().find(|s| !ALL.contains(&s.as_str())) {
+                    usage(&format!(
+                        "unknown contender {bad:?} (haproxy, nginx, sluice)"
+                    ));
+                }
+            }
+            "--sluice-idle" => {
+                o.sluice_spin = match it.next().as_deref() {
+                    Some("spin") => true,
+                    Some("sleep") => false,
+                    _ => usage("--sluice-idle needs spin or sleep"),
+                }
+            }
+            "-h" | "--help" => {
+                usage("SNI routing cps per core, HAProxy vs nginx (+ sluice L4 hook)")
+            }
+            other => usage(&format!("unknown argument {other}")),
+        }
+    }
+    o
+}
+
+/// The manifests of the L4 hook: Gateway on the lane VIP, TCP listener on 443, a
+/// TCPRoute to Service `a` (one pod on the lane's backend `a` address).
+fn l4_manifests() -> String {
+    let (name, port) = net::BACKENDS[0];
+    format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: sni-bench}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: sni-bench}}
+spec:
+  gatewayClassName: sluice
+  addresses: [{{type: IPAddress, value: {vip}}}]
+  listeners: [{{name: tls-as-tcp, port: {front}, protocol: TCP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {{name: to-{name}, namespace: sni-bench}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules: [{{backendRefs: [{{name: {name}, port: {port}}}]}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: sni-bench}}
+spec: {{selector: {{app: {name}}}, ports: [{{port: {port}}}]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}-0, namespace: sni-bench, labels: {{app: {name}}}}}
+status: {{podIP: {ip}}}
+"#,
+        vip = net::LANE_VIP,
+        front = net::FRONT_PORT,
+        ip = net::BACKEND_TAP[0],
+    )
+}
+
+/// Starts sluice's L4 balancer on the lane: one worker pinned to the proxy core polling
+/// both TAP ports (`spin`: without ever sleeping).
+fn start_sluice_l4(lane: &TapLane, spin: bool) -> Result<InProcessRun, String> {
+    let snapshot = sluice_tests::kernel::try_compile(&l4_manifests())
+        .map_err(|e| format!("config: {}", e.join("; ")))?;
+    let pool = Pool::new(16 * 1024);
+    let outside = tap::open("outside", &lane.outside_if, 1, &pool)
+        .map_err(|e| format!("TAP {}: {e}", lane.outside_if))?;
+    let inside = tap::open("inside", &lane.inside_if, 1, &pool)
+        .map_err(|e| format!("TAP {}: {e}", lane.inside_if))?;
+    let port = |name: &str, mac, addr| PortConf {
+        name: name.into(),
+        mac,
+        addrs: vec![IfAddr {
+            addr: IpAddr::V4(addr),
+            prefix_len: net::PREFIX,
+        }],
+    };
+    let conf = ForwarderConfig::with_virtual(
+        vec![
+            port("outside", outside.port.mac(), net::LANE_OUTSIDE),
+            port("inside", inside.port.mac(), lane.inside),
+        ],
+        &[],
+        vec![IpAddr::V4(net::LANE_VIP)],
+    )?;
+    let publisher = Publisher::new(snapshot, 1);
+    let stage = Balancer::new(
+        Forwarder::new(Arc::new(conf), Arc::new(NeighbourCache::new(256))),
+        publisher.reader().ok_or("no reader slot")?,
+        BalancerConfig {
+            flow_capacity: 1 << 20,
+            ..BalancerConfig::default()
+        },
+    );
+    let ports = vec![outside.port.clone(), inside.port.clone()];
+    let mut queues = outside.queues;
+    queues.extend(inside.queues);
+    let w = Worker::new(
+        WorkerConfig {
+            id: 0,
+            core: Some(sni_load::PROXY_CORE),
+            idle: if spin {
+                Idle::Spin
+            } else {
+                // What `sluice run` uses when any port is not DPDK.
+                Idle::Sleep {
+                    after: 256,
+                    max: Duration::from_micros(500),
+                }
+            },
+        },
+        queues,
+        stage,
+    );
+    let shared = w.shared_counters();
+    let stop = Arc::new(AtomicBool::new(false));
+    let handle = worker::spawn(w, stop.clone()).map_err(|e| format!("worker: {e}"))?;
+    let tsc_hz = sluice_dataplane::port::tsc_hz().max(1) as f64;
+    let cpu = Box::new(move || {
+        let c = shared.snapshot();
+        let os = sluice_perf::thread_cpu_ns("self", "sluice-w0")
+            .ok_or("no thread sluice-w0 (worker gone?)")? as f64
+            / 1e9;
+        let busy = c.busy_cycles as f64 / tsc_hz;
+        Ok(CpuSample {
+            charged_s: if spin { busy } else { os },
+            os_s: os,
+            busy_s: Some(busy),
+        })
+    });
+    let stop_fn = Box::new(move || {
+        stop.store(true, Ordering::Relaxed);
+        let c = handle.join();
+        drop(publisher);
+        drop(ports);
+        let in_use = pool.in_use();
+        match c {
+            Ok(c) => {
+                let mut drops = serde_json::Map::new();
+                for r in DropReason::ALL {
+                    if c.drops_of(*r) > 0 {
+                        drops.insert(r.name().into(), json!(c.drops_of(*r)));
+                    }
+                }
+                json!({
+                    "flows_created": c.events_of(Event::FlowCreated),
+                    "packets": c.packets,
+                    "cycles_per_packet": c.cycles_per_packet(),
+                    "busy_polls": c.busy_polls,
+                    "empty_polls": c.empty_polls,
+                    "drops": drops,
+                    "buffers_not_returned": in_use,
+                })
+            }
+            Err(_) => json!({"error": "worker panicked"}),
+        }
+    });
+    Ok(InProcessRun { cpu, stop: stop_fn })
+}
+
+fn contenders(o: &Opts) -> Vec<Box<dyn Contender>> {
+    let mut v: Vec<Box<dyn Contender>> = Vec::new();
+    for name in ALL {
+        if !o.only.iter().any(|s| s == name) {
+            continue;
+        }
+        match name {
+            "haproxy" => v.push(Box::new(External::haproxy())),
+            "nginx" => v.push(Box::new(External::nginx())),
+            _ => {
+                let spin = o.sluice_spin;
+                let method = if spin {
+                    "worker busy-polls (Idle::Spin): TSC cycles of its busy poll rounds (counter busy_cycles) / TSC Hz, wall-clock (includes preemption); its thread CPU time (cpu_s_os) is about the wall time"
+                } else {
+                    "worker thread CPU time (schedstat), idle policy of `sluice run` on TAP ports (Idle::Sleep after 256 empty rounds, up to 500 us); busy-cycle seconds in cpu_s_busy_cycles"
+                };
+                v.push(Box::new(InProcess::new(
+                    "sluice_l4_tcp",
+                    Routing::AllTo(net::BACKENDS[0].0.to_string()),
+                    method,
+                    move |lane: &TapLane| start_sluice_l4(lane, spin),
+                )))
+            }
+        }
+    }
+    v
+}
+
+fn ratio(a: &Value, b: &Value, key: &str) -> Value {
+    match (a[key].as_f64(), b[key].as_f64()) {
+        (Some(x), Some(y)) if y > 0.0 => json!(x / y),
+        _ => Value::Null,
+    }
+}
+
+fn main() {
+    let o = opts();
+    if !sluice_tests::sys::can_admin_net() {
+        eprintln!("bench_sni_peers: needs root with CAP_NET_ADMIN, /dev/net/tun and iproute2");
+        std::process::exit(1);
+    }
+    if !core_affinity::set_for_current(core_affinity::CoreId {
+        id: sni_load::LOAD_CORE,
+    }) {
+        eprintln!("bench_sni_peers: could not pin the control thread to core 0");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, stop.clone());
+    }
+    let testdata = hello::testdata_dir();
+    let spec = RoundSpec {
+        conns: o.conns,
+        warmup: Duration::from_secs_f64(o.warmup),
+        duration: Duration::from_secs_f64(o.duration),
+        timeout: Duration::from_secs_f64(o.timeout),
+        ready_limit: Duration::from_secs(10),
+    };
+    let mut cs = contenders(&o);
+    let mut hellos = Vec::new();
+    for c in &cs {
+        match c.routing().hellos(&testdata) {
+            Ok(h) => hellos.push(h),
+            Err(e) => {
+                eprintln!("bench_sni_peers: ClientHellos: {e} (set SLUICE_TESTDATA to shared/testdata/tls)");
+                std::process::exit(1);
+            }
+        }
+    }
+    let topo = match Topology::new() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("bench_sni_peers: topology: {e}");
+            std::process::exit(1);
+        }
+    };
+    let backends = match Backends::start(&topo.backend.name, sni_load::LOAD_CORE, &net::BACKENDS) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("bench_sni_peers: {e}");
+            std::process::exit(1);
+        }
+    };
+    let n = cs.len();
+    let mut rounds: Vec<Vec<Round>> = vec![Vec::new(); n];
+    let mut failures: Vec<Vec<String>> = vec![Vec::new(); n];
+    'rounds: for r in 0..o.rounds {
+        for k in 0..n {
+            let i = (r + k) % n;
+            if stop.load(Ordering::Relaxed) {
+                break 'rounds;
+            }
+            let name = cs[i].name().to_string();
+            eprintln!("bench_sni_peers: round {}/{} {name}", r + 1, o.rounds);
+            match sni_load::measure(cs[i].as_mut(), &topo, &spec, &hellos[i], &stop) {
+                Ok(m) => {
+                    eprintln!(
+                        "bench_sni_peers:   {name}: {:.0} cps, {:.0} cps per core ({:.2} CPU s), {} errors, {} mismatches, p99 {:.2} ms",
+                        m.cps(),
+                        m.cps_per_core(),
+                        m.cpu.charged_s,
+                        m.load.total_errors(),
+                        m.load.mismatches,
+                        m.load.quantile_ms(0.99)
+                    );
+                    rounds[i].push(m);
+                }
+                Err(e) => {
+                    eprintln!("bench_sni_peers:   {name} failed: {e}");
+                    failures[i].push(e);
+                }
+            }
+        }
+    }
+    let backend_stats = backends.stop();
+    drop(topo);
+
+    let mut per = serde_json::Map::new();
+    for (i, c) in cs.iter().enumerate() {
+        per.insert(
+            c.name().to_string(),
+            sni_load::summary(c.as_ref(), &rounds[i], &failures[i]),
+        );
+    }
+    let mut ratios = serde_json::Map::new();
+    if let Some(s) = per.get("sluice_l4_tcp") {
+        for peer in ["haproxy", "nginx"] {
+            if let Some(p) = per.get(peer) {
+                ratios.insert(
+                    format!("sluice_l4_tcp_over_{peer}"),
+                    json!({
+                        "cps_per_core": ratio(s, p, "cps_per_core"),
+                        "cps": ratio(s, p, "cps"),
+                    }),
+                );
+            }
+        }
+        ratios.insert(
+            "note".into(),
+            json!("sluice_l4_tcp is sluice's L4 TCP balancer (no SNI inspection, every connection to one backend): a check of the harness, not issue #7's SNI figure"),
+        );
+    }
+    if let (Some(h), Some(n)) = (per.get("haproxy"), per.get("nginx")) {
+        ratios.insert(
+            "nginx_over_haproxy".into(),
+            json!({"cps_per_core": ratio(n, h, "cps_per_core"), "cps": ratio(n, h, "cps")}),
+        );
+    }
+    let report = json!({
+        "what": "TLS routing by SNI, connections per second per core: HAProxy (mode tcp, req.ssl_sni) and nginx (stream, ssl_preread) side by side on the same backends and client load; sluice's slot runs its L4 TCP balancer until SNI passthrough exists",
+        "bench": "sni_peers",
+        "setup": {
+            "contender_core": sni_load::PROXY_CORE,
+            "load_core": sni_load::LOAD_CORE,
+            "conns_in_flight": o.conns,
+            "warmup_s": o.warmup,
+            "duration_s": o.duration,
+            "rounds": o.rounds,
+            "per_connection_timeout_s": o.timeout,
+            "sluice_idle": if o.sluice_spin { "spin" } else { "sleep (as sluice run on TAP)" },
+            "client": "one epoll thread in the client netns: connect, send a ClientHello (Firefox capture, SNI a.example.test or b.example.test in turn), read to EOF, check `backend=<name>`, close; a new connection as soon as one ends",
+            "backends": "one epoll thread in the backend netns: a (port 8001), b (port 8002); read the whole TLS record, answer `backend=<name>\\n`, close",
+            "hello_capture": testdata.join(hello::BASE_CAPTURE).display().to_string(),
+            "hello_bytes": hellos.first().and_then(|h| h.first()).map(|h| h.bytes.len()),
+            "topology": "client netns -veth- proxy netns -veth- backend netns (10.95.1.0/24, 10.95.2.0/24); in-process contenders on a TAP lane between the client and backend netns (10.95.3.0/24, 10.95.4.0/24), a source NAT address of its own per round (10.95.4.100+n) so a fresh instance never reuses tuples the backends hold in TIME_WAIT",
+            "cps": "right answers in the window / window seconds",
+            "cps_per_core": "right answers in the window / contender CPU seconds in the window (cpu_method)",
+            "aggregation": "medians over rounds of cps, cps_per_core, cpu_s, p50/p99; sums of conns, errors, mismatches",
+            "haproxy_version": proxy::version("haproxy", &["-v"]),
+            "nginx_version": proxy::version("nginx", &["-v"]),
+            "tsc_hz": sluice_dataplane::port::tsc_hz(),
+        },
+        "contenders": per,
+        "ratios": ratios,
+        "backends": match backend_stats {
+            Ok(s) => json!({"answered": s.answered, "incomplete": s.incomplete}),
+            Err(e) => json!({"error": e}),
+        },
+        "interrupted": stop.load(Ordering::Relaxed),
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&report).unwrap_or_default()
+    );
+}

@@ -1,0 +1,641 @@
+//! The kernel-side harness of the SNI routing benchmarks (issue #7): connections per second
+//! per core of a proxy that routes TLS connections by SNI, measured the same way for
+//! every contender.
+//!
+//! - [`net`]: three network namespaces (client, proxy, backends) joined by veths, a TAP
+//!   lane for contenders that run in this process (sluice), threads that run inside a
+//!   namespace. Everything is deleted on drop.
+//! - [`backend`]: the backends (`backend=a\n`, then close), one epoll thread.
+//! - [`client`]: the load client: `C` connections in flight, a real ClientHello each,
+//!   the answer checked against the backend its SNI maps to.
+//! - [`hello`]: the ClientHellos (the Firefox capture of `shared/testdata/tls` with the
+//!   SNI replaced).
+//! - [`proxy`]: HAProxy and nginx configurations, their processes and CPU accounting.
+//! - here: [`Contender`] (something that can be started, measured and stopped), the two
+//!   kinds of contender ([`External`] processes; [`InProcess`] closures over a TAP lane),
+//!   and [`measure`], which runs one round.
+//!
+//! Cores: the contender runs on [`PROXY_CORE`]; the load client, the backends and this
+//! process's control thread share [`LOAD_CORE`]. A round is: start the contender, wait
+//! until a probe connection through it is answered by the right backend, run the load
+//! (a warm-up, then the window), read the contender's CPU time at the window's two ends,
+//! stop the contender. **cps** = right answers in the window / window seconds;
+//! **cps_per_core** = right answers / the contender's CPU seconds in the window (what a
+//! core fully busy with it would do).
+//!
+//! Kernel work on a packet is charged to whoever runs when it happens: the receive side
+//! of a veth runs in the sender's context (its core, its system time), so the proxy's
+//! CPU time includes part of its peers' TCP receive processing and the other way round —
+//! for every external contender alike. A TAP write likewise runs the kernel's receive path
+//! in the writer's thread.
+
+pub mod backend;
+pub mod client;
+pub mod hello;
+pub mod net;
+pub mod proxy;
+
+use client::{Hello, LoadReport, LoadSpec};
+use net::{TapLane, Topology};
+use proxy::{ProxyProcess, WorkDir};
+use serde_json::{json, Value};
+use std::net::SocketAddrV4;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The core a contender runs on.
+pub const PROXY_CORE: usize = crate::FWD_CORE;
+/// The core of the load client, the backends and the control thread.
+pub const LOAD_CORE: usize = 0;
+
+/// The routes of the benchmark: `(SNI, backend index in net::BACKENDS)`.
+pub const SNI_ROUTES: [(&str, usize); 2] = [("a.example.test", 0), ("b.example.test", 1)];
+
+/// How a contender routes, hence which backend must answer each hello.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Routing {
+    /// By SNI ([`SNI_ROUTES`]).
+    Sni,
+    /// Every connection to one backend whatever its SNI (an L4 route): its name.
+    AllTo(String),
+}
+
+impl Routing {
+    /// The hellos the client sends (every SNI of [`SNI_ROUTES`] in turn, whatever the
+    /// routing: the same load for everyone) with the answer each must get.
+    pub fn hellos(&self, capture_dir: &std::path::Path) -> Result<Vec<Hello>, String> {
+        SNI_ROUTES
+            .iter()
+            .map(|(sni, b)| {
+                Ok(Hello {
+                    sni: sni.to_string(),
+                    bytes: hello::from_testdata(capture_dir, sni)?,
+                    expect: match self {
+                        Routing::Sni => net::BACKENDS[*b].0.to_string(),
+                        Routing::AllTo(name) => name.clone(),
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// A word for the report.
+    pub fn describe(&self) -> String {
+        match self {
+            Routing::Sni => "sni".into(),
+            Routing::AllTo(b) => format!("l4: every connection to backend {b}, SNI ignored"),
+        }
+    }
+}
+
+/// CPU time a running contender has used so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CpuSample {
+    /// What the contender is charged, seconds (see [`Contender::cpu_method`]): its
+    /// processes' CPU time for a proxy process; its worker thread's CPU time, or the
+    /// cycles of its busy poll rounds, for sluice.
+    pub charged_s: f64,
+    /// The kernel's account of its threads' CPU time, seconds: the `schedstat` run time
+    /// of every thread (about the wall time for a thread that busy-polls).
+    pub os_s: f64,
+    /// Time the contender's own counters say it spent working (sluice: TSC cycles of its
+    /// busy poll rounds / TSC Hz; wall-clock, so it includes time it was preempted).
+    pub busy_s: Option<f64>,
+}
+
+impl CpuSample {
+    /// `self - earlier`, field by field.
+    pub fn since(&self, earlier: &CpuSample) -> CpuSample {
+        CpuSample {
+            charged_s: self.charged_s - earlier.charged_s,
+            os_s: self.os_s - earlier.os_s,
+            busy_s: self.busy_s.zip(earlier.busy_s).map(|(a, b)| a - b),
+        }
+    }
+}
+
+/// A started contender.
+pub trait Instance {
+    /// Where the client connects.
+    fn target(&self) -> SocketAddrV4;
+    /// CPU time used so far.
+    fn cpu(&mut self) -> Result<CpuSample, String>;
+    /// Stops it; what it wants to add to the round's report (counters, logs).
+    fn stop(self: Box<Self>, failed: bool) -> Value;
+}
+
+/// Something the benchmark can start in the topology, measure and stop.
+pub trait Contender {
+    /// Its name in the report (`haproxy`, `nginx`, `sluice_l4_tcp`).
+    fn name(&self) -> &str;
+    /// How it routes.
+    fn routing(&self) -> Routing;
+    /// How its CPU time is counted (for the report).
+    fn cpu_method(&self) -> &str;
+    /// Starts it, serving the benchmark's routes in `topo`.
+    fn start(&mut self, topo: &Topology) -> Result<Box<dyn Instance>, String>;
+}
+
+/// Writes a contender's configuration given its work directory: `(file name, text)`.
+pub type ConfigFn = dyn Fn(&std::path::Path) -> (String, String);
+/// The command that starts a contender given its configuration file: `(program, args)`.
+pub type CommandFn = dyn Fn(&std::path::Path) -> (String, Vec<String>);
+/// Starts an in-process contender on a TAP lane.
+pub type StartFn = dyn FnMut(&TapLane) -> Result<InProcessRun, String>;
+
+/// A proxy process (HAProxy, nginx, or anything started from a command) in the proxy
+/// namespace, pinned to [`PROXY_CORE`], listening on [`net::PROXY_FRONT`]:443.
+pub struct External {
+    name: String,
+    /// `(config file name, config text)` from the work directory's path.
+    config: Box<ConfigFn>,
+    /// The program and its arguments given the config file's path.
+    command: Box<CommandFn>,
+}
+
+impl External {
+    /// A contender started as `command(config path)` with the file `config(dir)` written
+    /// first.
+    pub fn new(
+        name: &str,
+        config: impl Fn(&std::path::Path) -> (String, String) + 'static,
+        command: impl Fn(&std::path::Path) -> (String, Vec<String>) + 'static,
+    ) -> External {
+        External {
+            name: name.into(),
+            config: Box::new(config),
+            command: Box::new(command),
+        }
+    }
+
+    /// The SNI routes as `(name, backend address)` on the proxy namespace's link.
+    pub fn routes() -> Vec<(String, SocketAddrV4)> {
+        SNI_ROUTES
+            .iter()
+            .map(|(sni, b)| (sni.to_string(), net::backend_peer(*b)))
+            .collect()
+    }
+
+    /// HAProxy (`haproxy -f haproxy.cfg -db`).
+    pub fn haproxy() -> External {
+        let front = SocketAddrV4::new(net::PROXY_FRONT, net::FRONT_PORT);
+        External::new(
+            "haproxy",
+            move |_| {
+                (
+                    "haproxy.cfg".into(),
+                    proxy::haproxy_config(front, &External::routes()),
+                )
+            },
+            |cfg| {
+                (
+                    "haproxy".into(),
+                    vec!["-f".into(), cfg.display().to_string(), "-db".into()],
+                )
+            },
+        )
+    }
+
+    /// nginx (`nginx -p DIR -c nginx.conf`, master and one worker, in the foreground).
+    pub fn nginx() -> External {
+        let front = SocketAddrV4::new(net::PROXY_FRONT, net::FRONT_PORT);
+        External::new(
+            "nginx",
+            move |dir| {
+                (
+                    "nginx.conf".into(),
+                    proxy::nginx_config(dir, front, &External::routes()),
+                )
+            },
+            |cfg| {
+                let dir = cfg.parent().unwrap_or(cfg).display().to_string();
+                (
+                    "nginx".into(),
+                    vec![
+                        "-p".into(),
+                        dir.clone(),
+                        "-c".into(),
+                        cfg.display().to_string(),
+                        "-e".into(),
+                        format!("{dir}/error.log"),
+                    ],
+                )
+            },
+        )
+    }
+}
+
+struct ExternalRun {
+    proc: ProxyProcess,
+    dir: WorkDir,
+}
+
+impl Instance for ExternalRun {
+    fn target(&self) -> SocketAddrV4 {
+        SocketAddrV4::new(net::PROXY_FRONT, net::FRONT_PORT)
+    }
+
+    fn cpu(&mut self) -> Result<CpuSample, String> {
+        self.proc.check_alive()?;
+        let t = self.proc.cpu();
+        Ok(CpuSample {
+            charged_s: t.stat_s,
+            os_s: t.schedstat_s,
+            busy_s: None,
+        })
+    }
+
+    fn stop(mut self: Box<Self>, failed: bool) -> Value {
+        let clean = self.proc.stop();
+        let mut v = json!({"exited_on_sigterm": clean});
+        if failed {
+            self.dir.keep();
+            v["log_tail"] = json!(self.proc.log_tail());
+            v["kept_dir"] = json!(self.dir.path.display().to_string());
+        }
+        v
+    }
+}
+
+impl Contender for External {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn routing(&self) -> Routing {
+        Routing::Sni
+    }
+
+    fn cpu_method(&self) -> &str {
+        "utime+stime of the process tree (/proc/PID/stat)"
+    }
+
+    fn start(&mut self, topo: &Topology) -> Result<Box<dyn Instance>, String> {
+        let mut dir = WorkDir::new(&self.name)?;
+        let (file, text) = (self.config)(&dir.path);
+        let cfg = dir.path.join(file);
+        std::fs::write(&cfg, text).map_err(|e| format!("{}: {e}", cfg.display()))?;
+        let (program, args) = (self.command)(&cfg);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let log = dir.path.join("output.log");
+        match ProxyProcess::spawn(
+            &topo.proxy.name,
+            PROXY_CORE,
+            &program,
+            &args,
+            &dir.path,
+            log,
+        ) {
+            Ok(proc) => Ok(Box::new(ExternalRun { proc, dir })),
+            Err(e) => {
+                dir.keep();
+                Err(e)
+            }
+        }
+    }
+}
+
+/// What an [`InProcess`] start closure returns: how to read its CPU time and how to stop
+/// it.
+pub struct InProcessRun {
+    /// CPU time used so far.
+    pub cpu: Box<dyn FnMut() -> Result<CpuSample, String>>,
+    /// Stops it (joins its threads, closes its TAP devices); its report.
+    pub stop: Box<dyn FnOnce() -> Value>,
+}
+
+/// A contender in this process (sluice's workers) on a TAP lane: the closure opens the
+/// lane's two TAP devices by name (creating them), starts serving on [`net::LANE_VIP`]:443
+/// with [`net::LANE_OUTSIDE`] / [`TapLane::inside`] as its addresses and the backends at
+/// [`net::backend_tap`], and returns an [`InProcessRun`]. The harness then moves the
+/// devices into the client and backend namespaces ([`Topology::attach`]).
+pub struct InProcess {
+    name: String,
+    routing: Routing,
+    cpu_method: String,
+    start: Box<StartFn>,
+}
+
+impl InProcess {
+    /// A contender named `name` routing as `routing`, whose CPU time is counted as
+    /// `cpu_method` says, started by `start`.
+    pub fn new(
+        name: &str,
+        routing: Routing,
+        cpu_method: &str,
+        start: impl FnMut(&TapLane) -> Result<InProcessRun, String> + 'static,
+    ) -> InProcess {
+        InProcess {
+            name: name.into(),
+            routing,
+            cpu_method: cpu_method.into(),
+            start: Box::new(start),
+        }
+    }
+}
+
+struct InProcessInstance {
+    run: Option<InProcessRun>,
+}
+
+impl Instance for InProcessInstance {
+    fn target(&self) -> SocketAddrV4 {
+        SocketAddrV4::new(net::LANE_VIP, net::FRONT_PORT)
+    }
+
+    fn cpu(&mut self) -> Result<CpuSample, String> {
+        match self.run.as_mut() {
+            Some(r) => (r.cpu)(),
+            None => Err("stopped".into()),
+        }
+    }
+
+    fn stop(mut self: Box<Self>, _failed: bool) -> Value {
+        self.run.take().map_or(Value::Null, |r| (r.stop)())
+    }
+}
+
+impl Drop for InProcessInstance {
+    fn drop(&mut self) {
+        if let Some(r) = self.run.take() {
+            let _ = (r.stop)();
+        }
+    }
+}
+
+impl Contender for InProcess {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn routing(&self) -> Routing {
+        self.routing.clone()
+    }
+
+    fn cpu_method(&self) -> &str {
+        &self.cpu_method
+    }
+
+    fn start(&mut self, topo: &Topology) -> Result<Box<dyn Instance>, String> {
+        let lane = topo.tap_lane()?;
+        let run = (self.start)(&lane)?;
+        let inst = Box::new(InProcessInstance { run: Some(run) });
+        topo.attach(&lane)?;
+        Ok(inst)
+    }
+}
+
+/// How to run one round.
+#[derive(Debug, Clone)]
+pub struct RoundSpec {
+    /// Connections in flight.
+    pub conns: usize,
+    /// Warm-up before the window.
+    pub warmup: Duration,
+    /// The window.
+    pub duration: Duration,
+    /// Per-connection timeout.
+    pub timeout: Duration,
+    /// Longest wait for the contender to answer a probe after its start.
+    pub ready_limit: Duration,
+}
+
+/// One round of one contender.
+#[derive(Debug, Clone, Default)]
+pub struct Round {
+    /// What the client saw.
+    pub load: LoadReport,
+    /// Window length, seconds.
+    pub window_s: f64,
+    /// The contender's CPU time in the window.
+    pub cpu: CpuSample,
+    /// Busy time of the contender's core in the window (everything that ran there,
+    /// other tenants of the machine included; `/proc/stat`), seconds.
+    pub proxy_core_busy_s: f64,
+    /// Busy time of the load core in the window, seconds.
+    pub load_core_busy_s: f64,
+    /// Seconds from start until the probe was answered.
+    pub ready_s: f64,
+    /// What the contender reported when stopped.
+    pub stopped: Value,
+}
+
+impl Round {
+    /// Right answers per wall-clock second.
+    pub fn cps(&self) -> f64 {
+        self.load.conns as f64 / self.window_s.max(1e-9)
+    }
+
+    /// Right answers per second of the contender's CPU time.
+    pub fn cps_per_core(&self) -> f64 {
+        if self.cpu.charged_s > 0.0 {
+            self.load.conns as f64 / self.cpu.charged_s
+        } else {
+            0.0
+        }
+    }
+
+    /// Whether the load core was busy (≥ 95 %) for the whole window: the wall-clock rate
+    /// is then the load side's limit as much as the contender's (cps per core is not
+    /// affected: it divides by the contender's own CPU time).
+    pub fn load_bound(&self) -> bool {
+        self.load_core_busy_s >= 0.95 * self.window_s
+    }
+
+    /// The round as JSON.
+    pub fn json(&self) -> Value {
+        json!({
+            "cps": self.cps(),
+            "cps_per_core": self.cps_per_core(),
+            "cpu_s": self.cpu.charged_s,
+            "cpu_s_os": self.cpu.os_s,
+            "cpu_s_busy_cycles": self.cpu.busy_s,
+            "conns": self.load.conns,
+            "errors": self.load.errors,
+            "mismatches": self.load.mismatches,
+            "mismatch_detail": self.load.mismatch_detail,
+            "unfinished": self.load.unfinished,
+            "warmup_conns": self.load.warmup_ended,
+            "p50_ms": self.load.quantile_ms(0.5),
+            "p99_ms": self.load.quantile_ms(0.99),
+            "window_s": self.window_s,
+            "proxy_core_busy_s": self.proxy_core_busy_s,
+            "load_core_busy_s": self.load_core_busy_s,
+            "load_bound": self.load_bound(),
+            "ready_s": self.ready_s,
+            "stopped": self.stopped,
+        })
+    }
+}
+
+/// Busy (non-idle, non-iowait) time of each core so far, seconds, from `/proc/stat`.
+pub fn core_busy_s() -> Vec<f64> {
+    let hz = rustix::param::clock_ticks_per_second().max(1) as f64;
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let Some(name) = f.next() else { continue };
+        if !name.starts_with("cpu") || name == "cpu" {
+            continue;
+        }
+        let v: Vec<u64> = f.filter_map(|x| x.parse().ok()).collect();
+        // user nice system idle iowait irq softirq steal ...
+        let total: u64 = v.iter().take(8).sum();
+        let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+        out.push(total.saturating_sub(idle) as f64 / hz);
+    }
+    out
+}
+
+fn busy_delta(a: &[f64], b: &[f64], core: usize) -> f64 {
+    match (a.get(core), b.get(core)) {
+        (Some(x), Some(y)) => y - x,
+        _ => 0.0,
+    }
+}
+
+/// The error of a round cut short by the `stop` flag.
+pub const INTERRUPTED: &str = "interrupted";
+
+/// Sleeps until `t`, in short steps, returning early (false) when `stop` is set.
+fn sleep_until(t: Instant, stop: &AtomicBool) -> bool {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= t {
+            return true;
+        }
+        std::thread::sleep((t - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// Probes `target` from the client namespace with `hello` until the right backend
+/// answers (`Ok(seconds waited)`) or `limit` passes.
+fn wait_ready(
+    topo: &Topology,
+    target: SocketAddrV4,
+    hello: &Hello,
+    limit: Duration,
+    inst: &mut dyn Instance,
+) -> Result<f64, String> {
+    let t0 = Instant::now();
+    let mut last = String::new();
+    while t0.elapsed() < limit {
+        // An external process that died will not become ready.
+        inst.cpu()?;
+        let h = hello.clone();
+        let probe = net::spawn_in(&topo.client.name, Some(LOAD_CORE), "sni-probe", move || {
+            client::probe(target, &h, Duration::from_secs(1))
+        })?;
+        match net::join(probe) {
+            Ok(()) => return Ok(t0.elapsed().as_secs_f64()),
+            Err(e) => last = e,
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("not ready after {limit:?}: {last}"))
+}
+
+/// Runs one round of `c` (see the module docs); `stop` aborts it (SIGINT).
+pub fn measure(
+    c: &mut dyn Contender,
+    topo: &Topology,
+    spec: &RoundSpec,
+    hellos: &[Hello],
+    stop: &AtomicBool,
+) -> Result<Round, String> {
+    let mut inst = c.start(topo)?;
+    let res = run_started(inst.as_mut(), topo, spec, hellos, stop);
+    // A failed round keeps the contender's logs; an interrupted one is not a failure.
+    let failed = matches!(&res, Err(e) if e != INTERRUPTED);
+    let stopped = inst.stop(failed);
+    match res {
+        Ok(mut r) => {
+            r.stopped = stopped;
+            Ok(r)
+        }
+        Err(e) => Err(format!("{e}; on stop: {stopped}")),
+    }
+}
+
+fn run_started(
+    inst: &mut dyn Instance,
+    topo: &Topology,
+    spec: &RoundSpec,
+    hellos: &[Hello],
+    stop: &AtomicBool,
+) -> Result<Round, String> {
+    let target = inst.target();
+    let first = hellos.first().ok_or("no hellos")?;
+    let ready_s = wait_ready(topo, target, first, spec.ready_limit, inst)?;
+    let window_start = Instant::now() + spec.warmup;
+    let load = LoadSpec {
+        target,
+        hellos: hellos.to_vec(),
+        conns: spec.conns,
+        window_start,
+        duration: spec.duration,
+        timeout: spec.timeout,
+    };
+    let handle = net::spawn_in(&topo.client.name, Some(LOAD_CORE), "sni-load", move || {
+        client::run(&load)
+    })?;
+    if !sleep_until(window_start, stop) {
+        let _ = net::join(handle);
+        return Err(INTERRUPTED.into());
+    }
+    let (cpu0, busy0, t0) = (inst.cpu()?, core_busy_s(), Instant::now());
+    let end = window_start + spec.duration;
+    let finished = sleep_until(end, stop);
+    let (cpu1, busy1, t1) = (inst.cpu(), core_busy_s(), Instant::now());
+    let load = net::join(handle)?;
+    if !finished {
+        return Err(INTERRUPTED.into());
+    }
+    let cpu1 = cpu1?;
+    Ok(Round {
+        load,
+        window_s: (t1 - t0).as_secs_f64(),
+        cpu: cpu1.since(&cpu0),
+        proxy_core_busy_s: busy_delta(&busy0, &busy1, PROXY_CORE),
+        load_core_busy_s: busy_delta(&busy0, &busy1, LOAD_CORE),
+        ready_s,
+        stopped: Value::Null,
+    })
+}
+
+/// A contender's rounds summed up: medians of the per-round rates and latencies, sums of
+/// connections, errors and mismatches.
+pub fn summary(c: &dyn Contender, rounds: &[Round], failures: &[String]) -> Value {
+    let med =
+        |f: &dyn Fn(&Round) -> f64| crate::median(&mut rounds.iter().map(f).collect::<Vec<_>>());
+    let mut errors = std::collections::BTreeMap::<String, u64>::new();
+    for r in rounds {
+        for (k, v) in &r.load.errors {
+            *errors.entry(k.clone()).or_default() += v;
+        }
+    }
+    let conns: u64 = rounds.iter().map(|r| r.load.conns).sum();
+    let mismatches: u64 = rounds.iter().map(|r| r.load.mismatches).sum();
+    json!({
+        "routing": c.routing().describe(),
+        "cpu_method": c.cpu_method(),
+        "valid": !rounds.is_empty() && mismatches == 0 && conns > 0,
+        "cps": med(&|r| r.cps()),
+        "cps_per_core": med(&|r| r.cps_per_core()),
+        "cpu_s": med(&|r| r.cpu.charged_s),
+        "conns": conns,
+        "errors": errors,
+        "mismatches": mismatches,
+        "p50_ms": med(&|r| r.load.quantile_ms(0.5)),
+        "p99_ms": med(&|r| r.load.quantile_ms(0.99)),
+        "proxy_core_busy_s": med(&|r| r.proxy_core_busy_s),
+        "load_core_busy_s": med(&|r| r.load_core_busy_s),
+        "load_bound_rounds": rounds.iter().filter(|r| r.load_bound()).count(),
+        "rounds": rounds.iter().map(Round::json).collect::<Vec<_>>(),
+        "failed_rounds": failures,
+    })
+}
