@@ -118,6 +118,10 @@ pub struct RunPlan {
     pub snat_ports: (u16, u16),
     /// Delayed binding (SNI/Host listeners); its cookie secret is drawn at start.
     pub splice: SpliceConfig,
+    /// Seeds each start's flow hashing and where the SNAT port cursor begins (drawn at
+    /// start: a restarted sluice must not reuse its last run's SNAT tuples in the same
+    /// order, which backends may still hold in TIME_WAIT).
+    pub seed: u64,
     /// EAL arguments (only used when a DPDK port exists).
     pub eal: Vec<String>,
     /// Admin socket.
@@ -249,6 +253,7 @@ impl RunPlan {
             timeouts,
             snat_ports,
             splice,
+            seed: BalancerConfig::default().seed,
             eal: spec.eal.clone(),
             admin_socket: spec
                 .admin
@@ -297,7 +302,9 @@ pub fn load(args: &RunArgs) -> Result<(RunPlan, Prepared), String> {
     if let Some(p) = &args.admin_socket {
         plan.admin_socket = p.clone();
     }
-    plan.splice.cookie_secret = cookie_secret()?;
+    let secret = random_bytes()?;
+    plan.splice.cookie_secret = secret[..16].try_into().unwrap_or([0; 16]);
+    plan.seed = u64::from_le_bytes(secret[16..].try_into().unwrap_or([0; 8]));
     Ok((plan, prepared))
 }
 
@@ -466,14 +473,14 @@ pub fn delayed_binding(d: &DelayedBinding) -> Result<SpliceConfig, String> {
     })
 }
 
-/// 16 bytes from the OS's random source, for the SYN cookie secret (shared by the
-/// workers so any of them accepts a cookie another made).
-fn cookie_secret() -> Result<[u8; 16], String> {
+/// 24 bytes from the OS's random source: the SYN cookie secret (16, shared by the
+/// workers so any of them accepts a cookie another made) and the start's seed (8).
+fn random_bytes() -> Result<[u8; 24], String> {
     use std::io::Read;
-    let mut b = [0u8; 16];
+    let mut b = [0u8; 24];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut b))
-        .map_err(|e| format!("reading /dev/urandom for the SYN cookie secret: {e}"))?;
+        .map_err(|e| format!("reading /dev/urandom for the SYN cookie secret and seed: {e}"))?;
     Ok(b)
 }
 
@@ -495,6 +502,7 @@ fn stage(
             timeouts: plan.timeouts,
             snat_ports: plan.snat_ports,
             splice: plan.splice.clone(),
+            seed: plan.seed ^ (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
             ..BalancerConfig::default()
         },
     )
