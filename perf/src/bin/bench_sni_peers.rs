@@ -8,11 +8,10 @@
 //!   { req.ssl_hello_type 1 }`, `use_backend ... if { req.ssl_sni -i ... }`, `nbthread 1`;
 //! - `nginx`: `stream` with `ssl_preread on`, `map $ssl_preread_server_name $upstream`,
 //!   `proxy_pass $upstream`, `worker_processes 1`;
-//! - `sluice_l4_tcp`: **not SNI routing**. sluice's SNI passthrough (delayed binding) is
-//!   not there yet; until it is, the slot runs sluice's L4 balancer (`Worker<Balancer>` in
-//!   this process on two TAP ports: a Gateway API Gateway with a `TCP` listener on 443
-//!   and a TCPRoute to Service `a`) to show the hook measures an in-process worker the
-//!   same way. Every connection must reach backend `a`, whatever its SNI.
+//! - `sluice`: SNI passthrough by delayed binding (`Worker<Balancer>` in this process on
+//!   two TAP ports: a Gateway API Gateway with a TLS `Passthrough` listener on the front
+//!   port and a TLSRoute per name): SYN cookie, ClientHello read, backend connected,
+//!   connections spliced.
 //!
 //! Each contender runs on core 1 (`taskset`, or the worker's pinning); the load client
 //! (64 connections in flight by default, the Firefox ClientHello of
@@ -117,20 +116,18 @@ fn opts() -> Opts {
                     _ => usage("--sluice-idle needs spin or sleep"),
                 }
             }
-            "-h" | "--help" => {
-                usage("SNI routing cps per core, HAProxy vs nginx (+ sluice L4 hook)")
-            }
+            "-h" | "--help" => usage("SNI routing cps per core: HAProxy, nginx, sluice"),
             other => usage(&format!("unknown argument {other}")),
         }
     }
     o
 }
 
-/// The manifests of the L4 hook: Gateway on the lane VIP, TCP listener on 443, a
-/// TCPRoute to Service `a` (one pod on the lane's backend `a` address).
-fn l4_manifests() -> String {
-    let (name, port) = net::BACKENDS[0];
-    format!(
+/// sluice's manifests: a Gateway on the lane VIP with a TLS Passthrough listener on the
+/// front port and a TLSRoute per name of [`sni_load::SNI_ROUTES`] to its backend's
+/// Service (one pod on the lane's address of that backend).
+fn sni_manifests() -> String {
+    let mut y = format!(
         r#"apiVersion: v1
 kind: Namespace
 metadata: {{name: sni-bench}}
@@ -141,13 +138,21 @@ metadata: {{name: gw, namespace: sni-bench}}
 spec:
   gatewayClassName: sluice
   addresses: [{{type: IPAddress, value: {vip}}}]
-  listeners: [{{name: tls-as-tcp, port: {front}, protocol: TCP}}]
----
+  listeners: [{{name: tls, port: {front}, protocol: TLS, tls: {{mode: Passthrough}}}}]
+"#,
+        vip = net::LANE_VIP,
+        front = net::FRONT_PORT,
+    );
+    for (sni, b) in sni_load::SNI_ROUTES {
+        let (name, port) = net::BACKENDS[b];
+        y.push_str(&format!(
+            r#"---
 apiVersion: gateway.networking.k8s.io/v1alpha2
-kind: TCPRoute
+kind: TLSRoute
 metadata: {{name: to-{name}, namespace: sni-bench}}
 spec:
   parentRefs: [{{name: gw}}]
+  hostnames: [{sni}]
   rules: [{{backendRefs: [{{name: {name}, port: {port}}}]}}]
 ---
 apiVersion: v1
@@ -160,16 +165,16 @@ kind: Pod
 metadata: {{name: {name}-0, namespace: sni-bench, labels: {{app: {name}}}}}
 status: {{podIP: {ip}}}
 "#,
-        vip = net::LANE_VIP,
-        front = net::FRONT_PORT,
-        ip = net::BACKEND_TAP[0],
-    )
+            ip = net::BACKEND_TAP[b],
+        ));
+    }
+    y
 }
 
-/// Starts sluice's L4 balancer on the lane: one worker pinned to the proxy core polling
+/// Starts sluice's balancer (SNI passthrough by delayed binding) on the lane: one worker pinned to the proxy core polling
 /// both TAP ports (`spin`: without ever sleeping).
-fn start_sluice_l4(lane: &TapLane, spin: bool) -> Result<InProcessRun, String> {
-    let snapshot = sluice_tests::kernel::try_compile(&l4_manifests())
+fn start_sluice(lane: &TapLane, spin: bool) -> Result<InProcessRun, String> {
+    let snapshot = sluice_tests::kernel::try_compile(&sni_manifests())
         .map_err(|e| format!("config: {}", e.join("; ")))?;
     let pool = Pool::new(16 * 1024);
     let outside = tap::open("outside", &lane.outside_if, 1, &pool)
@@ -284,10 +289,10 @@ fn contenders(o: &Opts) -> Vec<Box<dyn Contender>> {
                     "worker thread CPU time (schedstat), idle policy of `sluice run` on TAP ports (Idle::Sleep after 256 empty rounds, up to 500 us); busy-cycle seconds in cpu_s_busy_cycles"
                 };
                 v.push(Box::new(InProcess::new(
-                    "sluice_l4_tcp",
-                    Routing::AllTo(net::BACKENDS[0].0.to_string()),
+                    "sluice",
+                    Routing::Sni,
                     method,
-                    move |lane: &TapLane| start_sluice_l4(lane, spin),
+                    move |lane: &TapLane| start_sluice(lane, spin),
                 )))
             }
         }
@@ -392,11 +397,11 @@ fn main() {
         );
     }
     let mut ratios = serde_json::Map::new();
-    if let Some(s) = per.get("sluice_l4_tcp") {
+    if let Some(s) = per.get("sluice") {
         for peer in ["haproxy", "nginx"] {
             if let Some(p) = per.get(peer) {
                 ratios.insert(
-                    format!("sluice_l4_tcp_over_{peer}"),
+                    format!("sluice_over_{peer}"),
                     json!({
                         "cps_per_core": ratio(s, p, "cps_per_core"),
                         "cps": ratio(s, p, "cps"),
@@ -404,10 +409,6 @@ fn main() {
                 );
             }
         }
-        ratios.insert(
-            "note".into(),
-            json!("sluice_l4_tcp is sluice's L4 TCP balancer (no SNI inspection, every connection to one backend): a check of the harness, not issue #7's SNI figure"),
-        );
     }
     if let (Some(h), Some(n)) = (per.get("haproxy"), per.get("nginx")) {
         ratios.insert(
@@ -416,7 +417,7 @@ fn main() {
         );
     }
     let report = json!({
-        "what": "TLS routing by SNI, connections per second per core: HAProxy (mode tcp, req.ssl_sni) and nginx (stream, ssl_preread) side by side on the same backends and client load; sluice's slot runs its L4 TCP balancer until SNI passthrough exists",
+        "what": "TLS routing by SNI, connections per second per core: HAProxy (mode tcp, req.ssl_sni), nginx (stream, ssl_preread) and sluice (delayed binding on TAP ports) side by side on the same backends and client load",
         "bench": "sni_peers",
         "setup": {
             "contender_core": sni_load::PROXY_CORE,
