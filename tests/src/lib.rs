@@ -10,10 +10,14 @@
 //!   namespaces, child processes) that clean up on drop, also when a test fails.
 //! - [`kernel`]: real kernel clients and servers (python3 in network namespaces) around
 //!   sluice's balancer running in the test process.
+//! - [`kernel_tls`]: real TLS and HTTP programs for the delayed-binding kernel tests
+//!   (self-signed certificates, `openssl s_server`, python3 TLS/HTTP servers and clients,
+//!   a SYN flooder) and client bytes read from pcaps.
 
 pub mod apps;
 pub mod hello;
 pub mod kernel;
+pub mod kernel_tls;
 pub mod sim;
 pub mod sys;
 pub mod tables;

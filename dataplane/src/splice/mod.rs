@@ -28,9 +28,18 @@
 //!   sequence number (out of order, retransmitted, overlapping) and the contiguous prefix
 //!   is parsed ([`crate::inspect`]) whenever it grows past what the parser asked for.
 //!   sluice does **not** acknowledge the bytes: it never owns data, so it never has to
-//!   retransmit any; the backend's acknowledgments reach the client once spliced (a
-//!   ClientHello or request head fits the initial window; a longer one that stalls the
-//!   client meets the deadline).
+//!   retransmit any; the backend's acknowledgments reach the client once spliced. Until
+//!   then the client's congestion control sees no acknowledgment, so the first bytes
+//!   must all leave the client within its initial congestion window (10 segments on
+//!   Linux, whatever their size) and before its first retransmission timeout (at least
+//!   200 ms on Linux): after it the client retransmits its first unacknowledged segment
+//!   and sends little or nothing new. A ClientHello or request head written at once fits.
+//!   Written in more than about 10 segments, or in writes spread over more than about
+//!   one RTO, or with several of its segments lost at once, it stalls the client until
+//!   the deadline (then the default route, or RST); with Nagle's algorithm on, the second
+//!   of two small writes leaves only with the first retransmission (about one RTO of
+//!   latency). Acknowledging held bytes would lift this, at the price of owning them (a
+//!   reliable replay to the backend).
 //! - **Verdict** ([`inspect`]): a ClientHello's SNI or a request's Host routes through
 //!   the listener's host matcher; not TLS on a TLS port, no name, no matching route,
 //!   nothing before the deadline (server-first protocols), a prefix that outgrows the
