@@ -237,7 +237,9 @@ pub struct Flow {
 /// spliced, the sequence offset and the two window scales.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Splice {
-    /// [`Splice::PLAIN`], [`Splice::EMBRYO`] or [`Splice::SPLICED`].
+    /// [`Splice::PLAIN`], [`Splice::EMBRYO`], [`Splice::SPLICED`] or
+    /// [`Splice::REPLAYING`] (low nibble; spliced: the high nibble is the shift applied to
+    /// the client's windows when the backend declined window scaling).
     pub phase: u8,
     /// Spliced: the backend's window scale (high nibble) and the scale sluice announced
     /// to the client (low nibble).
@@ -254,6 +256,9 @@ impl Splice {
     pub const EMBRYO: u8 = 1;
     /// Both connections established; packets rewritten.
     pub const SPLICED: u8 = 2;
+    /// Spliced, but the backend has not yet acknowledged every byte sluice replayed:
+    /// `value` is the embryo holding them (and the final splice state).
+    pub const REPLAYING: u8 = 3;
     /// A plain flow's value.
     pub const NONE: Splice = Splice {
         phase: Splice::PLAIN,

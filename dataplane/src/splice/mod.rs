@@ -27,19 +27,10 @@
 //!   [`SpliceConfig::max_pieces`] separate pieces, and a deadline. Segments are placed by
 //!   sequence number (out of order, retransmitted, overlapping) and the contiguous prefix
 //!   is parsed ([`crate::inspect`]) whenever it grows past what the parser asked for.
-//!   sluice does **not** acknowledge the bytes: it never owns data, so it never has to
-//!   retransmit any; the backend's acknowledgments reach the client once spliced. Until
-//!   then the client's congestion control sees no acknowledgment, so the first bytes
-//!   must all leave the client within its initial congestion window (10 segments on
-//!   Linux, whatever their size) and before its first retransmission timeout (at least
-//!   200 ms on Linux): after it the client retransmits its first unacknowledged segment
-//!   and sends little or nothing new. A ClientHello or request head written at once fits.
-//!   Written in more than about 10 segments, or in writes spread over more than about
-//!   one RTO, or with several of its segments lost at once, it stalls the client until
-//!   the deadline (then the default route, or RST); with Nagle's algorithm on, the second
-//!   of two small writes leaves only with the first retransmission (about one RTO of
-//!   latency). Acknowledging held bytes would lift this, at the price of owning them (a
-//!   reliable replay to the backend).
+//!   sluice **acknowledges** the contiguous bytes it holds as they arrive (window: the
+//!   buffer's free room), so the client's congestion control and Nagle's algorithm run
+//!   as with any server, whatever the number of segments or the pauses between writes.
+//!   Having acknowledged them, sluice owns them until the backend does: see *Replay*.
 //! - **Verdict** ([`inspect`]): a ClientHello's SNI or a request's Host routes through
 //!   the listener's host matcher; not TLS on a TLS port, no name, no matching route,
 //!   nothing before the deadline (server-first protocols), a prefix that outgrows the
@@ -50,7 +41,11 @@
 //!   denied -> RST) -> SNAT -> a SYN to the backend with the client's initial sequence
 //!   number and options (so the client's sequence space needs no rewriting). On its
 //!   SYN-ACK sluice records `delta = cookie - backend isn` and the backend's window scale,
-//!   acknowledges it and replays the buffered bytes. A backend that resets, or stays
+//!   acknowledges it and replays the buffered bytes.
+//! - **Replay**: the flow is spliced at once (packets flow both ways with the rewrite),
+//!   but the embryo and its buffer stay until the backend acknowledges every replayed
+//!   byte; until then the replay is sent again every [`SpliceConfig::syn_rto_ms`], up to
+//!   [`REPLAY_TRIES`] times (then both sides are reset). A backend that resets, or stays
 //!   silent through [`SpliceConfig::syn_tries`] SYNs, is replaced by the route's next
 //!   pick, up to [`SpliceConfig::backend_tries`] backends; then the client gets RST.
 //! - **Splice**: from the backend, `seq += delta` and the window is rescaled from the
@@ -126,7 +121,12 @@ pub enum Phase {
     Connecting,
     /// sluice answered the request itself (redirect) and closes.
     Responding,
+    /// Spliced; the replayed bytes are not all acknowledged by the backend yet.
+    Replaying,
 }
+
+/// Times the replay is sent before the connection is given up.
+pub const REPLAY_TRIES: u8 = 5;
 
 /// A connection between the cookie's return and the splice (or sluice's own answer).
 #[derive(Debug, Clone, Copy)]
@@ -164,6 +164,10 @@ pub struct Embryo {
     pub answer: u16,
     /// Client tuple (addresses as the flow table stores them, ports).
     pub client: crate::flow::Tuple,
+    /// Replaying: the backend's initial sequence number.
+    pub backend_isn: u32,
+    /// Replaying: the flow's splice state once the replay is acknowledged.
+    pub spliced: crate::flow::Splice,
     position: u32,
 }
 
@@ -212,6 +216,8 @@ const EMPTY: Embryo = Embryo {
         dport: 0,
         proto: 0,
     },
+    backend_isn: 0,
+    spliced: crate::flow::Splice::NONE,
     position: 0,
 };
 

@@ -364,6 +364,7 @@ impl State {
             return Verdict::Drop(DropReason::SpliceConsumed); // a late retransmitted SYN
         }
         let (_, win, payload) = tcp_parts(pkt, l4);
+        let payload_empty = payload.is_empty();
         let phase = self.splice.embryos.get(idx).phase;
         if phase == Phase::Responding {
             return self.responding_client(pkt, l4, id, idx, payload.len(), ctx);
@@ -397,10 +398,41 @@ impl State {
                 end = Some(Event::FirstBytesClientFin);
             }
         }
-        if phase == Phase::Connecting {
+        if phase != Phase::Reading {
+            return self.ack_client(pkt, idx, !payload_empty, ctx);
+        }
+        match self.embryo_decide(pkt, id, idx, end, snap, generation, ctx) {
+            Verdict::Drop(DropReason::SpliceConsumed) => {
+                self.ack_client(pkt, idx, !payload_empty, ctx)
+            }
+            v => v,
+        }
+    }
+
+    /// Acknowledges the bytes an embryo holds (if the client's segment carried data),
+    /// offering the buffer's free room as the window; written into `pkt`.
+    fn ack_client(&mut self, pkt: &mut Pkt, idx: u32, data: bool, ctx: &mut Ctx<'_>) -> Verdict {
+        if !data {
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
-        self.embryo_decide(pkt, id, idx, end, snap, generation, ctx)
+        let e = *self.splice.embryos.get(idx);
+        let shift = if e.syn.wscale.is_some() {
+            self.splice.cfg.wscale
+        } else {
+            0
+        };
+        let room = self.splice.cfg.buffer_bytes.saturating_sub(e.pieces.end());
+        let seg = Seg {
+            src: e.client.destination(),
+            dst: e.client.source(),
+            seq: e.our_isn.wrapping_add(1),
+            ack: e.client_isn.wrapping_add(1 + e.pieces.contiguous() as u32),
+            flags: tcp::flags::ACK,
+            window: (room >> shift).min(0xffff) as u16,
+            options: &[],
+            payload: &[],
+        };
+        self.route_out(pkt, usize::from(e.in_port), &seg, ctx)
     }
 
     /// Parses what the embryo holds and acts: wait, answer, connect a backend or reset.
@@ -705,84 +737,157 @@ impl State {
         };
         let backend_isn = l4.seq;
         let now_s = (ctx.now_ms / 1000) as u32;
+        let spliced = Splice {
+            phase: Splice::SPLICED | (fix << 4),
+            scales: (bws << 4) | ows,
+            value: e.our_isn.wrapping_sub(backend_isn),
+        };
+        let have = e.pieces.contiguous();
         {
             let f = self.flows.get_mut(id);
-            f.splice = Splice {
-                phase: Splice::SPLICED | (fix << 4),
-                scales: (bws << 4) | ows,
-                value: e.our_isn.wrapping_sub(backend_isn),
-            };
             f.state = TcpState::Established;
+            f.splice = if have == 0 {
+                spliced
+            } else {
+                Splice {
+                    phase: Splice::REPLAYING,
+                    scales: 0,
+                    value: idx,
+                }
+            };
         }
         self.flows
             .on_packet(id, Dir::Orig, Some(TcpFlags(ACK)), now_s);
-        // Replay the buffered bytes: earlier chunks in fresh buffers (they leave first),
-        // the last one in this packet. A chunk that cannot be sent is not lost: sluice never
-        // acknowledged it, so the client sends it again.
+        ctx.counters.event(Event::Spliced);
+        let rto = self.splice.cfg.syn_rto_ms;
+        {
+            let m = self.splice.embryos.get_mut(idx);
+            m.phase = Phase::Replaying;
+            m.spliced = spliced;
+            m.backend_isn = backend_isn;
+            m.replay = have as u32;
+            m.syns = 1;
+            m.deadline_ms = ctx.now_ms + rto;
+            // The backend's MSS bounds the replay's segments.
+            m.syn.mss = b.mss.unwrap_or(536).min(e.syn.mss);
+        }
+        let v = self.replay(in_port, idx, id, Some(pkt), ctx);
+        if have == 0 {
+            self.splice.embryos.close(idx);
+        }
+        v
+    }
+
+    /// Sends the bytes an embryo holds to its backend, after the handshake ACK (with the
+    /// last chunk in `last`, if given, else every chunk in a fresh buffer). The embryo
+    /// keeps them until the backend acknowledges them ([`Splice::REPLAYING`]).
+    fn replay(
+        &mut self,
+        port: usize,
+        idx: u32,
+        id: FlowId,
+        last: Option<&mut Pkt>,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        let e = *self.splice.embryos.get(idx);
         let (src, dst) = self.flows.get(id).rewrite(Dir::Orig);
-        let have = e.pieces.contiguous();
-        let mss = usize::from(b.mss.unwrap_or(536).min(e.syn.mss)).max(64);
+        let have = e.replay as usize;
+        let mss = usize::from(e.syn.mss).max(64);
+        let fix = e.spliced.phase >> 4;
         let window = rescale(e.client_win, fix, 0);
         let chunks = have.div_ceil(mss).max(1);
-        for k in 0..chunks - 1 {
+        let Some(&mac) = self.macs.get(port) else {
+            return Verdict::Drop(DropReason::BadPort);
+        };
+        let seg_at = |k: usize, buf: &[u8]| -> (u32, usize, usize) {
+            let from = (k * mss).min(have);
+            let to = ((k + 1) * mss).min(have).min(buf.len());
+            (e.client_isn.wrapping_add(1 + from as u32), from, to)
+        };
+        let in_place = usize::from(last.is_some());
+        // Earlier chunks in fresh buffers (they leave before this burst's packets).
+        for k in 0..chunks - in_place {
             let Some(mut p) = ctx.io.as_ref().and_then(|io| io.alloc()) else {
                 break;
             };
-            let payload = &self.splice.embryos.buf(idx)[k * mss..(k + 1) * mss];
+            let buf = self.splice.embryos.buf(idx);
+            let (seq, from, to) = seg_at(k, buf);
             let seg = Seg {
                 src,
                 dst,
-                seq: e.client_isn.wrapping_add(1 + (k * mss) as u32),
-                ack: backend_isn.wrapping_add(1),
-                flags: tcp::flags::ACK,
+                seq,
+                ack: e.backend_isn.wrapping_add(1),
+                flags: tcp::flags::ACK | tcp::flags::PSH,
                 window,
                 options: &[],
-                payload,
-            };
-            let Some(&mac) = self.macs.get(in_port) else {
-                break;
+                payload: &buf[from..to],
             };
             if !write_seg(&mut p, mac, mac, &seg) {
                 break;
             }
-            let v = self.fwd.process(in_port, &mut p, ctx);
+            let v = self.fwd.process(port, &mut p, ctx);
             dispatch(v, p, ctx);
         }
-        let last = (chunks - 1) * mss;
-        let payload_len = have - last.min(have);
-        // The last chunk is copied out of the embryo before the embryo is returned.
-        let seg_seq = e.client_isn.wrapping_add(1 + last as u32);
-        let v = {
-            let Some(&mac) = self.macs.get(in_port) else {
-                return Verdict::Drop(DropReason::BadPort);
-            };
-            let payload = &self.splice.embryos.buf(idx)[last..last + payload_len];
-            let seg = Seg {
-                src,
-                dst,
-                seq: seg_seq,
-                ack: backend_isn.wrapping_add(1),
-                flags: if payload_len > 0 {
-                    tcp::flags::ACK | tcp::flags::PSH
-                } else {
-                    tcp::flags::ACK
-                },
-                window,
-                options: &[],
-                payload,
-            };
-            if !write_seg(pkt, mac, mac, &seg) {
-                Verdict::Drop(DropReason::NoRoom)
-            } else {
-                Verdict::Tx(0)
-            }
+        let Some(pkt) = last else {
+            return Verdict::Drop(DropReason::SpliceConsumed);
         };
-        self.splice.embryos.close(idx);
-        ctx.counters.event(Event::Spliced);
-        match v {
-            Verdict::Tx(_) => self.fwd.process(in_port, pkt, ctx),
-            other => other,
+        let buf = self.splice.embryos.buf(idx);
+        let (seq, from, to) = seg_at(chunks - 1, buf);
+        let seg = Seg {
+            src,
+            dst,
+            seq,
+            ack: e.backend_isn.wrapping_add(1),
+            flags: if to > from {
+                tcp::flags::ACK | tcp::flags::PSH
+            } else {
+                tcp::flags::ACK
+            },
+            window,
+            options: &[],
+            payload: &buf[from..to],
+        };
+        if !write_seg(pkt, mac, mac, &seg) {
+            return Verdict::Drop(DropReason::NoRoom);
         }
+        self.fwd.process(port, pkt, ctx)
+    }
+
+    /// A packet of a flow whose replay the backend has not fully acknowledged: an
+    /// acknowledgment that covers it installs the final splice state and returns the
+    /// embryo. Returns the splice state to rewrite the packet with, or the packet's fate.
+    pub(super) fn replaying(
+        &mut self,
+        in_port: usize,
+        pkt: &mut Pkt,
+        l4: &L4,
+        (id, dir): (FlowId, Dir),
+        idx: u32,
+        ctx: &mut Ctx<'_>,
+    ) -> Result<Splice, Verdict> {
+        if !self.splice.embryos.is_open(idx)
+            || self.splice.embryos.get(idx).client != self.flows.get(id).orig
+        {
+            self.flows.remove(id);
+            self.removed_in_burst = true;
+            return Err(Verdict::Drop(DropReason::NoFlow));
+        }
+        let e = *self.splice.embryos.get(idx);
+        if dir == Dir::Reply {
+            if l4.flags & SYN != 0 {
+                return Err(self.splice_reack(in_port, pkt, l4, id, ctx));
+            }
+            let acked = l4.flags & ACK != 0
+                && l4.ack.wrapping_sub(e.client_isn.wrapping_add(1)) as i32 >= e.replay as i32;
+            if acked || l4.flags & RST != 0 {
+                self.flows.get_mut(id).splice = e.spliced;
+                self.splice.embryos.close(idx);
+            }
+        } else if l4.flags & RST != 0 {
+            self.flows.get_mut(id).splice = e.spliced;
+            self.splice.embryos.close(idx);
+        }
+        Ok(e.spliced)
     }
 
     /// The backend reset or stayed silent: the route's next pick, or RST to the client.
@@ -915,7 +1020,8 @@ impl State {
     fn embryo_close(&mut self, idx: u32, id: Option<FlowId>) {
         if let Some(id) = id {
             let f = self.flows.get(id);
-            if f.splice.phase == Splice::EMBRYO && f.splice.value == idx {
+            if matches!(f.splice.phase, Splice::EMBRYO | Splice::REPLAYING) && f.splice.value == idx
+            {
                 self.flows.remove(id);
                 self.removed_in_burst = true;
             }
@@ -987,6 +1093,17 @@ impl State {
             self.embryo_close(idx, Some(id));
             return;
         }
+        if e.phase == Phase::Replaying && e.syns < splice::REPLAY_TRIES {
+            // The backend has not acknowledged the replay: send it again.
+            let rto = self.splice.cfg.syn_rto_ms;
+            {
+                let m = self.splice.embryos.get_mut(idx);
+                m.syns += 1;
+                m.deadline_ms = ctx.now_ms + rto;
+            }
+            let _ = self.replay(usize::from(e.in_port), idx, id, None, ctx);
+            return;
+        }
         let Some(mut p) = ctx.io.as_ref().and_then(|io| io.alloc()) else {
             // No buffer to say anything with: give up quietly (the client times out).
             if e.phase != Phase::Connecting {
@@ -1009,6 +1126,8 @@ impl State {
             }
             Phase::Connecting => self.failover(&mut p, id, idx, snap, generation, ctx),
             Phase::Responding => self.answer(&mut p, idx, usize::from(e.answer), ctx),
+            // The replay was never acknowledged: the connection is lost.
+            Phase::Replaying => self.reset_client(&mut p, idx, Some(id), ctx),
         };
         if self.splice.embryos.is_open(idx)
             && self.splice.embryos.get(idx).deadline_ms <= ctx.now_ms

@@ -493,7 +493,7 @@ impl Stage for Balancer {
         let now_s = (ctx.now_ms / 1000) as u32;
         let embryos = &mut self.state.splice.embryos;
         let expired = self.state.flows.expire(now_s, |f| {
-            if f.splice.phase == Splice::EMBRYO {
+            if matches!(f.splice.phase, Splice::EMBRYO | Splice::REPLAYING) {
                 embryos.close(f.splice.value);
             }
         });
@@ -559,7 +559,7 @@ impl State {
             self.removed_in_burst = true;
             return self.l4(in_port, pkt, l4, snap, generation, now_s, ctx);
         }
-        let sp = f.splice;
+        let mut sp = f.splice;
         if sp.phase == Splice::EMBRYO {
             return self.embryo_packet(
                 in_port,
@@ -572,6 +572,13 @@ impl State {
                 ctx,
             );
         }
+        if sp.phase == Splice::REPLAYING {
+            match self.replaying(in_port, pkt, l4, (id, dir), sp.value, ctx) {
+                Ok(s) => sp = s,
+                Err(v) => return v,
+            }
+        }
+        let f = self.flows.get(id);
         if f.generation != generation {
             // A newer snapshot: the verdict source -> what the flow really reaches.
             ctx.counters.event(Event::PolicyRechecked);
