@@ -354,7 +354,15 @@ impl State {
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
         if l4.flags & RST != 0 {
-            self.embryo_close(idx, Some(id));
+            // Only a RST inside the window sluice announced ends the connection (RFC 9293
+            // §3.10.7.4; sluice acknowledges no first bytes, so the window starts at the
+            // client's first byte): anyone who merely knows the four-tuple cannot reset
+            // it blind.
+            let e = self.splice.embryos.get(idx);
+            let off = l4.seq.wrapping_sub(e.client_isn.wrapping_add(1));
+            if off <= self.splice.cfg.buffer_bytes.min(0xffff) as u32 {
+                self.embryo_close(idx, Some(id));
+            }
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
         if l4.flags & SYN != 0 {
