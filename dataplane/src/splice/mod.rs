@@ -41,7 +41,8 @@
 //!   denied -> RST) -> SNAT -> a SYN to the backend with the client's initial sequence
 //!   number and options (so the client's sequence space needs no rewriting). On its
 //!   SYN-ACK sluice records `delta = cookie - backend isn` and the backend's window scale,
-//!   acknowledges it and replays the buffered bytes. A backend that resets, or stays
+//!   acknowledges it and replays the buffered bytes (with the client's FIN, if it came
+//!   right behind them). A backend that resets, or stays
 //!   silent through [`SpliceConfig::syn_tries`] SYNs, is replaced by the route's next
 //!   pick, up to [`SpliceConfig::backend_tries`] backends; then the client gets RST.
 //! - **Splice**: from the backend, `seq += delta` and the window is rescaled from the

@@ -719,13 +719,21 @@ impl State {
             };
             f.state = TcpState::Established;
         }
-        self.flows
-            .on_packet(id, Dir::Orig, Some(TcpFlags(ACK)), now_s);
+        let have = e.pieces.contiguous();
+        // A FIN the client sent behind its first bytes goes with them (it ends the bytes
+        // held, none missing): held back, the backend would learn of the half-close only
+        // from the client's retransmission, if ever.
+        let fin = e.client_fin && have == e.pieces.end();
+        self.flows.on_packet(
+            id,
+            Dir::Orig,
+            Some(TcpFlags(if fin { ACK | FIN } else { ACK })),
+            now_s,
+        );
         // Replay the buffered bytes: earlier chunks in fresh buffers (they leave first),
         // the last one in this packet. A chunk that cannot be sent is not lost: sluice never
         // acknowledged it, so the client sends it again.
         let (src, dst) = self.flows.get(id).rewrite(Dir::Orig);
-        let have = e.pieces.contiguous();
         let mss = usize::from(b.mss.unwrap_or(536).min(e.syn.mss)).max(64);
         let window = rescale(e.client_win, fix, 0);
         let chunks = have.div_ceil(mss).max(1);
@@ -767,10 +775,11 @@ impl State {
                 dst,
                 seq: seg_seq,
                 ack: backend_isn.wrapping_add(1),
-                flags: if payload_len > 0 {
-                    tcp::flags::ACK | tcp::flags::PSH
-                } else {
-                    tcp::flags::ACK
+                flags: match (payload_len > 0, fin) {
+                    (true, true) => tcp::flags::ACK | tcp::flags::PSH | tcp::flags::FIN,
+                    (true, false) => tcp::flags::ACK | tcp::flags::PSH,
+                    (false, true) => tcp::flags::ACK | tcp::flags::FIN,
+                    (false, false) => tcp::flags::ACK,
                 },
                 window,
                 options: &[],
