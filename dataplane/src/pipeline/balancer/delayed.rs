@@ -911,6 +911,12 @@ impl State {
             self.embryo_close(idx, Some(id));
             return self.route_out(pkt, usize::from(e.in_port), &seg, ctx);
         }
+        if our_fin_acked && e.client_fin {
+            // The client's FIN came with (or before the end of) its request and the answer
+            // acknowledged it: both directions are closed.
+            self.embryo_close(idx, Some(id));
+            return Verdict::Drop(DropReason::SpliceConsumed);
+        }
         if our_fin_acked {
             // Wait for the client's FIN a while; no more retransmissions.
             let wait = self.splice.cfg.first_bytes_ms;
