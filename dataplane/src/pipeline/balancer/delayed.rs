@@ -501,7 +501,7 @@ impl State {
                                         None => (Plan::Reset, 0),
                                     }
                                 }
-                                None => (pick(&rule.table), 0),
+                                None => (pick(rule.table_for(vip.is_ipv6())), 0),
                             },
                         }
                     } else {
