@@ -428,6 +428,85 @@ fn client_retransmissions_while_connecting_reach_the_backend_once() {
     );
 }
 
+/// sluice's acknowledgment of the backend's SYN-ACK, with the replayed hello, is lost:
+/// the backend repeats its SYN-ACK, sluice acknowledges it again on the spliced flow, and
+/// the client's retransmission of the hello (never acknowledged by sluice) completes the
+/// exchange.
+#[test]
+fn lost_replay_is_recovered_through_the_splice() {
+    let mut w = World::new(balancer_config(23), 6);
+    let lost = Arc::new(Mutex::new(std::collections::HashSet::new()));
+    {
+        let lost = lost.clone();
+        w.sim.hosts[1]
+            .dev
+            .set_divert(Some(Box::new(move |f: &mut [u8]| {
+                let Some(s) = raw::parse(f) else { return true };
+                if s.dst.port() != 7000 || s.flags & flags::SYN != 0 {
+                    return true;
+                }
+                // The first segment after the SYN, per connection.
+                lost.lock().map_or(true, |mut l| !l.insert(s.src.port()))
+            })));
+    }
+    // The backends' SYN-ACKs (sequence numbers, repeats included).
+    let synacks = Arc::new(Mutex::new(Vec::new()));
+    {
+        let synacks = synacks.clone();
+        w.sim.hosts[1]
+            .dev
+            .set_tx_hook(Some(Box::new(move |f: &mut [u8]| {
+                if let Some(s) = raw::parse(f).filter(|s| s.has(flags::SYN | flags::ACK)) {
+                    if let Ok(mut v) = synacks.lock() {
+                        v.push(s.seq);
+                    }
+                }
+                true
+            })));
+    }
+    w.sim.capture(true);
+    let firsts: Vec<Vec<u8>> = (0..5)
+        .map(|_| hello::client_hello(Some("a.example.test"), 200))
+        .collect();
+    let out = run(
+        &mut w.sim,
+        &mut w.backends,
+        ip(VIP),
+        443,
+        &firsts,
+        2_000,
+        5,
+        &mut Rng::new(24),
+    );
+    print_counters(&w.sim);
+    assert_eq!(out.echoed, 5, "{out:?}");
+    assert_eq!(lost.lock().map(|l| l.len()).unwrap_or(0), 5);
+    let synacks = synacks.lock().map(|v| v.clone()).unwrap_or_default();
+    assert!(
+        synacks.len() >= 10,
+        "the backends did not repeat their SYN-ACKs"
+    );
+    // sluice answered each repeated SYN-ACK with a bare ACK of it (the client had
+    // nothing to acknowledge yet).
+    let reacks = w
+        .sim
+        .captured()
+        .into_iter()
+        .filter(|(l, _)| *l == 1)
+        .filter_map(|(_, f)| raw::parse(&f))
+        .filter(|s| s.flags == flags::ACK && s.payload.is_empty())
+        .filter(|s| synacks.contains(&s.ack.wrapping_sub(1)))
+        .count();
+    assert!(reacks >= 5, "{reacks} repeated SYN-ACKs acknowledged");
+    let dropped = w.sim.hosts[1].dev.take_diverted(|_| true);
+    assert!(dropped
+        .iter()
+        .filter_map(|f| raw::parse(f))
+        .all(|s| s.has(flags::ACK) && !s.payload.is_empty()));
+    assert_eq!(events(&w, Event::Spliced), 5);
+    assert_eq!(events(&w, Event::BackendSynSent), 5);
+}
+
 /// A route with two backends, one of which resets (nothing listens on its port): the
 /// connections that pick it first fail over to the other one and are all echoed.
 #[test]
