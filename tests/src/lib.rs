@@ -6,6 +6,10 @@
 //! - [`hello`]: TLS ClientHellos with a chosen SNI, in one record or several.
 //! - [`apps`]: small applications on smoltcp sockets: a TCP client, an echo server, a tiny
 //!   HTTP server and client, ping.
+//! - [`raw`]: hand-made TCP segments on a simulated wire (a client whose every segment
+//!   the test writes) and an independent checksum check of frames.
+//! - [`splice`]: the delayed-binding simulation fixture (manifests, appliance, echo
+//!   backends, a runner of smoltcp clients) shared by the `sim_splice*` tests.
 //! - [`sys`]: guards for kernel resources the tests create (TAP devices, network
 //!   namespaces, child processes) that clean up on drop, also when a test fails.
 //! - [`kernel`]: real kernel clients and servers (python3 in network namespaces) around
@@ -18,6 +22,8 @@ pub mod apps;
 pub mod hello;
 pub mod kernel;
 pub mod kernel_tls;
+pub mod raw;
 pub mod sim;
+pub mod splice;
 pub mod sys;
 pub mod tables;

@@ -12,7 +12,11 @@ use smoltcp::time::Instant;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
 use std::collections::VecDeque;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// Decides about a frame on its way: `true` keeps it (it may have been changed), `false`
+/// takes it (a host's [`WireDevice::set_divert`] and [`WireDevice::set_tx_hook`]).
+pub type FrameHook = Box<dyn FnMut(&mut [u8]) -> bool + Send>;
 
 /// A small, seeded PRNG (xorshift64*): the same seed gives the same run.
 #[derive(Debug, Clone)]
@@ -149,6 +153,7 @@ pub struct TxSide {
     pool: Pool,
     faults: FaultInjector,
     out: VecDeque<Pkt>,
+    hook: Option<FrameHook>,
 }
 
 impl TxSide {
@@ -168,11 +173,17 @@ impl TxSide {
 }
 
 /// A smoltcp `phy::Device` over one end of an in-memory wire, with a fault injector on
-/// everything it sends.
+/// everything it sends. Tests can see and change what the host sends
+/// ([`WireDevice::set_tx_hook`]), take frames away from the host's stack before it sees
+/// them ([`WireDevice::set_divert`], for hand-made peers such as
+/// [`RawClient`](crate::raw::RawClient)) and put frames of their own on the wire
+/// ([`WireDevice::inject`]).
 pub struct WireDevice {
     rx_queue: VecDeque<Pkt>,
     rx_burst: Burst,
     tx: TxSide,
+    divert: Option<FrameHook>,
+    diverted: VecDeque<Pkt>,
 }
 
 impl WireDevice {
@@ -186,8 +197,70 @@ impl WireDevice {
                 pool,
                 faults,
                 out: VecDeque::new(),
+                hook: None,
             },
+            divert: None,
+            diverted: VecDeque::new(),
         }
+    }
+
+    /// Frames arriving for the host for which `take` returns `false` are held aside
+    /// ([`WireDevice::take_diverted`]) instead of reaching its stack; `None` removes it.
+    pub fn set_divert(&mut self, take: Option<FrameHook>) {
+        self.divert = take;
+    }
+
+    /// Every frame the host's stack sends passes `hook` first (before the faults): it may
+    /// change the frame, or return `false` to lose it.
+    pub fn set_tx_hook(&mut self, hook: Option<FrameHook>) {
+        self.tx.hook = hook;
+    }
+
+    /// Sends `frame` as this host, through the faults.
+    pub fn inject(&mut self, frame: &[u8]) {
+        if let Some(p) = self.tx.pool.alloc_copy(frame) {
+            let pool = self.tx.pool.clone();
+            self.tx.faults.apply(p, &pool, &mut self.tx.out);
+            self.tx.send();
+        }
+    }
+
+    /// Moves what arrived on the wire into the stack's queue or the diverted frames.
+    fn pull(&mut self) {
+        loop {
+            if self.tx.queue.rx_burst(&mut self.rx_burst) == 0 {
+                return;
+            }
+            for mut p in self.rx_burst.drain() {
+                let keep = match self.divert.as_mut() {
+                    Some(keep) => keep(p.data_mut()),
+                    None => true,
+                };
+                if keep {
+                    self.rx_queue.push_back(p);
+                } else {
+                    self.diverted.push_back(p);
+                }
+            }
+            if !self.rx_queue.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// The diverted frames that `pick` selects, oldest first (the others stay).
+    pub fn take_diverted(&mut self, mut pick: impl FnMut(&[u8]) -> bool) -> Vec<Vec<u8>> {
+        self.pull();
+        let mut out = Vec::new();
+        self.diverted.retain(|p| {
+            if pick(p.data()) {
+                out.push(p.data().to_vec());
+                false
+            } else {
+                true
+            }
+        });
+        out
     }
 
     /// What the fault injector did so far.
@@ -227,9 +300,15 @@ impl phy::TxToken for TxTok<'_> {
             Some(mut p) => {
                 let _ = p.set_len(len);
                 let r = f(p.data_mut());
-                let pool = side.pool.clone();
-                side.faults.apply(p, &pool, &mut side.out);
-                side.send();
+                let keep = match side.hook.as_mut() {
+                    Some(h) => h(p.data_mut()),
+                    None => true,
+                };
+                if keep {
+                    let pool = side.pool.clone();
+                    side.faults.apply(p, &pool, &mut side.out);
+                    side.send();
+                }
                 r
             }
             _ => {
@@ -247,8 +326,7 @@ impl Device for WireDevice {
 
     fn receive(&mut self, _t: Instant) -> Option<(RxTok, TxTok<'_>)> {
         if self.rx_queue.is_empty() {
-            self.tx.queue.rx_burst(&mut self.rx_burst);
-            self.rx_queue.extend(self.rx_burst.drain());
+            self.pull();
         }
         let p = self.rx_queue.pop_front()?;
         Some((RxTok(p), TxTok(&mut self.tx)))
@@ -337,12 +415,23 @@ pub struct LinkSpec {
     pub sluice_faults: Faults,
 }
 
+/// Frames sluice sent (before the faults), recorded while `on`.
+#[derive(Debug, Default)]
+pub struct Capture {
+    /// Whether frames are recorded.
+    pub on: bool,
+    /// (link index, frame), in the order sluice sent them.
+    pub frames: Vec<(usize, Vec<u8>)>,
+}
+
 /// A queue wrapper applying faults to what sluice sends on a link.
 struct FaultyQueue {
     inner: Box<dyn Queue>,
     faults: FaultInjector,
     pool: Pool,
     out: VecDeque<Pkt>,
+    link: usize,
+    capture: Arc<Mutex<Capture>>,
 }
 
 impl Queue for FaultyQueue {
@@ -351,6 +440,13 @@ impl Queue for FaultyQueue {
     }
     fn tx_burst(&mut self, pkts: &mut Burst) -> usize {
         let n = pkts.len();
+        if let Ok(mut c) = self.capture.lock() {
+            if c.on {
+                for p in pkts.as_slice() {
+                    c.frames.push((self.link, p.data().to_vec()));
+                }
+            }
+        }
         for p in pkts.drain() {
             self.faults.apply(p, &self.pool, &mut self.out);
         }
@@ -383,6 +479,8 @@ pub struct Sim<S: Stage = Forwarder> {
     pub sluice_macs: Vec<[u8; 6]>,
     /// The pool every packet comes from.
     pub pool: Pool,
+    /// What sluice sent, when switched on ([`Sim::capture`]).
+    pub capture: Arc<Mutex<Capture>>,
 }
 
 impl Sim<Forwarder> {
@@ -414,6 +512,7 @@ impl<S: Stage> Sim<S> {
         stage: impl FnOnce(Forwarder) -> S,
     ) -> Sim<S> {
         let pool = Pool::new(8192);
+        let capture = Arc::new(Mutex::new(Capture::default()));
         let mut hosts = Vec::new();
         let mut queues: Vec<Box<dyn Queue>> = Vec::new();
         let mut ports = Vec::new();
@@ -451,6 +550,8 @@ impl<S: Stage> Sim<S> {
                 faults: FaultInjector::new(l.sluice_faults, seed ^ (i as u64 * 104_729 + 3)),
                 pool: pool.clone(),
                 out: VecDeque::new(),
+                link: i,
+                capture: capture.clone(),
             }));
         }
         let conf = ForwarderConfig::with_virtual(ports, routes, virtual_addrs.to_vec())
@@ -475,11 +576,20 @@ impl<S: Stage> Sim<S> {
             neighbours,
             sluice_macs: macs,
             pool,
+            capture,
         }
     }
 
     /// One millisecond: every host polls, sluice polls until idle, hosts poll again.
     pub fn step(&mut self) {
+        self.round();
+        self.now_ms += 1;
+    }
+
+    /// One exchange without moving the clock: every host polls, sluice polls until idle,
+    /// hosts poll again. (A smoltcp socket sends at most one segment per poll, so bulk
+    /// transfers run several rounds per millisecond.)
+    pub fn round(&mut self) {
         for h in &mut self.hosts {
             h.poll(self.now_ms);
         }
@@ -488,7 +598,21 @@ impl<S: Stage> Sim<S> {
         for h in &mut self.hosts {
             h.poll(self.now_ms);
         }
-        self.now_ms += 1;
+    }
+
+    /// Starts (`true`) or stops recording every frame sluice sends.
+    pub fn capture(&mut self, on: bool) {
+        if let Ok(mut c) = self.capture.lock() {
+            c.on = on;
+        }
+    }
+
+    /// The frames recorded so far (link index, frame), taken out of the record.
+    pub fn captured(&mut self) -> Vec<(usize, Vec<u8>)> {
+        self.capture
+            .lock()
+            .map(|mut c| std::mem::take(&mut c.frames))
+            .unwrap_or_default()
     }
 
     /// Steps until `done` returns true or `limit_ms` of virtual time pass; returns whether

@@ -46,8 +46,12 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, String> {
                             StringMatch::Prefix(p) => PathMatch::Prefix(p.as_str().into()),
                         })
                         .collect(),
-                    table: maglev_table(&rule.backends, size)
-                        .map_err(|e| format!("{}: {e}", r.name))?,
+                    table: table_for(&rule.backends, size, false).map_err(err)?,
+                    table_v6: if mixes_families(&rule.backends) {
+                        Some(table_for(&rule.backends, size, true).map_err(err)?)
+                    } else {
+                        None
+                    },
                     redirect: rule.redirect.as_ref().map(|x| Redirect {
                         code: x.code,
                         scheme: x.scheme.as_deref().map(Into::into),

@@ -41,13 +41,14 @@
 //!   denied -> RST) -> SNAT -> a SYN to the backend with the client's initial sequence
 //!   number and options (so the client's sequence space needs no rewriting). On its
 //!   SYN-ACK sluice records `delta = cookie - backend isn` and the backend's window scale,
-//!   acknowledges it and replays the buffered bytes.
+//!   acknowledges it and replays the buffered bytes (with the client's FIN, if it came
+//!   right behind them). A backend that resets, or stays
+//!   silent through [`SpliceConfig::syn_tries`] SYNs, is replaced by the route's next
+//!   pick, up to [`SpliceConfig::backend_tries`] backends; then the client gets RST.
 //! - **Replay**: the flow is spliced at once (packets flow both ways with the rewrite),
 //!   but the embryo and its buffer stay until the backend acknowledges every replayed
 //!   byte; until then the replay is sent again every [`SpliceConfig::syn_rto_ms`], up to
-//!   [`REPLAY_TRIES`] times (then both sides are reset). A backend that resets, or stays
-//!   silent through [`SpliceConfig::syn_tries`] SYNs, is replaced by the route's next
-//!   pick, up to [`SpliceConfig::backend_tries`] backends; then the client gets RST.
+//!   [`REPLAY_TRIES`] times (then the client is reset).
 //! - **Splice**: from the backend, `seq += delta` and the window is rescaled from the
 //!   backend's scale to the one sluice announced; from the client, `ack -= delta` and
 //!   every SACK edge `-= delta` (and the window rescaled if the backend declined

@@ -77,10 +77,23 @@ pub struct Redirect {
 pub struct HttpRuleEntry {
     /// Path matches.
     pub paths: Box<[PathMatch]>,
-    /// Where matching requests go (empty table rejects).
+    /// Where matching requests go (empty table rejects); for dual-stack backends, the
+    /// IPv4 endpoints' table.
     pub table: MaglevTable,
+    /// For dual-stack backends, the IPv6 endpoints' table (full NAT keeps the family).
+    pub table_v6: Option<MaglevTable>,
     /// Redirect instead of forwarding.
     pub redirect: Option<Redirect>,
+}
+
+impl HttpRuleEntry {
+    /// The table for a connection to a virtual address of this family.
+    pub fn table_for(&self, dst_v6: bool) -> &MaglevTable {
+        match (&self.table_v6, dst_v6) {
+            (Some(t), true) => t,
+            _ => &self.table,
+        }
+    }
 }
 
 /// A route: its name (for counters and `explain`), the subnets it is limited to, and its

@@ -357,7 +357,15 @@ impl State {
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
         if l4.flags & RST != 0 {
-            self.embryo_close(idx, Some(id));
+            // Only a RST inside the window sluice announced ends the connection (RFC 9293
+            // §3.10.7.4; sluice acknowledges no first bytes, so the window starts at the
+            // client's first byte): anyone who merely knows the four-tuple cannot reset
+            // it blind.
+            let e = self.splice.embryos.get(idx);
+            let off = l4.seq.wrapping_sub(e.client_isn.wrapping_add(1));
+            if off <= self.splice.cfg.buffer_bytes.min(0xffff) as u32 {
+                self.embryo_close(idx, Some(id));
+            }
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
         if l4.flags & SYN != 0 {
@@ -426,7 +434,11 @@ impl State {
             src: e.client.destination(),
             dst: e.client.source(),
             seq: e.our_isn.wrapping_add(1),
-            ack: e.client_isn.wrapping_add(1 + e.pieces.contiguous() as u32),
+            // A FIN right behind every byte held is taken too (the replay carries it).
+            ack: e.client_isn.wrapping_add(
+                1 + e.pieces.contiguous() as u32
+                    + u32::from(e.client_fin && e.pieces.contiguous() == e.pieces.end()),
+            ),
             flags: tcp::flags::ACK,
             window: (room >> shift).min(0xffff) as u16,
             options: &[],
@@ -528,7 +540,7 @@ impl State {
                                         None => (Plan::Reset, 0),
                                     }
                                 }
-                                None => (pick(&rule.table), 0),
+                                None => (pick(rule.table_for(vip.is_ipv6())), 0),
                             },
                         }
                     } else {
@@ -746,7 +758,7 @@ impl State {
         {
             let f = self.flows.get_mut(id);
             f.state = TcpState::Established;
-            f.splice = if have == 0 {
+            f.splice = if have == 0 && !(e.client_fin && e.pieces.end() == 0) {
                 spliced
             } else {
                 Splice {
@@ -756,8 +768,16 @@ impl State {
                 }
             };
         }
-        self.flows
-            .on_packet(id, Dir::Orig, Some(TcpFlags(ACK)), now_s);
+        // A FIN the client sent behind its first bytes goes with them (it ends the bytes
+        // held, none missing): held back, the backend would learn of the half-close only
+        // from the client's retransmission, if ever.
+        let fin = e.client_fin && have == e.pieces.end();
+        self.flows.on_packet(
+            id,
+            Dir::Orig,
+            Some(TcpFlags(if fin { ACK | FIN } else { ACK })),
+            now_s,
+        );
         ctx.counters.event(Event::Spliced);
         let rto = self.splice.cfg.syn_rto_ms;
         {
@@ -766,21 +786,23 @@ impl State {
             m.spliced = spliced;
             m.backend_isn = backend_isn;
             m.replay = have as u32;
+            m.client_fin = fin;
             m.syns = 1;
             m.deadline_ms = ctx.now_ms + rto;
             // The backend's MSS bounds the replay's segments.
             m.syn.mss = b.mss.unwrap_or(536).min(e.syn.mss);
         }
         let v = self.replay(in_port, idx, id, Some(pkt), ctx);
-        if have == 0 {
+        if have == 0 && !fin {
             self.splice.embryos.close(idx);
         }
         v
     }
 
     /// Sends the bytes an embryo holds to its backend, after the handshake ACK (with the
-    /// last chunk in `last`, if given, else every chunk in a fresh buffer). The embryo
-    /// keeps them until the backend acknowledges them ([`Splice::REPLAYING`]).
+    /// last chunk in `last`, if given, else every chunk in a fresh buffer), and the
+    /// client's FIN behind them if it came. The embryo keeps them until the backend
+    /// acknowledges them ([`Splice::REPLAYING`]).
     fn replay(
         &mut self,
         port: usize,
@@ -792,6 +814,7 @@ impl State {
         let e = *self.splice.embryos.get(idx);
         let (src, dst) = self.flows.get(id).rewrite(Dir::Orig);
         let have = e.replay as usize;
+        let fin = e.client_fin;
         let mss = usize::from(e.syn.mss).max(64);
         let fix = e.spliced.phase >> 4;
         let window = rescale(e.client_win, fix, 0);
@@ -803,6 +826,16 @@ impl State {
             let from = (k * mss).min(have);
             let to = ((k + 1) * mss).min(have).min(buf.len());
             (e.client_isn.wrapping_add(1 + from as u32), from, to)
+        };
+        let flags = |k: usize, from: usize, to: usize| -> u16 {
+            let mut f = tcp::flags::ACK;
+            if to > from {
+                f |= tcp::flags::PSH;
+            }
+            if fin && k == chunks - 1 {
+                f |= tcp::flags::FIN;
+            }
+            f
         };
         let in_place = usize::from(last.is_some());
         // Earlier chunks in fresh buffers (they leave before this burst's packets).
@@ -817,7 +850,7 @@ impl State {
                 dst,
                 seq,
                 ack: e.backend_isn.wrapping_add(1),
-                flags: tcp::flags::ACK | tcp::flags::PSH,
+                flags: flags(k, from, to),
                 window,
                 options: &[],
                 payload: &buf[from..to],
@@ -838,11 +871,7 @@ impl State {
             dst,
             seq,
             ack: e.backend_isn.wrapping_add(1),
-            flags: if to > from {
-                tcp::flags::ACK | tcp::flags::PSH
-            } else {
-                tcp::flags::ACK
-            },
+            flags: flags(chunks - 1, from, to),
             window,
             options: &[],
             payload: &buf[from..to],
@@ -877,8 +906,9 @@ impl State {
             if l4.flags & SYN != 0 {
                 return Err(self.splice_reack(in_port, pkt, l4, id, ctx));
             }
+            let owned = e.replay + u32::from(e.client_fin);
             let acked = l4.flags & ACK != 0
-                && l4.ack.wrapping_sub(e.client_isn.wrapping_add(1)) as i32 >= e.replay as i32;
+                && l4.ack.wrapping_sub(e.client_isn.wrapping_add(1)) as i32 >= owned as i32;
             if acked || l4.flags & RST != 0 {
                 self.flows.get_mut(id).splice = e.spliced;
                 self.splice.embryos.close(idx);
@@ -1001,6 +1031,12 @@ impl State {
             };
             self.embryo_close(idx, Some(id));
             return self.route_out(pkt, usize::from(e.in_port), &seg, ctx);
+        }
+        if our_fin_acked && e.client_fin {
+            // The client's FIN came with (or before the end of) its request and the answer
+            // acknowledged it: both directions are closed.
+            self.embryo_close(idx, Some(id));
+            return Verdict::Drop(DropReason::SpliceConsumed);
         }
         if our_fin_acked {
             // Wait for the client's FIN a while; no more retransmissions.

@@ -414,6 +414,12 @@ impl Balancer {
         &self.state.flows
     }
 
+    /// Delayed-binding connections open now (between the cookie's return and the splice
+    /// or sluice's own answer).
+    pub fn embryos(&self) -> usize {
+        self.state.splice.embryos.len()
+    }
+
     /// The forwarder behind the balancer.
     pub fn forwarder(&self) -> &Forwarder {
         &self.state.fwd
