@@ -203,6 +203,65 @@ fn hello_in_one_two_and_three_segments_in_any_order() {
 /// The hello cut across TLS records in many ways (a record per byte of the header, the
 /// SNI extension across records, many small records), and hellos longer than a segment:
 /// each routes by its name and is echoed byte for byte.
+/// A hello written in 20 small segments, each one only after sluice acknowledged the
+/// previous one and 200 ms apart (a client that waits for acknowledgments, as Nagle's
+/// algorithm and a full congestion window make real clients do): sluice acknowledges each
+/// as it arrives, the hello completes long before the deadline and reaches the backend
+/// byte for byte; and the bytes sluice acknowledged reach the backend even when the
+/// first replay to it is lost (sluice sends it again).
+#[test]
+fn paced_small_writes_are_acknowledged_and_a_lost_replay_is_sent_again() {
+    let mut w = World::new(balancer_config(31), 2);
+    // The backend host loses the first data segment sluice replays to it.
+    let lost = Arc::new(AtomicUsize::new(0));
+    {
+        let lost = lost.clone();
+        w.sim.hosts[1]
+            .dev
+            .set_divert(Some(Box::new(move |f: &mut [u8]| {
+                let replay =
+                    raw::parse(f).is_some_and(|s| s.dst.port() == 7000 && !s.payload.is_empty());
+                !(replay && lost.fetch_add(1, Ordering::Relaxed) == 0)
+            })));
+    }
+    let hello = hello::client_hello(Some("a.example.test"), 300);
+    let n = hello.len();
+    let mut c = raw_client(7, tls_vip());
+    handshake(&mut w, &mut c, true);
+    let step = n.div_ceil(20);
+    let mut off = 0;
+    while off < n {
+        let end = (off + step).min(n);
+        c.data(&mut w.sim, off, &hello[off..end]);
+        w.steps(5); // (the first ACK waits for ARP: sluice's answers are routed)
+        c.poll(&mut w.sim);
+        if end < n {
+            // Acknowledged before the client goes on.
+            let last = c.inbox.last().map(|(_, s)| s.clone()).expect("an answer");
+            assert_eq!(last.flags, flags::ACK, "at {end}: {last:?}");
+            assert_eq!(
+                last.ack,
+                c.seq_at(end),
+                "sluice acknowledges the {end} bytes it holds"
+            );
+            assert_eq!(events(&w, Event::BackendSynSent), 0, "connected early");
+            w.steps(200);
+            c.poll(&mut w.sim);
+        }
+        off = end;
+    }
+    assert!(pump(&mut w, &mut c, n, 5_000), "no echo");
+    assert_eq!(first_difference(&c.received, &hello), None);
+    assert!(
+        lost.load(Ordering::Relaxed) >= 2,
+        "the replay was sent again"
+    );
+    assert_eq!(events(&w, Event::Spliced), 1);
+    assert_eq!(events(&w, Event::SpliceResetSent), 0);
+    no_first_bytes_fallbacks(&w);
+    assert_eq!(w.backends.hits("10.78.0.11"), 1);
+}
+
 #[test]
 fn hello_split_across_tls_records() {
     let mut w = World::new(balancer_config(12), 12);
