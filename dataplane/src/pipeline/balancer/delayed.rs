@@ -317,6 +317,18 @@ impl State {
         self.embryo_client(pkt, l4, id, idx, snap, generation, ctx)
     }
 
+    /// Whether flow `id`'s embryo `idx` is gone (or its slot serves another connection by
+    /// now); if so the flow is removed.
+    fn embryo_gone(&mut self, id: FlowId, idx: u32) -> bool {
+        let gone = !self.splice.embryos.is_open(idx)
+            || self.splice.embryos.get(idx).client != self.flows.get(id).orig;
+        if gone {
+            self.flows.remove(id);
+            self.removed_in_burst = true;
+        }
+        gone
+    }
+
     /// A packet of a flow whose embryo is open.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn embryo_packet(
@@ -330,12 +342,7 @@ impl State {
         generation: u32,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        if !self.splice.embryos.is_open(idx)
-            || self.splice.embryos.get(idx).client != self.flows.get(id).orig
-        {
-            // The embryo is gone (or its slot serves another connection by now).
-            self.flows.remove(id);
-            self.removed_in_burst = true;
+        if self.embryo_gone(id, idx) {
             return Verdict::Drop(DropReason::NoFlow);
         }
         match dir {
@@ -894,11 +901,7 @@ impl State {
         idx: u32,
         ctx: &mut Ctx<'_>,
     ) -> Result<Splice, Verdict> {
-        if !self.splice.embryos.is_open(idx)
-            || self.splice.embryos.get(idx).client != self.flows.get(id).orig
-        {
-            self.flows.remove(id);
-            self.removed_in_burst = true;
+        if self.embryo_gone(id, idx) {
             return Err(Verdict::Drop(DropReason::NoFlow));
         }
         let e = *self.splice.embryos.get(idx);
