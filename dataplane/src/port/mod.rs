@@ -277,6 +277,24 @@ pub fn prefetch_read<T: ?Sized>(p: &T) {
     }
 }
 
+/// Like [`prefetch_read`], for the one cache line that holds the start of `*p` (a table
+/// slot, a filter word, one byte of a name): a single instruction, no loop.
+#[inline]
+pub fn prefetch_line<T>(p: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: PREFETCHT0 is a hint that never faults and neither reads nor writes
+        // program-visible memory; the address comes from a valid reference and is never
+        // dereferenced.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((p as *const T).cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = p;
+    }
+}
+
 /// Asks the kernel to back the memory of `buf` with transparent huge pages (2 MiB on
 /// x86-64; `madvise(MADV_HUGEPAGE)` on the whole 4 KiB pages inside it), for big lookup
 /// tables built off the hot path: a table of tens of MiB probed at random needs a page

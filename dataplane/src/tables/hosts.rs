@@ -283,6 +283,10 @@ const PREFIX: usize = INLINE - 4;
 /// boundaries (with a non-empty part before them) take the slow path.
 const KEPT: usize = 16;
 
+/// Tables (with their values) from this size up are prefetched for in a burst; smaller
+/// ones stay in the core's caches, where prefetching only costs instructions.
+const PREFETCH_MIN: usize = 256 << 10;
+
 /// How many names [`HostMatcher::lookup_burst`] works on at once (a dataplane burst):
 /// longer inputs are taken in chunks of this size.
 pub const BURST: usize = 32;
@@ -325,6 +329,8 @@ pub struct HostMatcher<V> {
     values: Box<[V]>,
     any: u32,
     seed: u64,
+    /// Whether the table is big enough for [`HostMatcher::lookup_burst`] to prefetch.
+    prefetch: bool,
     exact_count: usize,
     wildcard_count: usize,
 }
@@ -629,7 +635,7 @@ impl<V> HostMatcher<V> {
             }
             last = Some((key.as_str(), i));
         }
-        Ok(HostMatcher {
+        let mut matcher = HostMatcher {
             slots,
             mask,
             filter,
@@ -638,9 +644,13 @@ impl<V> HostMatcher<V> {
             values: huge_moved(values),
             any,
             seed,
+            prefetch: false,
             exact_count,
             wildcard_count,
-        })
+        };
+        matcher.prefetch =
+            matcher.table_bytes() + core::mem::size_of_val(&matcher.values[..]) >= PREFETCH_MIN;
+        Ok(matcher)
     }
 
     /// Compiles `(pattern text, value)` pairs, parsing each with [`HostPattern::parse`].
@@ -705,15 +715,28 @@ impl<V> HostMatcher<V> {
         });
     }
 
-    /// The passes of a burst lookup; hands each name's answer to `emit` with its index.
+    /// The passes of a burst lookup, over chunks of [`BURST`] names; hands each name's
+    /// answer to `emit` with its index. A table small enough to stay in cache has no
+    /// misses to hide: its names are simply looked up one after the other (prefetching
+    /// there costs instructions and buys nothing).
     fn burst<'m>(&'m self, names: &[&[u8]], mut emit: impl FnMut(usize, Option<Match<'m, V>>)) {
+        if !self.prefetch {
+            for (i, name) in names.iter().enumerate() {
+                emit(i, self.find(name));
+            }
+            return;
+        }
+        let mut preps = [PREP; BURST];
+        let mut plans = [Plan::CatchAll; BURST];
+        let mut masks = [0u32; BURST];
         for (c, chunk) in names.chunks(BURST).enumerate() {
-            let mut preps = [PREP; BURST];
-            let mut plans = [Plan::CatchAll; BURST];
-            let mut masks = [0u32; BURST];
-            // Pass 0: the names' own bytes (they may be cold: scattered packet buffers).
+            // Pass 0: the names' own bytes (they may be cold: packet buffers), their first
+            // and last lines (a name is at most 253 bytes; most fit in one line).
             for name in chunk {
-                crate::port::prefetch_read(*name);
+                if let (Some(first), Some(last)) = (name.first(), name.last()) {
+                    crate::port::prefetch_line(first);
+                    crate::port::prefetch_line(last);
+                }
             }
             // Pass 1: hash, and prefetch the filter words of every candidate key.
             for ((name, prep), plan) in chunk.iter().zip(&mut preps).zip(&mut plans) {
@@ -744,7 +767,7 @@ impl<V> HostMatcher<V> {
                 };
                 let found = found.or_else(|| self.catch_all());
                 if let Some(m) = &found {
-                    crate::port::prefetch_read(m.value);
+                    crate::port::prefetch_line(m.value);
                 }
                 emit(c * BURST + k, found);
             }
@@ -826,13 +849,13 @@ impl<V> HostMatcher<V> {
         let word = |h: u64| self.filter.get(filter_bits(h, self.filter_mask).0);
         if self.exact_count > 0 {
             if let Some(w) = word(prep.full) {
-                crate::port::prefetch_read(w);
+                crate::port::prefetch_line(w);
             }
         }
         if self.wildcard_count > 0 {
             for &h in &prep.hashes[..prep.count.min(KEPT)] {
                 if let Some(w) = word(h) {
-                    crate::port::prefetch_read(w);
+                    crate::port::prefetch_line(w);
                 }
             }
         }
@@ -850,7 +873,7 @@ impl<V> HostMatcher<V> {
                 k => prep.hashes.get(k - 1).copied().unwrap_or_default(),
             };
             if let Some(slot) = self.slots.get((h as usize) & self.mask) {
-                crate::port::prefetch_read(slot);
+                crate::port::prefetch_line(slot);
             }
         }
     }
@@ -1371,19 +1394,33 @@ mod tests {
                 }
             }
             let names: Vec<&[u8]> = asked.iter().map(Vec::as_slice).collect();
-            let mut out = vec![None; names.len()];
-            m.lookup_burst(&names, &mut out);
-            let mut found = vec![None; names.len()];
-            m.find_burst(&names, &mut found);
-            for ((q, got), f) in names.iter().zip(&out).zip(&found) {
-                let want = m.lookup(q);
-                prop_assert_eq!(*got, want, "query {:?}", String::from_utf8_lossy(q));
-                prop_assert_eq!(*f, m.find(q), "query {:?}", String::from_utf8_lossy(q));
+            // Both burst paths: small tables look names up one by one, big ones prefetch.
+            type Answers = (Vec<Option<usize>>, Vec<Option<(usize, MatchKind)>>);
+            let run = |m: &HostMatcher<usize>| -> Answers {
+                let mut out = vec![None; names.len()];
+                m.lookup_burst(&names, &mut out);
+                let mut found = vec![None; names.len()];
+                m.find_burst(&names, &mut found);
+                (
+                    out.iter().map(|o| o.copied()).collect(),
+                    found.iter().map(|f| f.map(|f| (f.index, f.kind))).collect(),
+                )
+            };
+            let mut m = m;
+            m.prefetch = false;
+            let plain = run(&m);
+            m.prefetch = true;
+            let fetched = run(&m);
+            prop_assert_eq!(&plain, &fetched);
+            for (i, q) in names.iter().enumerate() {
+                let shown = String::from_utf8_lossy(q);
+                prop_assert_eq!(plain.0[i], m.lookup(q).copied(), "query {:?}", shown);
                 prop_assert_eq!(
-                    got.copied(),
-                    reference(&unique, q),
-                    "query {:?}", String::from_utf8_lossy(q)
+                    plain.1[i],
+                    m.find(q).map(|f| (f.index, f.kind)),
+                    "query {:?}", shown
                 );
+                prop_assert_eq!(plain.0[i], reference(&unique, q), "query {:?}", shown);
             }
         }
 
@@ -1448,7 +1485,15 @@ mod tests {
 
     #[test]
     fn burst_edges() {
-        let m = matcher(&["a.example.com", "*.example.com", "*"]);
+        let mut m = matcher(&["a.example.com", "*.example.com", "*"]);
+        assert!(!m.prefetch, "a small table is not prefetched for");
+        for prefetch in [false, true] {
+            m.prefetch = prefetch;
+            burst_edges_of(&m);
+        }
+    }
+
+    fn burst_edges_of(m: &HostMatcher<usize>) {
         let names: [&[u8]; 3] = [b"A.EXAMPLE.com", b"b.example.com", b"example.com"];
         // `out` shorter than `names`: only its length is answered.
         let mut out = [None; 2];
@@ -1487,7 +1532,16 @@ mod tests {
         )
         .unwrap();
         assert!(t.table_bytes() > 2 << 20);
+        assert!(t.prefetch, "a big table is prefetched for");
         assert_eq!(t.lookup(b"H39999.example.COM"), Some(&39_999));
+        let names: [&[u8]; 3] = [
+            b"H39999.example.COM",
+            b"h40000.example.com",
+            b"h7.example.com",
+        ];
+        let mut out = [None; 3];
+        t.lookup_burst(&names, &mut out);
+        assert_eq!(out, [Some(&39_999), None, Some(&7)]);
         assert_eq!(t.lookup(b"h40000.example.com"), None);
         let v = huge_filled(7u8, 5 << 20);
         assert!(v.iter().all(|&b| b == 7));
