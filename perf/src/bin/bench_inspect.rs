@@ -8,16 +8,23 @@
 //! 2. **Host lookup** in `tables::hosts::HostMatcher` at 10, 10k and 1M hostnames (80 %
 //!    exact names, 20 % wildcards, plus a catch-all), with a query mix of exact hits,
 //!    wildcard hits and misses in mixed case, for several query pools (64 to 256Ki
-//!    distinct queries cycled). The lookup's work is the same at every size; what grows
-//!    with the table is the memory a working set of queries touches: once that outgrows
-//!    the TLB's reach (4 KiB pages here) each probe pays page walks.
+//!    distinct queries cycled, each pool's bytes in one contiguous arena as packet
+//!    buffers would be). Two ways: `lookup`, one name per call, and `lookup_burst`, 32
+//!    names per call (ns per name), as a dataplane holds a burst of packets. The lookup's
+//!    work is the same at every size; what grows with the table is the memory a working
+//!    set of queries touches: a slot and a value per name that a small table keeps in
+//!    cache and a big one fetches from DRAM. `lookup` pays those misses one after the
+//!    other, `lookup_burst` overlaps them (prefetching). Printed: both per pool, both
+//!    1M/10 ratios per pool, and the goal (1M/10 within 1.5x for bursts over the spread
+//!    pool) with the measured ratio.
 //!
 //! All contenders of a table are timed round-robin in the same run (see
 //! [`time_interleaved`]), so load from elsewhere on the machine falls on all of them.
 //!
 //! Usage: `cargo run --release -p sluice-perf --bin bench_inspect [TESTDATA_DIR]`
-//! (default `<repo>/../shared/testdata/tls`). Numbers are printed, never asserted; the run
-//! takes well under a minute on two cores.
+//! (default `<repo>/../shared/testdata/tls`), or `... --bin bench_inspect -- --hosts-only`
+//! for the host lookups alone. Numbers are printed, never asserted; the run takes well
+//! under a minute on two cores.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
