@@ -53,7 +53,9 @@
 //! - a blocked Bloom filter (two bits of one 64-bit word per key, ~8 bits per key: 1 MiB
 //!   for a million names) answers most probes for suffixes that are not keys, without
 //!   touching the table;
-//! - the table is kept at most half full with linear probing; a slot is one cache line
+//! - the table is kept at most half full with linear probing from the first slot of an
+//!   aligned pair (so the first two slots of a probe share a 128-byte pair of lines, which
+//!   the core's spatial prefetcher fetches together); a slot is one cache line
 //!   (64 bytes) and holds a 24-bit hash tag with the key's length, both values, and the
 //!   key itself when it is at most 52 bytes (else its first 48 bytes and where the rest
 //!   lies in an arena), so a probe that meets another key learns it from the tag and a
@@ -65,8 +67,8 @@
 //!
 //! Beyond that, a big table costs what the memory system charges: a cache miss for the
 //! slot and one for the value, where a small table has none. [`HostMatcher::lookup`]
-//! pays them one after the other (it only fetches the slots of all its candidates, home
-//! and next, at once). [`HostMatcher::lookup_burst`] is the dataplane's way
+//! pays them one after the other (it only fetches the slots of all its candidates at
+//! once). [`HostMatcher::lookup_burst`] is the dataplane's way
 //! (DPDK's `rte_hash_lookup_bulk`, VPP): a burst of names goes through each step together
 //! — hash all and prefetch their filter words, filter all and prefetch their slots, probe
 //! and resolve all — so the misses of 32 names overlap instead of adding up, and its
@@ -467,6 +469,15 @@ fn tag(hash: u64, len: usize) -> u32 {
     ((hash >> 32) as u32 & 0xffff_ff00) | (len as u32 & 0xff)
 }
 
+/// The slot where the probe sequence of a key with this hash starts: the first of an
+/// aligned pair of slots (128 bytes), so the first two slots a probe may need lie in one
+/// pair of lines, which the core's spatial prefetcher fetches together. (At the table's
+/// load factor a probe goes on past its first slot about one time in three.)
+#[inline]
+fn home(hash: u64, mask: usize) -> usize {
+    (hash as usize) & mask & !1
+}
+
 /// The filter word and its two bits for a hash (bits independent of the tag's).
 #[inline]
 fn filter_bits(hash: u64, filter_mask: usize) -> (usize, u64) {
@@ -610,7 +621,7 @@ impl<V> HostMatcher<V> {
                     let h = hash_key(seed, bytes);
                     let (word, bits) = filter_bits(h, filter_mask);
                     filter[word] |= bits;
-                    let mut i = (h as usize) & mask;
+                    let mut i = home(h, mask);
                     while slots[i].tag != 0 {
                         i = (i + 1) & mask;
                     }
@@ -884,14 +895,8 @@ impl<V> HostMatcher<V> {
                 0 => prep.full,
                 k => prep.hashes.get(k - 1).copied().unwrap_or_default(),
             };
-            // The home slot and the next: a probe goes on past its home slot about one
-            // time in three at this load factor, and that second line, fetched only once
-            // the first has been compared, would be a miss of its own.
-            let home = (h as usize) & self.mask;
-            if let Some(slot) = self.slots.get(home) {
-                crate::port::prefetch_line(slot);
-            }
-            if let Some(slot) = self.slots.get((home + 1) & self.mask) {
+            // The first slot of the pair; the spatial prefetcher brings its neighbour.
+            if let Some(slot) = self.slots.get(home(h, self.mask)) {
                 crate::port::prefetch_line(slot);
             }
         }
@@ -969,7 +974,7 @@ impl<V> HostMatcher<V> {
             return None;
         }
         let want = tag(hash, key.len());
-        let mut i = (hash as usize) & self.mask;
+        let mut i = home(hash, self.mask);
         // The table is at most half full, so an empty slot ends every probe sequence.
         loop {
             let slot = self.slots.get(i)?;
