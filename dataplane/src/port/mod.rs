@@ -248,16 +248,17 @@ pub fn tsc_hz() -> u64 {
 
 /// Hints the CPU to bring the cache lines holding `*p` into every cache level (a read
 /// prefetch, `PREFETCHT0`): for a burst that looks up many hashed tables, prefetching
-/// every packet's slot before the first lookup overlaps the cache misses. Only a hint:
-/// no effect on program state, a no-op on architectures other than x86-64.
+/// every packet's slot before the first lookup overlaps the cache misses. `T` may be
+/// unsized (a byte slice: every line it spans; an empty one: the line of its address).
+/// Only a hint: no effect on program state, a no-op on architectures other than x86-64.
 #[inline]
-pub fn prefetch_read<T>(p: &T) {
+pub fn prefetch_read<T: ?Sized>(p: &T) {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         const LINE: usize = 64;
         let base = (p as *const T).cast::<i8>();
-        let size = std::mem::size_of::<T>().max(1);
+        let size = std::mem::size_of_val(p).max(1);
         // The first byte's offset in its line: lines start at `-skew`, `LINE - skew`, ...
         let skew = base as usize % LINE;
         let mut off = 0;
@@ -273,5 +274,63 @@ pub fn prefetch_read<T>(p: &T) {
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = p;
+    }
+}
+
+/// Like [`prefetch_read`], for the one cache line that holds the start of `*p` (a table
+/// slot, a filter word, one byte of a name): a single instruction, no loop.
+#[inline]
+pub fn prefetch_line<T>(p: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: PREFETCHT0 is a hint that never faults and neither reads nor writes
+        // program-visible memory; the address comes from a valid reference and is never
+        // dereferenced.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((p as *const T).cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = p;
+    }
+}
+
+/// Asks the kernel to back the memory of `buf` with transparent huge pages (2 MiB on
+/// x86-64; `madvise(MADV_HUGEPAGE)` on the whole 4 KiB pages inside it), for big lookup
+/// tables built off the hot path: a table of tens of MiB probed at random needs a page
+/// walk per probe with 4 KiB pages and almost none with 2 MiB ones. Call it on a fresh
+/// allocation before filling it (for instance on `Vec::spare_capacity_mut()`), so that
+/// the first touch of each 2 MiB region already faults in a huge page. Only advice: the
+/// contents are never changed, and where the kernel has no transparent huge pages (or
+/// the buffer is under 2 MiB, or not on Linux) nothing happens. Returns whether the
+/// kernel took the advice.
+pub fn advise_huge_pages<T>(buf: &[T]) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        const PAGE: usize = 4096;
+        const HUGE: usize = 2 << 20;
+        let start = buf.as_ptr() as usize;
+        let len = std::mem::size_of_val(buf);
+        if len < HUGE {
+            return false;
+        }
+        let first = start.next_multiple_of(PAGE);
+        let end = (start + len) & !(PAGE - 1);
+        if end <= first {
+            return false;
+        }
+        let addr = buf.as_ptr().cast::<u8>().wrapping_add(first - start);
+        // SAFETY: `[first, end)` is a page-aligned range inside the allocation that `buf`
+        // borrows (rounded inwards), so it maps memory this program owns. MADV_HUGEPAGE
+        // only sets a flag on the mapping telling the kernel it may back these pages with
+        // huge pages; it never changes their contents or their validity, and nothing is
+        // read or written through the pointer.
+        let rc = unsafe { libc::madvise(addr.cast_mut().cast(), end - first, libc::MADV_HUGEPAGE) };
+        rc == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = buf;
+        false
     }
 }

@@ -31,35 +31,48 @@
 //! wildcard suffix; a slot has room for both (an exact value and a wildcard value), so
 //! `a.example.com` and `*.a.example.com` share one. A lookup:
 //!
-//! 1. copies the name lowercased into a stack buffer (no allocation) while scanning its
-//!    labels right to left and extending one hash label by label, so that the hash of
-//!    every suffix that starts at a label boundary is known after one pass (the hash of
-//!    a name is defined label-wise from the right, so `example.com` hashes the same alone
-//!    and as the tail of `a.example.com`);
-//! 2. probes the whole name for an exact pattern;
-//! 3. probes the suffixes after each dot, longest first, for a wildcard pattern, stopping
-//!    at the first hit;
+//! 1. hashes the name in one right-to-left pass, 8 bytes at a time, lowercasing and
+//!    finding the dots word-wise (no copy, no allocation). The hash of a key is defined
+//!    over 8-byte words aligned to its end, so the name's words are its suffixes' words
+//!    too: the hash of every suffix that starts at a label boundary falls out of the same
+//!    pass (`example.com` hashes the same alone and as the tail of `a.example.com`);
+//! 2. asks a filter which of these candidates (the whole name as an exact key, each
+//!    suffix as a wildcard key) may be keys at all;
+//! 3. probes the whole name for an exact pattern, then the suffixes longest first for a
+//!    wildcard pattern, stopping at the first hit;
 //! 4. falls back to the catch-all.
 //!
 //! So a lookup costs one pass over the name and at most `labels` probes, whatever the
 //! number of patterns. (Names with more than 16 label boundaries — only possible with
 //! many tiny or empty labels — hash each suffix on its own: slower, same answer.) The hash
-//! is a folded-multiply over 8-byte words, seeded at random per build; keys come from the
+//! is a folded multiply over 8-byte words, seeded at random per build; keys come from the
 //! control plane, queries only choose which slot they probe. What keeps the cost flat in
-//! practice is how little memory a probe
-//! touches, since a large table lives far from the core:
+//! practice is how little memory a probe touches, since a large table lives far from the
+//! core:
 //!
 //! - a blocked Bloom filter (two bits of one 64-bit word per key, ~8 bits per key: 1 MiB
 //!   for a million names) answers most probes for suffixes that are not keys, without
 //!   touching the table;
-//! - the table is kept at most half full with linear probing; a slot is 32 bytes and holds
-//!   a 24-bit hash tag with the key's length, both values, and the key itself when it is at
-//!   most 20 bytes (else its first 16 bytes and where the rest lies in an arena), so a hit
-//!   on a short name is verified within one cache line.
+//! - the table is kept at most half full with linear probing from the first slot of an
+//!   aligned pair (so the first two slots of a probe share a 128-byte pair of lines, which
+//!   the core's spatial prefetcher fetches together); a slot is one cache line
+//!   (64 bytes) and holds a 24-bit hash tag with the key's length, both values, and the
+//!   key itself when it is at most 52 bytes (else its first 48 bytes and where the rest
+//!   lies in an arena), so a probe that meets another key learns it from the tag and a
+//!   hit on any but a very long name is verified within that one line;
+//! - the big arrays are advised for transparent huge pages
+//!   ([`crate::port::advise_huge_pages`]): a million names take ~130 MiB of table, which
+//!   4 KiB pages would spread over 33k TLB entries (a page walk per probe); 2 MiB pages
+//!   need 65.
 //!
-//! Beyond that, a big table costs what the memory system charges: a working set of names
-//! that outgrows the TLB's reach pays page walks (`perf`'s `bench_inspect` shows it);
-//! hugepage-backed memory is the cure, not a different algorithm.
+//! Beyond that, a big table costs what the memory system charges: a cache miss for the
+//! slot and one for the value, where a small table has none. [`HostMatcher::lookup`]
+//! pays them one after the other (it only fetches the slots of all its candidates at
+//! once). [`HostMatcher::lookup_burst`] is the dataplane's way
+//! (DPDK's `rte_hash_lookup_bulk`, VPP): a burst of names goes through each step together
+//! — hash all and prefetch their filter words, filter all and prefetch their slots, probe
+//! and resolve all — so the misses of 32 names overlap instead of adding up, and its
+//! answers are `lookup`'s, name by name.
 //!
 //! Building may allocate and fails on duplicate patterns ([`BuildError`]): the control
 //! plane decides which of two claims on a name wins, never this table.
@@ -262,25 +275,41 @@ pub struct Match<'m, V> {
 /// No value in this half of a slot.
 const NONE: u32 = u32::MAX;
 
-/// Key bytes kept in the slot itself. Keys up to this long are compared without leaving
-/// the slot's cache line; longer keys keep a [`PREFIX`]-byte prefix and the arena offset
-/// of the rest here.
-const INLINE: usize = 20;
+/// Key bytes kept in the slot itself: keys up to this long (nearly every real host name)
+/// are compared without leaving the slot's cache line. Longer keys keep a [`PREFIX`]-byte
+/// prefix and the arena offset of the rest here.
+const INLINE: usize = 52;
 /// Prefix of a long key kept in its slot.
 const PREFIX: usize = INLINE - 4;
 
-/// One table slot (32 bytes, two per cache line). `tag == 0` marks an empty slot;
-/// otherwise its low 8 bits are the key's length (1..=253) and its high 24 bits come from
-/// the key's hash.
+/// Suffix hashes kept per name from the one right-to-left pass; names with more label
+/// boundaries (with a non-empty part before them) take the slow path.
+const KEPT: usize = 16;
+
+/// Tables (with their values) from this size up are prefetched for in a burst (and in a
+/// single lookup, the candidates' slots); smaller ones stay in the core's caches (a
+/// server core's L2 is 1-2 MiB), where prefetching costs instructions and buys little:
+/// measured with `bench_inspect`, bursts over the 10k-name table (2 MiB) were no faster
+/// with prefetching than without.
+const PREFETCH_MIN: usize = 4 << 20;
+
+/// How many names [`HostMatcher::lookup_burst`] works on at once (a dataplane burst):
+/// longer inputs are taken in chunks of this size.
+pub const BURST: usize = 32;
+
+/// One table slot: one cache line (64 bytes, line-aligned). `tag == 0` marks an empty
+/// slot; otherwise its low 8 bits are the key's length (1..=253) and its high 24 bits come
+/// from the key's hash, so a probe that meets another key usually learns it from the tag.
 #[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
 struct Slot {
     tag: u32,
     /// Value index of the exact pattern with this name, or [`NONE`].
     exact: u32,
     /// Value index of the wildcard pattern with this suffix, or [`NONE`].
     wild: u32,
-    /// The key if it is at most [`INLINE`] bytes; else its first [`PREFIX`] bytes and the
-    /// little-endian arena offset of the remaining bytes.
+    /// The key (lowercase, zero-padded) if it is at most [`INLINE`] bytes; else its first
+    /// [`PREFIX`] bytes and the little-endian arena offset of the remaining bytes.
     key: [u8; INLINE],
 }
 
@@ -302,10 +331,12 @@ pub struct HostMatcher<V> {
     filter_mask: usize,
     /// Tails (past [`PREFIX`]) of keys longer than [`INLINE`].
     arena: Box<[u8]>,
+    /// Values, in input order (so a value's index is its pattern's input position).
     values: Box<[V]>,
-    /// Input position of each value (values are stored in input order, so identity).
     any: u32,
     seed: u64,
+    /// Whether the table is big enough for [`HostMatcher::lookup_burst`] to prefetch.
+    prefetch: bool,
     exact_count: usize,
     wildcard_count: usize,
 }
@@ -318,28 +349,118 @@ fn mix(h: u64, v: u64) -> u64 {
     (r as u64) ^ ((r >> 64) as u64)
 }
 
-/// Extends hash `h` of a suffix by the label to its left (`label` holds no dot).
+/// ASCII-lowercases the 8 bytes of `w` at once: bytes `A..=Z` get bit 5 set, every other
+/// byte (non-ASCII included) is left as it is. No carry crosses a byte: each sum below
+/// adds at most 0x3f to a value of at most 0x7f.
 #[inline]
-fn hash_label(mut h: u64, label: &[u8]) -> u64 {
-    h = mix(h, label.len() as u64 ^ 0x5bd1_e995_0000_0000);
-    let mut chunks = label.chunks_exact(8);
-    for c in &mut chunks {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(c);
-        h = mix(h, u64::from_le_bytes(w));
-    }
-    let tail = chunks.remainder();
-    if !tail.is_empty() {
-        let mut w = [0u8; 8];
-        w[..tail.len()].copy_from_slice(tail);
-        h = mix(h, u64::from_le_bytes(w));
-    }
-    h
+fn lower8(w: u64) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let low = w & LOW7;
+    let at_least_a = low + ONES * (0x80 - b'A' as u64);
+    let above_z = low + ONES * (0x80 - b'Z' as u64 - 1);
+    let upper = at_least_a & !above_z & !w & HIGH;
+    w | (upper >> 2)
 }
 
-/// The hash of a whole key: its labels from the right, starting from `seed`.
+/// Up to 8 bytes as a little-endian word, zero-padded.
+#[inline]
+fn word(bytes: &[u8]) -> u64 {
+    match bytes.first_chunk::<8>() {
+        Some(w) => u64::from_le_bytes(*w),
+        None => bytes.iter().rev().fold(0, |w, &b| (w << 8) | u64::from(b)),
+    }
+}
+
+/// Whether `query` (any case) equals `lower` (lowercase), 8 bytes at a time.
+#[inline]
+fn eq_folded(query: &[u8], lower: &[u8]) -> bool {
+    query.len() == lower.len()
+        && query
+            .chunks(8)
+            .zip(lower.chunks(8))
+            .all(|(q, l)| lower8(word(q)) == word(l))
+}
+
+/// The lanes (`0x80` in each byte) of `w` that hold a dot.
+#[inline]
+fn dot_lanes(w: u64) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    let x = w ^ 0x2e2e_2e2e_2e2e_2e2e;
+    // A lane is 0x80 exactly where `x` has a zero byte (no carry crosses a lane).
+    !(((x & LOW7) + LOW7) | x | LOW7)
+}
+
+/// The first `bytes.len()` (< 8) bytes of a name as the high lanes of a word whose low
+/// lanes are zero: the leftmost, partial word of a name cut into 8-byte words from its
+/// end.
+#[inline]
+fn high_word(head: &[u8], name: &[u8]) -> u64 {
+    let r = head.len();
+    if r == 0 {
+        return 0;
+    }
+    let w = match name.first_chunk::<8>() {
+        Some(w) => u64::from_le_bytes(*w),
+        None => head.iter().rev().fold(0, |w, &b| (w << 8) | u64::from(b)),
+    };
+    w << (8 * (8 - r))
+}
+
+/// Hashes `name` (any case) 8 bytes at a time from its end, and hands `suffix` the start
+/// and hash of every suffix that begins right after a dot at position 1 or later (a
+/// wildcard needs a non-empty part before its suffix), shortest first. Returns the hash of
+/// the whole name.
+///
+/// The words are aligned to the end of the name, so a suffix's words are the name's,
+/// except its leftmost, partial one: the name's word with the bytes before the suffix
+/// masked off. The hash of a suffix found here is therefore the hash of that suffix
+/// alone, and one pass gives them all.
+#[inline]
+fn hash_name(seed: u64, name: &[u8], mut suffix: impl FnMut(usize, u64)) -> u64 {
+    let len = name.len();
+    let mut state = seed;
+    // Words from the right; `end` is where the current one ends.
+    let mut end = len;
+    let mut rest: &[u8] = name;
+    loop {
+        let (w, last) = match rest.split_last_chunk::<8>() {
+            Some((head, w)) => {
+                rest = head;
+                (u64::from_le_bytes(*w), false)
+            }
+            None => (high_word(rest, name), true),
+        };
+        let w = lower8(w);
+        let mut dots = dot_lanes(w);
+        while dots != 0 {
+            let bit = 63 - dots.leading_zeros() as usize;
+            dots &= !(1u64 << bit);
+            let lane = bit / 8;
+            // The dot's position in the name (`end + lane >= 8` for every real lane).
+            let at = (end + lane).wrapping_sub(8);
+            if at >= 1 && at < len {
+                // The suffix's bytes in this word: the lanes above the dot.
+                let above = 7 - lane;
+                let part = match above {
+                    0 => 0,
+                    n => w & (u64::MAX << (8 * (8 - n))),
+                };
+                suffix(at + 1, mix(state, part ^ (len - at - 1) as u64));
+            }
+        }
+        if last {
+            return mix(state, w ^ len as u64);
+        }
+        state = mix(state, w);
+        end -= 8;
+    }
+}
+
+/// The hash of a whole key (any case): [`hash_name`] without the suffixes.
 fn hash_key(seed: u64, key: &[u8]) -> u64 {
-    key.rsplit(|&b| b == b'.').fold(seed, hash_label)
+    hash_name(seed, key, |_, _| {})
 }
 
 #[inline]
@@ -348,12 +469,74 @@ fn tag(hash: u64, len: usize) -> u32 {
     ((hash >> 32) as u32 & 0xffff_ff00) | (len as u32 & 0xff)
 }
 
+/// The slot where the probe sequence of a key with this hash starts: the first of an
+/// aligned pair of slots (128 bytes), so the first two slots a probe may need lie in one
+/// pair of lines, which the core's spatial prefetcher fetches together. (At the table's
+/// load factor a probe goes on past its first slot about one time in three.)
+#[inline]
+fn home(hash: u64, mask: usize) -> usize {
+    (hash as usize) & mask & !1
+}
+
 /// The filter word and its two bits for a hash (bits independent of the tag's).
 #[inline]
 fn filter_bits(hash: u64, filter_mask: usize) -> (usize, u64) {
     let word = (hash as usize) & filter_mask;
     let bits = (1u64 << ((hash >> 26) & 63)) | (1u64 << ((hash >> 32) & 63));
     (word, bits)
+}
+
+/// `len` copies of `value` in memory advised for huge pages when it is big (see
+/// [`crate::port::advise_huge_pages`]), so that random probes into a table of many MiB
+/// do not each pay a page walk.
+fn huge_filled<T: Clone>(value: T, len: usize) -> Box<[T]> {
+    let mut v = Vec::with_capacity(len);
+    crate::port::advise_huge_pages(v.spare_capacity_mut());
+    v.resize(len, value);
+    v.into_boxed_slice()
+}
+
+/// `items` moved into memory advised for huge pages when they are big.
+fn huge_moved<T>(mut items: Vec<T>) -> Box<[T]> {
+    if core::mem::size_of_val(&items[..]) < 2 << 20 {
+        return items.into_boxed_slice();
+    }
+    let mut v = Vec::with_capacity(items.len());
+    crate::port::advise_huge_pages(v.spare_capacity_mut());
+    v.append(&mut items);
+    v.into_boxed_slice()
+}
+
+/// A name's hashes, from the one right-to-left pass of [`HostMatcher::prepare`].
+#[derive(Clone, Copy)]
+struct Prep {
+    /// Hash of the whole name.
+    full: u64,
+    /// Hashes of the suffixes that start after a dot with a non-empty part before it
+    /// (the ones a wildcard can match), shortest first; the first `count.min(KEPT)`.
+    hashes: [u64; KEPT],
+    /// Where each of those suffixes starts in the name (names are at most 253 bytes).
+    starts: [u8; KEPT],
+    /// How many such suffixes the name has (more than [`KEPT`]: the slow path).
+    count: usize,
+}
+
+const PREP: Prep = Prep {
+    full: 0,
+    hashes: [0; KEPT],
+    starts: [0; KEPT],
+    count: 0,
+};
+
+/// How a name is looked up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Plan {
+    /// Nothing but the catch-all can match (empty or over-long name, no named pattern).
+    CatchAll,
+    /// Probe the candidates that [`Prep`] holds.
+    Fast,
+    /// More suffixes than [`Prep`] keeps: hash each on its own.
+    Slow,
 }
 
 impl<V> HostMatcher<V> {
@@ -423,10 +606,10 @@ impl<V> HostMatcher<V> {
         }
         let capacity = (keys * 2).next_power_of_two().max(8);
         let mask = capacity - 1;
-        let mut slots = vec![EMPTY; capacity].into_boxed_slice();
+        let mut slots = huge_filled(EMPTY, capacity);
         let filter_words = (keys / 8).next_power_of_two().max(1);
         let filter_mask = filter_words - 1;
-        let mut filter = vec![0u64; filter_words].into_boxed_slice();
+        let mut filter = huge_filled(0u64, filter_words);
         let mut arena = Vec::with_capacity(arena_len);
         let seed = RandomState::new().hash_one(0x736c_7569_6365u64);
         let mut last: Option<(&str, usize)> = None; // previous key and its slot
@@ -438,7 +621,7 @@ impl<V> HostMatcher<V> {
                     let h = hash_key(seed, bytes);
                     let (word, bits) = filter_bits(h, filter_mask);
                     filter[word] |= bits;
-                    let mut i = (h as usize) & mask;
+                    let mut i = home(h, mask);
                     while slots[i].tag != 0 {
                         i = (i + 1) & mask;
                     }
@@ -467,18 +650,22 @@ impl<V> HostMatcher<V> {
             }
             last = Some((key.as_str(), i));
         }
-        Ok(HostMatcher {
+        let mut matcher = HostMatcher {
             slots,
             mask,
             filter,
             filter_mask,
             arena: arena.into_boxed_slice(),
-            values: values.into_boxed_slice(),
+            values: huge_moved(values),
             any,
             seed,
+            prefetch: false,
             exact_count,
             wildcard_count,
-        })
+        };
+        matcher.prefetch =
+            matcher.table_bytes() + core::mem::size_of_val(&matcher.values[..]) >= PREFETCH_MIN;
+        Ok(matcher)
     }
 
     /// Compiles `(pattern text, value)` pairs, parsing each with [`HostPattern::parse`].
@@ -503,12 +690,111 @@ impl<V> HostMatcher<V> {
 
     /// Like [`HostMatcher::lookup`], and says what matched.
     pub fn find(&self, name: &[u8]) -> Option<Match<'_, V>> {
-        if !name.is_empty() && name.len() <= MAX_NAME_LEN && self.has_names() {
-            if let Some(m) = self.find_name(name) {
-                return Some(m);
+        let mut prep = PREP;
+        let found = match self.prepare(name, &mut prep) {
+            Plan::CatchAll => None,
+            Plan::Fast => {
+                let mask = self.candidates(&prep);
+                if self.prefetch {
+                    // A big table: fetch every candidate's slots at once rather than
+                    // one probe after the other.
+                    self.prefetch_slots(&prep, mask);
+                }
+                self.resolve(name, &prep, mask)
+            }
+            Plan::Slow => self.find_slow(name, &prep),
+        };
+        found.or_else(|| self.catch_all())
+    }
+
+    /// Looks up a burst of names at once: `out[i]` gets what [`HostMatcher::lookup`]
+    /// returns for `names[i]`, for every `i` below both lengths (entries of `out` past
+    /// `names.len()` are left as they are). No allocation.
+    ///
+    /// The answers are those of `lookup`; what differs is the order of memory accesses.
+    /// Taking [`BURST`] names at a time (as DPDK's `rte_hash_lookup_bulk` and VPP do),
+    /// it hashes every name and prefetches the filter words of all its candidate keys,
+    /// then checks the filter and prefetches the slots of the candidates it lets
+    /// through, then probes and resolves exact, longest wildcard, catch-all. So the cache
+    /// and TLB misses of a big table overlap across the burst instead of following one
+    /// another, name after name.
+    pub fn lookup_burst<'m>(&'m self, names: &[&[u8]], out: &mut [Option<&'m V>]) {
+        let n = names.len().min(out.len());
+        self.burst(&names[..n], |i, m| {
+            if let Some(o) = out.get_mut(i) {
+                *o = m.map(|m| m.value);
+            }
+        });
+    }
+
+    /// Like [`HostMatcher::lookup_burst`], and says what matched: `out[i]` gets what
+    /// [`HostMatcher::find`] returns for `names[i]`.
+    pub fn find_burst<'m>(&'m self, names: &[&[u8]], out: &mut [Option<Match<'m, V>>]) {
+        let n = names.len().min(out.len());
+        self.burst(&names[..n], |i, m| {
+            if let Some(o) = out.get_mut(i) {
+                *o = m;
+            }
+        });
+    }
+
+    /// The passes of a burst lookup, over chunks of [`BURST`] names; hands each name's
+    /// answer to `emit` with its index. A table small enough to stay in cache has no
+    /// misses to hide: its names are simply looked up one after the other (prefetching
+    /// there costs instructions and buys nothing).
+    fn burst<'m>(&'m self, names: &[&[u8]], mut emit: impl FnMut(usize, Option<Match<'m, V>>)) {
+        if !self.prefetch {
+            for (i, name) in names.iter().enumerate() {
+                emit(i, self.find(name));
+            }
+            return;
+        }
+        let mut preps = [PREP; BURST];
+        let mut plans = [Plan::CatchAll; BURST];
+        let mut masks = [0u32; BURST];
+        for (c, chunk) in names.chunks(BURST).enumerate() {
+            // Pass 0: the names' own bytes (they may be cold: packet buffers), their first
+            // and last lines (a name is at most 253 bytes; most fit in one line).
+            for name in chunk {
+                if let (Some(first), Some(last)) = (name.first(), name.last()) {
+                    crate::port::prefetch_line(first);
+                    crate::port::prefetch_line(last);
+                }
+            }
+            // Pass 1: hash, and prefetch the filter words of every candidate key.
+            for ((name, prep), plan) in chunk.iter().zip(&mut preps).zip(&mut plans) {
+                *plan = self.prepare(name, prep);
+                if *plan == Plan::Fast {
+                    self.prefetch_filter(prep);
+                }
+            }
+            // Pass 2: filter, and prefetch the home slot of every candidate it lets by.
+            for ((prep, plan), mask) in preps.iter().zip(&plans).zip(&mut masks) {
+                if *plan == Plan::Fast {
+                    *mask = self.candidates(prep);
+                    self.prefetch_slots(prep, *mask);
+                }
+            }
+            // Pass 3: probe and resolve, exact -> longest wildcard -> catch-all, and
+            // prefetch the value for the caller.
+            for (k, ((name, prep), (plan, mask))) in chunk
+                .iter()
+                .zip(&preps)
+                .zip(plans.iter().zip(&masks))
+                .enumerate()
+            {
+                let found = match plan {
+                    Plan::CatchAll => None,
+                    Plan::Fast => self.resolve(name, prep, *mask),
+                    Plan::Slow => self.find_slow(name, prep),
+                };
+                let found = found.or_else(|| self.catch_all());
+                if let Some(m) = &found {
+                    crate::port::prefetch_line(m.value);
+                }
+                emit(c * BURST + k, found);
             }
         }
-        self.value(self.any, MatchKind::Any)
     }
 
     fn has_names(&self) -> bool {
@@ -522,39 +808,138 @@ impl<V> HostMatcher<V> {
             .map(|value| Match { value, kind, index })
     }
 
-    fn find_name(&self, name: &[u8]) -> Option<Match<'_, V>> {
-        /// Suffix hashes kept from the one right-to-left pass; names with more dots (with
-        /// a non-empty part before them) take the slow path.
-        const KEPT: usize = 16;
+    fn catch_all(&self) -> Option<Match<'_, V>> {
+        self.value(self.any, MatchKind::Any)
+    }
+
+    /// One right-to-left pass over `name`: the hash of every suffix that starts at a label
+    /// boundary (the hash of a name is defined label-wise from the right, so `example.com`
+    /// hashes the same alone and as the tail of `a.example.com`), case ignored. Says how
+    /// the lookup goes on.
+    #[inline]
+    fn prepare(&self, name: &[u8], prep: &mut Prep) -> Plan {
         let len = name.len();
-        let mut buf = [0u8; MAX_NAME_LEN];
-        let lower = buf.get_mut(..len)?;
-        // Right to left: lowercase, and hash each suffix that starts after a dot with a
-        // non-empty part before it (a wildcard needs one). `hashes[k]` is the hash of the
-        // k-th shortest such suffix.
-        let mut hashes = [0u64; KEPT];
+        if len == 0 || len > MAX_NAME_LEN || !self.has_names() {
+            return Plan::CatchAll;
+        }
         let mut count = 0;
-        let mut h = self.seed;
-        let mut end = len;
-        for i in (0..len).rev() {
-            let b = name[i].to_ascii_lowercase();
-            lower[i] = b;
-            if b == b'.' {
-                h = hash_label(h, &lower[i + 1..end]);
-                if i >= 1 {
-                    if let Some(slot) = hashes.get_mut(count) {
-                        *slot = h;
-                    }
-                    count += 1;
+        let (hashes, starts) = (&mut prep.hashes, &mut prep.starts);
+        prep.full = hash_name(self.seed, name, |start, h| {
+            if let (Some(hash), Some(at)) = (hashes.get_mut(count), starts.get_mut(count)) {
+                *hash = h;
+                // `start <= 253`.
+                *at = start as u8;
+            }
+            count += 1;
+        });
+        prep.count = count;
+        if count > KEPT {
+            Plan::Slow
+        } else {
+            Plan::Fast
+        }
+    }
+
+    /// Whether the filter lets a key with this hash by.
+    #[inline]
+    fn may_hold(&self, hash: u64) -> bool {
+        let (word, bits) = filter_bits(hash, self.filter_mask);
+        self.filter.get(word).is_some_and(|w| w & bits == bits)
+    }
+
+    /// The candidates of a prepared name that the filter lets by: bit 0 for the whole name
+    /// as an exact key, bit `k + 1` for suffix `k` (shortest first) as a wildcard key.
+    #[inline]
+    fn candidates(&self, prep: &Prep) -> u32 {
+        let mut mask = 0;
+        if self.exact_count > 0 && self.may_hold(prep.full) {
+            mask |= 1;
+        }
+        if self.wildcard_count > 0 {
+            let kept = &prep.hashes[..prep.count.min(KEPT)];
+            for (k, &h) in kept.iter().enumerate() {
+                if self.may_hold(h) {
+                    mask |= 2 << k;
                 }
-                end = i;
             }
         }
-        let full = hash_label(h, &lower[..end]);
-        let lower = &*lower;
+        mask
+    }
 
+    /// Prefetches the filter words of a prepared name's candidates.
+    #[inline]
+    fn prefetch_filter(&self, prep: &Prep) {
+        let word = |h: u64| self.filter.get(filter_bits(h, self.filter_mask).0);
         if self.exact_count > 0 {
-            if let Some(slot) = self.probe(full, lower) {
+            if let Some(w) = word(prep.full) {
+                crate::port::prefetch_line(w);
+            }
+        }
+        if self.wildcard_count > 0 {
+            for &h in &prep.hashes[..prep.count.min(KEPT)] {
+                if let Some(w) = word(h) {
+                    crate::port::prefetch_line(w);
+                }
+            }
+        }
+    }
+
+    /// Prefetches the home slots of the candidates in `mask`.
+    #[inline]
+    fn prefetch_slots(&self, prep: &Prep, mask: u32) {
+        let mut rest = mask;
+        while rest != 0 {
+            let bit = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            let h = match bit {
+                0 => prep.full,
+                k => prep.hashes.get(k - 1).copied().unwrap_or_default(),
+            };
+            // The first slot of the pair; the spatial prefetcher brings its neighbour.
+            if let Some(slot) = self.slots.get(home(h, self.mask)) {
+                crate::port::prefetch_line(slot);
+            }
+        }
+    }
+
+    /// Probes the candidates in `mask`: the exact name, then the suffixes longest first;
+    /// the first that holds a pattern of its kind wins.
+    #[inline]
+    fn resolve(&self, name: &[u8], prep: &Prep, mask: u32) -> Option<Match<'_, V>> {
+        if mask & 1 != 0 {
+            if let Some(slot) = self.probe(prep.full, name) {
+                if slot.exact != NONE {
+                    return self.value(slot.exact, MatchKind::Exact);
+                }
+            }
+        }
+        let mut rest = mask >> 1;
+        while rest != 0 {
+            let k = (u32::BITS - 1 - rest.leading_zeros()) as usize;
+            rest &= !(1 << k);
+            let (Some(&h), Some(&start)) = (prep.hashes.get(k), prep.starts.get(k)) else {
+                continue;
+            };
+            let suffix = name.get(usize::from(start)..).unwrap_or_default();
+            if let Some(slot) = self.probe(h, suffix) {
+                if slot.wild != NONE {
+                    let kind = MatchKind::Wildcard {
+                        suffix_len: suffix.len(),
+                    };
+                    return self.value(slot.wild, kind);
+                }
+            }
+        }
+        None
+    }
+
+    /// [`HostMatcher::resolve`] for a name with more label boundaries than [`Prep`]
+    /// keeps hashes for (only possible with many tiny or empty labels): each suffix is
+    /// hashed on its own. Slower, same answer.
+    #[cold]
+    fn find_slow(&self, name: &[u8], prep: &Prep) -> Option<Match<'_, V>> {
+        if self.exact_count > 0 && self.may_hold(prep.full) {
+            if let Some(slot) = self.probe(prep.full, name) {
                 if slot.exact != NONE {
                     return self.value(slot.exact, MatchKind::Exact);
                 }
@@ -563,50 +948,33 @@ impl<V> HostMatcher<V> {
         if self.wildcard_count == 0 {
             return None;
         }
-        // Longest suffix first: dots left to right (skipping a dot at 0), hashes in reverse
-        // scan order.
-        let mut starts = lower
-            .iter()
+        // Longest suffix first: dots left to right, skipping a dot at 0.
+        name.iter()
             .enumerate()
             .skip(1)
             .filter(|&(_, &b)| b == b'.')
-            .map(|(i, _)| i + 1);
-        let wildcard = |start: usize, h: u64| {
-            let suffix = lower.get(start..)?;
-            let slot = self.probe(h, suffix)?;
-            (slot.wild != NONE).then(|| {
+            .find_map(|(i, _)| {
+                let suffix = name.get(i + 1..)?;
+                let h = hash_key(self.seed, suffix);
+                if !self.may_hold(h) {
+                    return None;
+                }
+                let slot = self.probe(h, suffix)?;
                 let kind = MatchKind::Wildcard {
                     suffix_len: suffix.len(),
                 };
-                self.value(slot.wild, kind)
-            })?
-        };
-        if count <= KEPT {
-            starts
-                .zip(hashes[..count].iter().rev())
-                .find_map(|(start, &h)| wildcard(start, h))
-        } else {
-            // More label boundaries than kept hashes (a name with many short or empty
-            // labels): hash each suffix on its own.
-            starts.find_map(|start| {
-                let suffix = lower.get(start..)?;
-                wildcard(start, hash_key(self.seed, suffix))
+                (slot.wild != NONE).then(|| self.value(slot.wild, kind))?
             })
-        }
     }
 
-    /// The slot whose key is `key` (lowercase, 1..=253 bytes), if any.
+    /// The slot whose key is `key` (any case, 1..=253 bytes), if any.
     #[inline]
     fn probe(&self, hash: u64, key: &[u8]) -> Option<&Slot> {
         if key.is_empty() {
             return None;
         }
-        let (word, bits) = filter_bits(hash, self.filter_mask);
-        if self.filter.get(word)? & bits != bits {
-            return None;
-        }
         let want = tag(hash, key.len());
-        let mut i = (hash as usize) & self.mask;
+        let mut i = home(hash, self.mask);
         // The table is at most half full, so an empty slot ends every probe sequence.
         loop {
             let slot = self.slots.get(i)?;
@@ -620,19 +988,23 @@ impl<V> HostMatcher<V> {
         }
     }
 
-    /// Whether `slot` holds `key` (whose length the tag already matched).
+    /// Whether `slot` holds `key` (any case; its length the tag already matched).
     #[inline]
     fn key_is(&self, slot: &Slot, key: &[u8]) -> bool {
         if key.len() <= INLINE {
-            return slot.key.get(..key.len()) == Some(key);
+            return slot.key.get(..key.len()).is_some_and(|k| eq_folded(key, k));
         }
         let [prefix @ .., a, b, c, d] = slot.key;
-        if prefix[..] != key[..PREFIX] {
+        let Some((head, rest)) = key.split_at_checked(PREFIX) else {
+            return false;
+        };
+        if !eq_folded(head, &prefix) {
             return false;
         }
         let start = u32::from_le_bytes([a, b, c, d]) as usize;
-        let rest = &key[PREFIX..];
-        self.arena.get(start..start + rest.len()) == Some(rest)
+        self.arena
+            .get(start..start + rest.len())
+            .is_some_and(|tail| eq_folded(rest, tail))
     }
 
     /// How many patterns (exact, wildcard and catch-all) the matcher holds.
@@ -741,25 +1113,27 @@ mod tests {
     #[test]
     fn long_keys_with_equal_prefixes() {
         // Keys longer than INLINE share their first PREFIX bytes; the arena tails decide.
-        let a = "abcdefghijklmnop-first.example.com";
-        let b = "abcdefghijklmnop-second.example.com";
-        let twenty = "abcdefghij.example.o"; // exactly INLINE bytes
-        let twenty_one = "abcdefghij.example.or"; // one more
-        assert_eq!((twenty.len(), twenty_one.len()), (INLINE, INLINE + 1));
-        let m = matcher(&[
-            a,
-            b,
-            twenty,
-            twenty_one,
-            "*.abcdefghijklmnop-first.example.com",
-        ]);
-        assert_eq!(pick(&m, a), Some(0));
+        let head = "abcdefghijklmnop.qrstuvwxyz0123456789-abcdefghij"; // PREFIX bytes
+        assert_eq!(head.len(), PREFIX);
+        let a = format!("{head}-first.example.com");
+        let b = format!("{head}-second.example.com");
+        let inline = format!("{}ab.example.o", "abcdefghij".repeat(4)); // exactly INLINE
+        let one_more = format!("{inline}r");
+        assert_eq!((inline.len(), one_more.len()), (INLINE, INLINE + 1));
+        let wild = format!("*.{a}");
+        let m = matcher(&[&a, &b, &inline, &one_more, &wild]);
+        assert_eq!(pick(&m, &a), Some(0));
         assert_eq!(pick(&m, &b.to_uppercase()), Some(1));
-        assert_eq!(pick(&m, twenty), Some(2));
-        assert_eq!(pick(&m, twenty_one), Some(3));
-        assert_eq!(pick(&m, "abcdefghijklmnop-third.example.com"), None);
-        assert_eq!(pick(&m, "abcdefghijklmnop-firsT.example.con"), None);
+        assert_eq!(pick(&m, &inline), Some(2));
+        assert_eq!(pick(&m, &one_more.to_uppercase()), Some(3));
+        assert_eq!(pick(&m, &format!("{head}-third.example.com")), None);
+        assert_eq!(pick(&m, &format!("{head}-firsT.example.con")), None);
+        assert_eq!(pick(&m, &format!("{}Z", &inline[..INLINE - 1])), None);
         assert_eq!(pick(&m, &format!("x.{a}")), Some(4));
+        let names: Vec<&[u8]> = vec![a.as_bytes(), b.as_bytes(), one_more.as_bytes()];
+        let mut out = [None; 3];
+        m.lookup_burst(&names, &mut out);
+        assert_eq!(out, [Some(&0), Some(&1), Some(&3)]);
     }
 
     #[test]
@@ -1017,5 +1391,184 @@ mod tests {
                 );
             }
         }
+
+        /// The burst lookup answers exactly what the single one does (and both what the
+        /// plain reference does), name by name, over bursts of any length (several
+        /// chunks, a partial one, none), mixed and odd queries alike.
+        #[test]
+        fn burst_agrees_with_lookup_and_the_reference(
+            patterns in prop::collection::vec(pattern(), 0..40),
+            queries in prop::collection::vec(
+                prop_oneof![3 => query(), 1 => odd_query()],
+                0..(2 * BURST + 7),
+            ),
+        ) {
+            let mut unique: Vec<HostPattern> = Vec::new();
+            for p in patterns {
+                if !unique.contains(&p) {
+                    unique.push(p);
+                }
+            }
+            let m = HostMatcher::build(unique.iter().cloned().zip(0..)).unwrap();
+            let mut asked: Vec<Vec<u8>> = queries;
+            for p in unique.iter().take(8) {
+                if let HostPattern::Exact(n) | HostPattern::Wildcard(n) = p {
+                    asked.push(n.to_uppercase().into_bytes());
+                    asked.push(format!("z.Q.{n}").into_bytes());
+                }
+            }
+            let names: Vec<&[u8]> = asked.iter().map(Vec::as_slice).collect();
+            // Both burst paths: small tables look names up one by one, big ones prefetch.
+            type Answers = (Vec<Option<usize>>, Vec<Option<(usize, MatchKind)>>);
+            let run = |m: &HostMatcher<usize>| -> Answers {
+                let mut out = vec![None; names.len()];
+                m.lookup_burst(&names, &mut out);
+                let mut found = vec![None; names.len()];
+                m.find_burst(&names, &mut found);
+                (
+                    out.iter().map(|o| o.copied()).collect(),
+                    found.iter().map(|f| f.map(|f| (f.index, f.kind))).collect(),
+                )
+            };
+            let mut m = m;
+            m.prefetch = false;
+            let plain = run(&m);
+            m.prefetch = true;
+            let fetched = run(&m);
+            prop_assert_eq!(&plain, &fetched);
+            for (i, q) in names.iter().enumerate() {
+                let shown = String::from_utf8_lossy(q);
+                prop_assert_eq!(plain.0[i], m.lookup(q).copied(), "query {:?}", shown);
+                prop_assert_eq!(
+                    plain.1[i],
+                    m.find(q).map(|f| (f.index, f.kind)),
+                    "query {:?}", shown
+                );
+                prop_assert_eq!(plain.0[i], reference(&unique, q), "query {:?}", shown);
+            }
+        }
+
+        /// The word-at-a-time lowercase and comparison agree with the byte-wise ones on
+        /// any bytes.
+        #[test]
+        fn folding_agrees_with_bytewise(
+            a in prop_oneof![
+                prop::collection::vec(any::<u8>(), 0..40),
+                prop::collection::vec(prop_oneof![Just(b'.'), Just(b'A'), Just(b'z')], 0..40),
+            ]
+        ) {
+            let lowered = a.to_ascii_lowercase();
+            for chunk in a.chunks(8) {
+                prop_assert_eq!(lower8(word(chunk)), word(&chunk.to_ascii_lowercase()));
+            }
+            prop_assert!(eq_folded(&a, &lowered));
+            prop_assert_eq!(hash_key(7, &a), hash_key(7, &lowered));
+            // Every suffix hash of the one pass is the hash of that suffix alone.
+            let mut starts = Vec::new();
+            let full = hash_name(7, &a, |start, h| {
+                starts.push(start);
+                assert_eq!(h, hash_key(7, &a[start..]), "{a:?} from {start}");
+            });
+            prop_assert_eq!(full, hash_key(7, &a));
+            let dots: Vec<usize> = (1..a.len()).rev().filter(|&i| a[i] == b'.').map(|i| i + 1).collect();
+            prop_assert_eq!(starts, dots);
+            let mut other = lowered.clone();
+            if let Some(b) = other.last_mut() {
+                *b = b.wrapping_add(1);
+                prop_assert!(!eq_folded(&a, &other));
+            }
+            prop_assert!(!eq_folded(&a, &lowered[..lowered.len().saturating_sub(1)]) || a.is_empty());
+        }
+    }
+
+    /// Malformed and unusual names: empty, dots only, over-long, more label boundaries
+    /// than the fast path keeps hashes for, non-ASCII bytes next to the letters, bytes
+    /// that only look like letters with their high bit set.
+    fn odd_query() -> impl Strategy<Value = Vec<u8>> {
+        let tail = || name().prop_map(String::into_bytes);
+        prop_oneof![
+            Just(Vec::new()),
+            Just(b".".to_vec()),
+            (1..300usize).prop_map(|n| b".".repeat(n)),
+            (17..40usize, tail()).prop_map(|(n, t)| [b"a.".repeat(n), t].concat()),
+            (10..30usize, tail()).prop_map(|(n, t)| [b".".repeat(n), t].concat()),
+            (prop::collection::vec(any::<u8>(), 1..6), tail()).prop_map(|(junk, t)| [
+                junk,
+                b".".to_vec(),
+                t
+            ]
+            .concat()),
+            tail().prop_map(|t| t.iter().map(|&b| b | 0x80).collect()),
+            tail().prop_map(|t| t
+                .iter()
+                .map(|&b| if b == b'a' { b'@' } else { b })
+                .collect()),
+            prop::collection::vec(any::<u8>(), 0..260),
+        ]
+    }
+
+    #[test]
+    fn burst_edges() {
+        let mut m = matcher(&["a.example.com", "*.example.com", "*"]);
+        assert!(!m.prefetch, "a small table is not prefetched for");
+        for prefetch in [false, true] {
+            m.prefetch = prefetch;
+            burst_edges_of(&m);
+        }
+    }
+
+    fn burst_edges_of(m: &HostMatcher<usize>) {
+        let names: [&[u8]; 3] = [b"A.EXAMPLE.com", b"b.example.com", b"example.com"];
+        // `out` shorter than `names`: only its length is answered.
+        let mut out = [None; 2];
+        m.lookup_burst(&names, &mut out);
+        assert_eq!(out, [Some(&0), Some(&1)]);
+        // Longer: the rest stays as it was.
+        let mut out = [Some(&9); 5];
+        m.lookup_burst(&names, &mut out);
+        assert_eq!(out, [Some(&0), Some(&1), Some(&2), Some(&9), Some(&9)]);
+        m.lookup_burst(&[], &mut out);
+        let empty: HostMatcher<usize> = HostMatcher::build(Vec::new()).unwrap();
+        let mut out = [Some(&9); 3];
+        empty.lookup_burst(&names, &mut out);
+        assert_eq!(out, [None; 3]);
+        // Many bursts' worth, each answer in its place.
+        let many: Vec<Vec<u8>> = (0..100)
+            .map(|i| match i % 3 {
+                0 => format!("x{i}.example.com"),
+                1 => "a.Example.Com".to_string(),
+                _ => format!("n{i}.org"),
+            })
+            .map(String::into_bytes)
+            .collect();
+        let refs: Vec<&[u8]> = many.iter().map(Vec::as_slice).collect();
+        let mut out = vec![None; refs.len()];
+        m.lookup_burst(&refs, &mut out);
+        for (i, got) in out.iter().enumerate() {
+            assert_eq!(*got, Some(&[1, 0, 2][i % 3]), "#{i}");
+        }
+    }
+
+    #[test]
+    fn huge_page_advice_is_harmless() {
+        let t: HostMatcher<u32> = HostMatcher::build(
+            (0..40_000u32).map(|i| (HostPattern::Exact(format!("h{i}.example.com")), i)),
+        )
+        .unwrap();
+        assert!(t.table_bytes() >= PREFETCH_MIN);
+        assert!(t.prefetch, "a big table is prefetched for");
+        assert_eq!(t.lookup(b"H39999.example.COM"), Some(&39_999));
+        let names: [&[u8]; 3] = [
+            b"H39999.example.COM",
+            b"h40000.example.com",
+            b"h7.example.com",
+        ];
+        let mut out = [None; 3];
+        t.lookup_burst(&names, &mut out);
+        assert_eq!(out, [Some(&39_999), None, Some(&7)]);
+        assert_eq!(t.lookup(b"h40000.example.com"), None);
+        let v = huge_filled(7u8, 5 << 20);
+        assert!(v.iter().all(|&b| b == 7));
+        assert_eq!(huge_moved(vec![1u64; 1 << 19]).len(), 1 << 19);
     }
 }

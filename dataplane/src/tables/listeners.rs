@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
-use super::hosts::{BuildError as HostBuildError, HostMatcher};
+use super::hosts::{BuildError as HostBuildError, HostMatcher, BURST};
 use super::maglev::{flow_hash, MaglevTable, Pick};
 
 /// What a listener does with a new connection.
@@ -176,6 +176,22 @@ impl ListenerEntry {
     #[inline]
     pub fn route(&self, host: &[u8]) -> Option<u32> {
         self.hosts.lookup(host).copied()
+    }
+
+    /// The routes for a burst of connections to this listener: `out[i]` gets what
+    /// [`ListenerEntry::route`] returns for `hosts[i]`, for every `i` below both lengths
+    /// (the rest of `out` is left as it is). The names are looked up together
+    /// ([`HostMatcher::lookup_burst`]), so that the cache misses of a big host table
+    /// overlap. No allocation.
+    pub fn route_burst(&self, hosts: &[&[u8]], out: &mut [Option<u32>]) {
+        let mut found = [None; BURST];
+        for (names, out) in hosts.chunks(BURST).zip(out.chunks_mut(BURST)) {
+            let found = &mut found[..names.len().min(out.len())];
+            self.hosts.lookup_burst(names, found);
+            for (o, f) in out.iter_mut().zip(found.iter()) {
+                *o = f.copied();
+            }
+        }
     }
 }
 
@@ -421,6 +437,17 @@ mod tests {
         assert_eq!(l.route(b"b.example.com"), Some(0));
         assert_eq!(l.route(b"example.com"), None);
         assert_eq!(l.route(b""), None);
+        let hosts: Vec<&[u8]> = [&b"A.Example.com"[..], b"b.example.com", b"example.com", b""]
+            .into_iter()
+            .cycle()
+            .take(70)
+            .collect();
+        let mut routes = vec![Some(9); 71];
+        l.route_burst(&hosts, &mut routes);
+        for (i, (h, r)) in hosts.iter().zip(&routes).enumerate() {
+            assert_eq!(*r, l.route(h), "#{i}");
+        }
+        assert_eq!(routes[70], Some(9), "past the hosts: untouched");
         assert!(t.lookup(ip("192.0.2.10"), 443, proto::UDP).is_none());
         let r = t.route(1).expect("route");
         assert_eq!(
