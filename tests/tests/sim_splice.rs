@@ -347,4 +347,8 @@ fn sni_routes_each_connection_to_its_backend_and_splices_byte_exact() {
     assert_eq!(hits(&backends, "10.78.0.13"), 10);
     let c = sim.worker.counters();
     assert_eq!(c.events_of(Event::Spliced), 30);
+    // One flow entry a connection: the entry opened for the handshake gets its backend
+    // side in place.
+    let flows = sim.worker.stage().flows().stats();
+    assert_eq!((flows.inserted, flows.removed), (30, 0), "{flows:?}");
 }
