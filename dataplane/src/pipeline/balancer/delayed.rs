@@ -154,14 +154,12 @@ pub(super) fn splice_rewrite(pkt: &mut Pkt, l4: &L4, dir: Dir, s: Splice) {
             }
             let hl = (usize::from(seg[12] >> 4) * 4).min(seg.len());
             if hl > tcp::HEADER_LEN {
-                let opts = &mut seg[tcp::HEADER_LEN..hl];
-                if options::sack_is_odd_aligned(opts) {
-                    odd_sack = true;
-                    let _ = options::shift_sack_edges(opts, s.value);
-                } else {
-                    let (o, n) = options::shift_sack_edges(opts, s.value);
-                    old += o;
-                    new += n;
+                match options::shift_sack_edges(&mut seg[tcp::HEADER_LEN..hl], s.value) {
+                    Some((o, n)) => {
+                        old += o;
+                        new += n;
+                    }
+                    None => odd_sack = true,
                 }
             }
             let fix = s.phase >> 4;
