@@ -126,6 +126,10 @@ fn sni_routes_each_connection_to_its_backend_and_splices_byte_exact() {
     assert_eq!(events(&w, Event::Spliced), 30);
     assert_eq!(events(&w, Event::EmbryoOpened), 30);
     assert_eq!(w.sim.worker.stage().embryos(), 0);
+    // One flow entry a connection: the entry opened for the handshake gets its backend
+    // side in place.
+    let flows = w.sim.worker.stage().flows().stats();
+    assert_eq!((flows.inserted, flows.removed), (30, 0), "{flows:?}");
 }
 
 /// The ClientHello in one, two and three segments, cut anywhere (inside the record

@@ -644,6 +644,44 @@ impl FlowTable {
         Ok(FlowId(id))
     }
 
+    /// Gives a live flow a new reply tuple and `state` at time `now`, keeping its entry,
+    /// its original-direction key and its place on the wheel: delayed binding, where the
+    /// client's connection is tracked from sluice's own handshake and gets its backend side
+    /// later. (Removing the flow and inserting another would leave the old entry unusable
+    /// until the wheel reaches it, up to a minute later: one entry more per connection.)
+    /// Fails with [`InsertError::Exists`], changing nothing, when another live flow tracks
+    /// `reply` or the flow is not live; an expired flow holding `reply` is reaped.
+    pub fn rekey_reply(
+        &mut self,
+        id: FlowId,
+        reply: Tuple,
+        state: TcpState,
+        now: u32,
+    ) -> Result<(), InsertError> {
+        let f = self.flows[id.0 as usize];
+        if !f.live {
+            return Err(InsertError::Exists);
+        }
+        if let Some((other, dir)) = self.find(&reply) {
+            if other == id && dir == Dir::Reply {
+                // Already keyed so: only the state changes.
+            } else if other == id || self.flows[other.0 as usize].expires > now {
+                return Err(InsertError::Exists);
+            } else {
+                self.reap(other);
+            }
+        }
+        self.index_remove(&f.reply, id.0);
+        let expires = now.saturating_add(self.timeouts.for_state(state));
+        let e = &mut self.flows[id.0 as usize];
+        e.reply = reply;
+        e.state = state;
+        // A later expiry is re-filed lazily when the wheel reaches the entry's slot.
+        e.expires = expires;
+        self.index_insert(&reply, id.0, Dir::Reply);
+        Ok(())
+    }
+
     fn file(&mut self, id: u32, expires: u32) {
         // A flow is filed at its expiry, or at the far end of the wheel if later; the
         // wheel re-files it when it gets there.

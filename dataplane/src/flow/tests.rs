@@ -337,6 +337,86 @@ fn the_smallest_tables_still_expire_and_recycle() {
     check(&t);
 }
 
+/// Delayed binding: the client's connection is tracked from sluice's handshake (reply =
+/// the client tuple reversed), then gets its backend side in the same entry.
+#[test]
+fn rekeying_the_reply_keeps_the_entry() {
+    let to = Timeouts::default();
+    // One entry: a connection must not need a second one to get its backend.
+    let mut t = FlowTable::new(1, to, 0, 9);
+    let client = Tuple::new(sa("198.51.100.7:40000"), sa("10.77.0.10:443"), 6);
+    let id = t
+        .insert(client, client.reversed(), TcpState::SynRecv, 1, 0)
+        .expect("insert");
+    let (_, backend) = nat(
+        "198.51.100.7:40000",
+        "10.77.0.10:443",
+        "10.78.0.11:8443",
+        "10.78.0.2:2000",
+        6,
+    );
+    t.rekey_reply(id, backend, TcpState::SynSent, 1)
+        .expect("rekey");
+    check(&t);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t.lookup(&client, 1), Some((id, Dir::Orig)));
+    assert_eq!(t.lookup(&backend, 1), Some((id, Dir::Reply)));
+    assert_eq!(t.lookup(&client.reversed(), 1), None);
+    assert_eq!(t.get(id).state, TcpState::SynSent);
+    assert_eq!(t.get(id).expires(), 1 + to.tcp_syn_sent);
+    // Failover: another backend, and the same tuple again (only the state changes).
+    let (_, other) = nat(
+        "1.1.1.1:1",
+        "2.2.2.2:2",
+        "10.78.0.12:8443",
+        "10.78.0.2:2001",
+        6,
+    );
+    t.rekey_reply(id, other, TcpState::SynSent, 2)
+        .expect("rekey");
+    t.rekey_reply(id, other, TcpState::SynSent, 2)
+        .expect("same");
+    check(&t);
+    assert_eq!(t.lookup(&backend, 2), None);
+    assert_eq!(t.lookup(&other, 2), Some((id, Dir::Reply)));
+    // Its own original tuple, or a tuple another live flow holds: refused, unchanged.
+    assert_eq!(
+        t.rekey_reply(id, client, TcpState::SynSent, 2),
+        Err(InsertError::Exists)
+    );
+    let mut t2 = FlowTable::new(4, to, 0, 9);
+    let a = t2
+        .insert(client, client.reversed(), TcpState::SynRecv, 1, 0)
+        .expect("a");
+    let (bo, br) = flow_k(3);
+    let b = t2.insert(bo, br, TcpState::SynSent, 1, 0).expect("b");
+    assert_eq!(
+        t2.rekey_reply(a, br, TcpState::SynSent, 1),
+        Err(InsertError::Exists)
+    );
+    assert_eq!(t2.lookup(&client.reversed(), 1), Some((a, Dir::Reply)));
+    // Once `b` has expired (not yet reaped by the wheel), its tuple can be taken.
+    let late = 1 + to.tcp_syn_sent;
+    t2.rekey_reply(a, br, TcpState::SynSent, late)
+        .expect("expired holder reaped");
+    check(&t2);
+    assert_eq!(t2.len(), 1);
+    assert_eq!(t2.lookup(&br, late), Some((a, Dir::Reply)));
+    assert_ne!(a, b);
+    // The single entry of `t` still expires and comes back.
+    let gone = t.expire(2 + to.tcp_syn_sent + 64, |_| {});
+    assert_eq!(gone, 1);
+    check(&t);
+    t.insert(
+        client,
+        client.reversed(),
+        TcpState::SynRecv,
+        1,
+        2 + to.tcp_syn_sent + 64,
+    )
+    .expect("recycled");
+}
+
 #[test]
 fn both_directions_find_the_flow_and_rewrite() {
     let mut t = FlowTable::new(16, Timeouts::default(), 0, 7);

@@ -82,33 +82,40 @@ pub fn emit_syn(out: &mut [u8], mss: u16, wscale: Option<u8>, sack: bool) -> usi
 }
 
 /// Subtracts `delta` from every SACK block edge in `opts` (a client's SACK blocks name
-/// bytes in sluice's sequence space; the backend's space is `delta` lower). Returns the
-/// ones' complement sums of the old and new option bytes, for an incremental checksum
-/// update (options start at an even offset and edges are 4-byte aligned pairs of words).
-pub fn shift_sack_edges(opts: &mut [u8], delta: u32) -> (u64, u64) {
-    let mut blocks = [(0usize, 0usize); 10];
-    let mut n = 0;
-    walk(opts, |kind, at, body| {
-        if kind == SACK && body.len() % 8 == 0 && n < blocks.len() {
-            blocks[n] = (at + 2, body.len());
-            n += 1;
-        }
-    });
-    let (mut old, mut new) = (0u64, 0u64);
-    for &(start, len) in &blocks[..n] {
-        for e in opts[start..start + len].chunks_exact_mut(4) {
-            let v = u32::from_be_bytes([e[0], e[1], e[2], e[3]]);
-            let w = v.wrapping_sub(delta);
-            old += u64::from(v >> 16) + u64::from(v & 0xffff);
-            new += u64::from(w >> 16) + u64::from(w & 0xffff);
-            e.copy_from_slice(&w.to_be_bytes());
+/// bytes in sluice's sequence space; the backend's space is `delta` lower), in one pass
+/// over the options as [`walk`] reads them. Returns the ones' complement sums of the old
+/// and new edges, for an incremental checksum update, or `None` when a block starts at an
+/// odd offset (a single NOP before SACK, the rare layout): its edges straddle checksum
+/// words, so the caller recomputes the checksum (the edges are shifted all the same).
+/// Options start at an even offset of the segment.
+pub fn shift_sack_edges(opts: &mut [u8], delta: u32) -> Option<(u64, u64)> {
+    let (mut old, mut new, mut odd) = (0u64, 0u64, false);
+    let mut i = 0;
+    while i < opts.len() {
+        match opts[i] {
+            END => break,
+            NOP => i += 1,
+            kind => {
+                let Some(&len) = opts.get(i + 1) else { break };
+                let len = usize::from(len);
+                if len < 2 || i + len > opts.len() {
+                    break;
+                }
+                if kind == SACK && (len - 2) % 8 == 0 {
+                    odd |= i % 2 == 1;
+                    for e in opts[i + 2..i + len].chunks_exact_mut(4) {
+                        let v = u32::from_be_bytes([e[0], e[1], e[2], e[3]]);
+                        let w = v.wrapping_sub(delta);
+                        old += u64::from(v >> 16) + u64::from(v & 0xffff);
+                        new += u64::from(w >> 16) + u64::from(w & 0xffff);
+                        e.copy_from_slice(&w.to_be_bytes());
+                    }
+                }
+                i += len;
+            }
         }
     }
-    // An edge starting at an odd offset of the segment would straddle checksum words;
-    // the sums above assume even alignment, which `walk` offsets give whenever the
-    // option itself starts at an even offset. Odd starts (a single NOP before SACK, the
-    // rare layout) are handled by the caller recomputing the checksum from scratch.
-    (old, new)
+    (!odd).then_some((old, new))
 }
 
 /// Whether any SACK block in `opts` starts at an odd offset (see [`shift_sack_edges`]).
@@ -178,7 +185,7 @@ mod tests {
             o.extend_from_slice(&e.to_be_bytes());
         }
         let before = crate::wire::checksum::data(&o);
-        let (old, new) = shift_sack_edges(&mut o, 10);
+        let (old, new) = shift_sack_edges(&mut o, 10).expect("even layout");
         let after = crate::wire::checksum::data(&o);
         let edges: Vec<u32> = o[4..]
             .chunks(4)
@@ -192,6 +199,14 @@ mod tests {
             fold(u64::from(before) + u64::from(!fold(old)))
         );
         assert!(!sack_is_odd_aligned(&o));
-        assert!(sack_is_odd_aligned(&[1, 5, 10, 0, 0, 0, 0, 0, 0, 0, 0, 1]));
+        // NOP SACK(1 block) NOP: odd, no sums, edges shifted all the same.
+        let mut odd = [1, 5, 10, 0, 0, 0, 20, 0, 0, 0, 30, 1];
+        assert!(sack_is_odd_aligned(&odd));
+        assert_eq!(shift_sack_edges(&mut odd, 5), None);
+        assert_eq!(odd, [1, 5, 10, 0, 0, 0, 15, 0, 0, 0, 25, 1]);
+        // A malformed option ends the walk: nothing after it is touched.
+        let mut bad = [1, 1, 8, 0, 5, 10, 0, 0, 0, 20, 0, 0, 0, 30];
+        assert_eq!(shift_sack_edges(&mut bad, 5), Some((0, 0)));
+        assert_eq!(bad[9], 20);
     }
 }

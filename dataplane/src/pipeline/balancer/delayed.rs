@@ -8,7 +8,7 @@
 //! packet that caused it where there is one; timers draw fresh buffers from
 //! [`StageIo`](super::super::StageIo).
 
-use super::{fold_not, reply_headers, State, ETH, L4};
+use super::{fold_not, reply_headers, State, ETH, L4, SNAT_ATTEMPTS};
 use crate::flow::{Dir, FlowId, InsertError, Splice, TcpFlags, TcpState, Tuple};
 use crate::pipeline::{Ctx, Verdict};
 use crate::port::Pkt;
@@ -20,7 +20,7 @@ use crate::tables::listeners::{ListenerEntry, ListenerKind, Redirect};
 use crate::tables::maglev::{flow_hash, Pick};
 use crate::tables::snapshot::Snapshot;
 use crate::wire::{checksum, ip_proto, ipv4, ipv6, tcp};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 const SYN: u8 = TcpFlags::SYN;
 const ACK: u8 = TcpFlags::ACK;
@@ -154,14 +154,12 @@ pub(super) fn splice_rewrite(pkt: &mut Pkt, l4: &L4, dir: Dir, s: Splice) {
             }
             let hl = (usize::from(seg[12] >> 4) * 4).min(seg.len());
             if hl > tcp::HEADER_LEN {
-                let opts = &mut seg[tcp::HEADER_LEN..hl];
-                if options::sack_is_odd_aligned(opts) {
-                    odd_sack = true;
-                    let _ = options::shift_sack_edges(opts, s.value);
-                } else {
-                    let (o, n) = options::shift_sack_edges(opts, s.value);
-                    old += o;
-                    new += n;
+                match options::shift_sack_edges(&mut seg[tcp::HEADER_LEN..hl], s.value) {
+                    Some((o, n)) => {
+                        old += o;
+                        new += n;
+                    }
+                    None => odd_sack = true,
                 }
             }
             let fix = s.phase >> 4;
@@ -623,47 +621,33 @@ impl State {
             return self.reset_client(pkt, idx, Some(id), ctx);
         };
         let now_s = (ctx.now_ms / 1000) as u32;
-        // The flow is keyed anew: client tuple <-> backend -> SNAT (or client).
-        self.flows.remove(id);
+        // The flow gets its backend side in place: client tuple <-> backend -> SNAT (or
+        // client). Its entry stays (removing it and inserting another would hold one more
+        // entry per connection until the timer wheel reaches the old one); its keys
+        // change, so lookups made ahead for this burst are made again.
         self.removed_in_burst = true;
-        let created = if transparent {
+        let rekeyed = if transparent {
             self.flows
-                .insert(
-                    e.client,
+                .rekey_reply(
+                    id,
                     Tuple::new(backend, client, ip_proto::TCP),
                     TcpState::SynSent,
-                    generation,
                     now_s,
                 )
-                .map_err(|e| match e {
-                    InsertError::Full => DropReason::FlowTableFull,
-                    InsertError::Exists => DropReason::NoFlow,
-                })
+                .map_err(|_| DropReason::NoFlow)
         } else {
             match self.fwd.config().addr_on(nh.port, backend.ip()) {
-                Some(snat) => self.insert_snat(
-                    e.client,
-                    backend,
-                    snat,
-                    TcpState::SynSent,
-                    generation,
-                    now_s,
-                ),
+                Some(snat) => self.rekey_snat(id, backend, snat, now_s),
                 None => Err(DropReason::NoSnatAddress),
             }
         };
-        let new_id = match created {
-            Ok(i) => i,
-            Err(r) => {
-                ctx.counters.drop(r);
-                return self.reset_client(pkt, idx, None, ctx);
-            }
-        };
-        self.flows.get_mut(new_id).splice = Splice {
-            phase: Splice::EMBRYO,
-            scales: 0,
-            value: idx,
-        };
+        if let Err(r) = rekeyed {
+            ctx.counters.drop(r);
+            return self.reset_client(pkt, idx, Some(id), ctx);
+        }
+        // Admitted under this generation's policy; the splice state still names the
+        // embryo.
+        self.flows.get_mut(id).generation = generation;
         {
             let m = self.splice.embryos.get_mut(idx);
             m.phase = Phase::Connecting;
@@ -671,7 +655,30 @@ impl State {
             m.syns = 0;
             m.tries = m.tries.saturating_add(1);
         }
-        self.backend_syn(pkt, new_id, idx, ctx)
+        self.backend_syn(pkt, id, idx, ctx)
+    }
+
+    /// Gives flow `id` the backend side `backend` -> (`snat_ip`, a free port of this
+    /// worker's range), in SYN_SENT.
+    fn rekey_snat(
+        &mut self,
+        id: FlowId,
+        backend: SocketAddr,
+        snat_ip: IpAddr,
+        now_s: u32,
+    ) -> Result<(), DropReason> {
+        for _ in 0..SNAT_ATTEMPTS {
+            let port = self.snat.take();
+            let reply = Tuple::new(backend, SocketAddr::new(snat_ip, port), ip_proto::TCP);
+            if self
+                .flows
+                .rekey_reply(id, reply, TcpState::SynSent, now_s)
+                .is_ok()
+            {
+                return Ok(());
+            }
+        }
+        Err(DropReason::SnatPortsExhausted)
     }
 
     /// Writes the SYN to the embryo's backend into `pkt` and routes it.
