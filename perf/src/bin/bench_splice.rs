@@ -1391,7 +1391,9 @@ fn establish_spliced(
                 Conn::new(k0 + k as u64, k % SNI_SERVICES.len())
             })
             .collect();
-        for s in 0..4 {
+        // Up to the backend's first data, whose acknowledgment of the replayed hello
+        // returns the embryo (sluice holds it until then: it acknowledged the hello).
+        for s in 0..5 {
             splice_step(h, s, &mut conns, pl, &mut scratch, fail);
         }
         h.maintain();
