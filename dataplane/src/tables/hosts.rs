@@ -895,9 +895,14 @@ impl<V> HostMatcher<V> {
                 0 => prep.full,
                 k => prep.hashes.get(k - 1).copied().unwrap_or_default(),
             };
-            // The first slot of the pair; the spatial prefetcher brings its neighbour.
-            if let Some(slot) = self.slots.get(home(h, self.mask)) {
-                crate::port::prefetch_line(slot);
+            // Both slots of the pair: a probe goes past the first about one time in
+            // three, and the core's adjacent-line prefetcher cannot be relied on (it is
+            // often off, in virtual machines too).
+            let i = home(h, self.mask);
+            if let Some(pair) = self.slots.get(i..i + 2) {
+                for slot in pair {
+                    crate::port::prefetch_line(slot);
+                }
             }
         }
     }
