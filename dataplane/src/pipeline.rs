@@ -425,8 +425,10 @@ impl Forwarder {
     /// while packets are parked (they must leave before newer ones).
     #[inline(always)]
     fn fast_v4(&mut self, in_port: usize, pkt: &mut Pkt, now: u64) -> Option<Verdict> {
+        // The packet's bytes are found once (its buffer's header read once) for the
+        // checks and the rewrite.
+        let d = pkt.data_mut();
         let (total, dst) = {
-            let d = pkt.data();
             let port_mac = self.macs.get(in_port)?;
             let h: &[u8; 34] = d.get(..34)?.try_into().ok()?;
             if h[12] != 0x08 || h[13] != 0x00 || h[14] != 0x45 || h[..6] != port_mac.0 {
@@ -477,10 +479,12 @@ impl Forwarder {
             },
         };
         let out_mac = *self.macs.get(out)?;
-        let d = pkt.data_mut();
         let padded = d.len() != ETH + total;
-        d[..6].copy_from_slice(&mac.0);
-        d[6..12].copy_from_slice(&out_mac.0);
+        // Both addresses in one 12-byte store.
+        let mut addrs = [0u8; 12];
+        addrs[..6].copy_from_slice(&mac.0);
+        addrs[6..].copy_from_slice(&out_mac.0);
+        d[..12].copy_from_slice(&addrs);
         let old = u16::from_be_bytes([d[22], d[23]]);
         d[22] -= 1;
         let new = u16::from_be_bytes([d[22], d[23]]);

@@ -71,6 +71,8 @@ pub struct Worker<S: Stage> {
     flush_ticks: u64,
     last_flush: u64,
     start_tsc: u64,
+    /// The TSC at the end of the last poll round.
+    round_end_tsc: u64,
     discarded_seen: u64,
     redirects: Option<Arc<Redirects>>,
     /// A redirected packet popped while grouping another port's: first of the next group.
@@ -140,6 +142,7 @@ impl<S: Stage> Worker<S> {
             flush_ticks: (hz / 1_000_000).max(1) * FLUSH_US,
             last_flush: now,
             start_tsc: now,
+            round_end_tsc: now,
             discarded_seen: 0,
             redirects: None,
             held: None,
@@ -171,7 +174,12 @@ impl<S: Stage> Worker<S> {
 
     /// Milliseconds since the worker was created, on the TSC.
     pub fn now_ms(&self) -> u64 {
-        port::tsc().wrapping_sub(self.start_tsc) / self.tsc_per_ms
+        self.ms_at(port::tsc())
+    }
+
+    /// Milliseconds since the worker was created, at TSC reading `tsc`.
+    fn ms_at(&self, tsc: u64) -> u64 {
+        tsc.wrapping_sub(self.start_tsc) / self.tsc_per_ms
     }
 
     /// Hands this worker the rings through which workers pass each other the packets of
@@ -216,12 +224,14 @@ impl<S: Stage> Worker<S> {
             self.flush();
             self.last_flush = now;
         }
+        // The flush check's clock read ends the round (one read fewer per round).
+        self.round_end_tsc = now;
         if total == 0 {
             self.counters.empty_polls += 1;
         } else {
             self.counters.busy_polls += 1;
             self.counters.packets += total as u64;
-            self.counters.busy_cycles += port::tsc().wrapping_sub(t0);
+            self.counters.busy_cycles += now.wrapping_sub(t0);
         }
         self.rounds += 1;
         if self.rounds.is_multiple_of(PUBLISH_ROUNDS) {
@@ -412,7 +422,13 @@ impl<S: Stage> Worker<S> {
         let mut empty_run = 0u32;
         let mut sleep = Duration::from_micros(1);
         while !stop.load(Ordering::Relaxed) {
-            let now = self.now_ms();
+            // A busy loop takes its clock from the end of the round before (no time
+            // passes between the two); after an empty round, from a fresh read.
+            let now = if empty_run == 0 {
+                self.ms_at(self.round_end_tsc)
+            } else {
+                self.now_ms()
+            };
             if self.poll_once(now) > 0 {
                 empty_run = 0;
                 sleep = Duration::from_micros(1);
