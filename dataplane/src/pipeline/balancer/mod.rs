@@ -185,13 +185,12 @@ impl L4 {
     }
 }
 
-/// A packet of the burst, parsed and looked up ahead of the decision pass.
+/// A packet of the burst, parsed and hashed ahead of the decision pass.
 #[derive(Clone, Copy)]
 struct Ahead {
     l4: Option<L4>,
     tuple: Tuple,
     hash: u64,
-    hit: Option<(FlowId, Dir)>,
 }
 
 impl Ahead {
@@ -205,7 +204,6 @@ impl Ahead {
             proto: 0,
         },
         hash: 0,
-        hit: None,
     };
 }
 
@@ -372,9 +370,6 @@ pub struct Balancer {
 struct State {
     fwd: Forwarder,
     flows: FlowTable,
-    /// Set when a flow was removed during the current burst: lookups made for the burst
-    /// ahead of time are then made again.
-    removed_in_burst: bool,
     snat: SnatPorts,
     worker: u32,
     macs: Box<[[u8; 6]]>,
@@ -398,7 +393,6 @@ impl Balancer {
         Balancer {
             state: State {
                 flows: FlowTable::new(cfg.flow_capacity, cfg.timeouts, 0, cfg.seed),
-                removed_in_burst: false,
                 snat: SnatPorts::new(&cfg),
                 worker: cfg.worker as u32,
                 fwd,
@@ -450,7 +444,10 @@ impl Stage for Balancer {
         };
         // Three passes over the burst so that the flow table's cache misses overlap
         // (as VPP and DPDK's hash library do): parse and hash every packet and prefetch
-        // its index slot; look every tuple up and prefetch the flow entry; then decide.
+        // its index slot; read the index slots (now cached) and prefetch the flow entries
+        // they point to; then look up (both now cached) and decide. The lookup itself
+        // waits for the last pass, so a flow an earlier packet of the burst created,
+        // removed or re-keyed is seen as it is now.
         let mut ahead = [Ahead::NONE; BURST];
         for (a, p) in ahead.iter_mut().zip(pkts[..n].iter()) {
             if let Parsed::L4(l4) = parse(p.data(), &mac) {
@@ -461,30 +458,25 @@ impl Stage for Balancer {
                     l4: Some(l4),
                     tuple: t,
                     hash: h,
-                    hit: None,
                 };
             }
         }
-        for a in ahead[..n].iter_mut().filter(|a| a.l4.is_some()) {
-            a.hit = st.flows.lookup_hashed(&a.tuple, a.hash, now_s);
-            if let Some((id, _)) = a.hit {
-                st.flows.prefetch_flow(id);
-            }
+        for a in ahead[..n].iter().filter(|a| a.l4.is_some()) {
+            st.flows.prefetch_entry(a.hash);
         }
-        st.removed_in_burst = false;
         for ((a, p), v) in ahead[..n]
             .iter()
             .zip(pkts.iter_mut())
             .zip(verdicts.iter_mut())
         {
-            *v = match (&a.l4, a.hit) {
-                (Some(l4), Some(hit)) if !st.removed_in_burst => {
-                    st.hit(in_port, p, l4, &a.tuple, hit, snap, generation, now_s, ctx)
-                }
-                // A miss may have become a hit (an earlier packet of the burst created the
-                // flow), so the full path looks up again.
-                (Some(l4), _) => st.l4(in_port, p, l4, snap, generation, now_s, ctx),
-                (None, _) => st.process(in_port, p, snap, generation, now_s, ctx),
+            *v = match &a.l4 {
+                Some(l4) => match st.flows.lookup_hashed(&a.tuple, a.hash, now_s) {
+                    Some(hit) => {
+                        st.hit(in_port, p, l4, &a.tuple, hit, snap, generation, now_s, ctx)
+                    }
+                    None => st.miss(in_port, p, l4, a.tuple, snap, generation, now_s, ctx),
+                },
+                None => st.process(in_port, p, snap, generation, now_s, ctx),
             };
         }
     }
@@ -562,7 +554,6 @@ impl State {
             // gets the current tables' backend and policy (a drained backend stays
             // drained).
             self.flows.remove(id);
-            self.removed_in_burst = true;
             return self.l4(in_port, pkt, l4, snap, generation, now_s, ctx);
         }
         let mut sp = f.splice;
@@ -595,7 +586,6 @@ impl State {
                 .is_allow()
             {
                 self.flows.remove(id);
-                self.removed_in_burst = true;
                 return Verdict::Drop(DropReason::PolicyRevoked);
             }
             self.flows.get_mut(id).generation = generation;
@@ -619,7 +609,19 @@ impl State {
         {
             rewrite_raw(pkt, l4, &other.dst, other.dport, &other.src, other.sport);
         }
-        self.fwd.process(in_port, pkt, ctx)
+        self.forward(in_port, pkt, l4, ctx)
+    }
+
+    /// Routes a packet that [`parse`] validated and the flow's action rewrote (checksums
+    /// kept correct incrementally): IPv4 without options skips the forwarder's
+    /// re-validation.
+    #[inline]
+    fn forward(&mut self, in_port: usize, pkt: &mut Pkt, l4: &L4, ctx: &mut Ctx<'_>) -> Verdict {
+        if !l4.v6 && l4.l4 == ETH + ipv4::HEADER_LEN {
+            self.fwd.forward_checked_v4(in_port, pkt, ctx)
+        } else {
+            self.fwd.process(in_port, pkt, ctx)
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -648,6 +650,24 @@ impl State {
                 ctx,
             );
         }
+        self.miss(in_port, pkt, l4, t, snap, generation, now_s, ctx)
+    }
+
+    /// A TCP/UDP packet that matches no flow: a listener's new flow, a reply for another
+    /// worker, or routed traffic.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn miss(
+        &mut self,
+        in_port: usize,
+        pkt: &mut Pkt,
+        l4: &L4,
+        t: Tuple,
+        snap: &Snapshot,
+        generation: u32,
+        now_s: u32,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
         let ours = self.fwd.config().is_ours(l4.dst);
         let listener = if ours {
             snap.listeners.lookup(l4.dst, l4.dport, l4.proto)
