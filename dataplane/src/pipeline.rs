@@ -329,7 +329,7 @@ pub struct Forwarder {
     /// Memos of many IPv4 next hops, direct-mapped by the next hop's low bits, for
     /// [`Forwarder::forward_checked_v4`]: a balancer's flows alternate between many
     /// backends, which would defeat a one-entry memo.
-    hops4: Box<[Memo4]>,
+    hops4: Box<[Hop4]>,
     /// sluice's MAC per port (a copy of the configuration's, for the fast path).
     macs: Box<[MacAddr]>,
     /// Packets waiting for their next hop's MAC (this worker's).
@@ -360,22 +360,33 @@ struct Memo4 {
     mac: MacAddr,
 }
 
-impl Memo4 {
+/// A memoised IPv4 next hop of [`Forwarder`]'s table: valid while the neighbour cache's
+/// epoch is unchanged (no entry written since it was read) and the entry is Reachable.
+#[derive(Debug, Clone, Copy)]
+struct Hop4 {
+    nh: u32,
+    /// [`NeighbourCache::epoch`] read before the lookup.
+    epoch: u32,
+    /// The entry is Reachable before this time (ms).
+    until: u64,
+    mac: MacAddr,
+}
+
+impl Hop4 {
     /// Matches nothing: `until` 0 is never in the future.
-    const EMPTY: Memo4 = Memo4 {
+    const EMPTY: Hop4 = Hop4 {
         nh: 0,
-        slot: 0,
-        seq: 0,
+        epoch: 0,
         until: 0,
         mac: MacAddr([0; 6]),
     };
 }
 
-/// Entries of [`Forwarder`]'s next-hop memo table (a power of two; 32 KiB).
+/// Entries of [`Forwarder`]'s next-hop memo table (a power of two; 24 KiB).
 const HOPS4: usize = 1024;
 
-fn empty_hops4() -> Box<[Memo4]> {
-    vec![Memo4::EMPTY; HOPS4].into_boxed_slice()
+fn empty_hops4() -> Box<[Hop4]> {
+    vec![Hop4::EMPTY; HOPS4].into_boxed_slice()
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -561,8 +572,10 @@ impl Forwarder {
         };
         let (out, nh) = self.conf.fib.lookup_v4_word(dst)?;
         let slot = nh as usize & (HOPS4 - 1);
+        // Read before any lookup, so that a change after it invalidates what it finds.
+        let epoch = self.neigh.epoch();
         let m = self.hops4.get(slot)?;
-        let mac = if m.nh == nh && now < m.until && self.neigh.unchanged(m.slot, m.seq) {
+        let mac = if m.nh == nh && now < m.until && m.epoch == epoch {
             m.mac
         } else {
             if !self.lot.is_empty() {
@@ -573,10 +586,9 @@ impl Forwarder {
                 .lookup_pinned(IpAddr::V4(Ipv4Addr::from(nh)), now)
             {
                 (Neighbour::Reachable(mac), Some(p)) => {
-                    self.hops4[slot] = Memo4 {
+                    self.hops4[slot] = Hop4 {
                         nh,
-                        slot: p.slot,
-                        seq: p.seq,
+                        epoch,
                         until: p.fresh_until,
                         mac,
                     };

@@ -732,12 +732,20 @@ impl FlowTable {
     ) -> TcpState {
         let timeouts = self.timeouts;
         let f = &mut self.flows[id.0 as usize];
-        f.state = match flags {
+        let state = match flags {
             Some(fl) => f.state.on_tcp(dir, fl),
             None => f.state.on_datagram(dir),
         };
-        f.expires = now.saturating_add(timeouts.for_state(f.state));
-        f.state
+        let expires = now.saturating_add(timeouts.for_state(state));
+        // Store only what changed: an established flow's entry then stays clean for a
+        // second at a time instead of being written back to memory after every packet.
+        if f.state != state {
+            f.state = state;
+        }
+        if f.expires != expires {
+            f.expires = expires;
+        }
+        state
     }
 
     /// Removes a flow now (its tuples stop matching at once; the entry is recycled when
