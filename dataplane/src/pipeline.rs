@@ -560,11 +560,14 @@ impl Forwarder {
             }
             let total = usize::from(u16::from_be_bytes([h[16], h[17]]));
             let dst = u32::from_be_bytes([h[30], h[31], h[32], h[33]]);
+            // The local and broadcast lists are a few words: compared inline (`contains`
+            // is a call).
+            let listed = |v: &[u32]| v.iter().fold(false, |hit, &a| hit | (a == dst));
             if dst == u32::MAX
                 || dst >> 28 == 0xe
                 || dst == 0
-                || self.conf.local_v4.contains(&dst)
-                || self.conf.bcast_v4.contains(&dst)
+                || listed(&self.conf.local_v4)
+                || listed(&self.conf.bcast_v4)
             {
                 return None;
             }

@@ -723,6 +723,7 @@ impl FlowTable {
     /// Accounts a packet of the flow travelling in `dir` at `now`: advances the TCP
     /// state with the packet's flags (`None` for UDP and other protocols) and pushes the
     /// expiry out. Returns the new state.
+    #[inline]
     pub fn on_packet(
         &mut self,
         id: FlowId,
