@@ -173,11 +173,7 @@ struct L4 {
 
 impl L4 {
     fn tuple(&self) -> Tuple {
-        Tuple::new(
-            SocketAddr::new(self.src, self.sport),
-            SocketAddr::new(self.dst, self.dport),
-            self.proto,
-        )
+        Tuple::from_parts(self.src, self.sport, self.dst, self.dport, self.proto)
     }
 
     fn tcp_flags(&self) -> Option<TcpFlags> {
@@ -528,11 +524,68 @@ impl State {
         }
     }
 
-    /// A packet of a tracked flow: lazy policy re-check after a swap, state and expiry,
-    /// rewrite, route.
+    /// A packet of a tracked flow. The common case inline: a plain (NAT or routed) IPv4
+    /// flow admitted under the current snapshot, so no policy re-check and no splice
+    /// state: TCP state and expiry, rewrite, route. Everything else in [`State::hit_all`].
     #[allow(clippy::too_many_arguments)]
     #[inline]
     fn hit(
+        &mut self,
+        in_port: usize,
+        pkt: &mut Pkt,
+        l4: &L4,
+        t: &Tuple,
+        (id, dir): (FlowId, Dir),
+        snap: &Snapshot,
+        generation: u32,
+        now_s: u32,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        let f = self.flows.get(id);
+        let reuse = dir == Dir::Orig
+            && matches!(f.state, TcpState::TimeWait | TcpState::Close)
+            && l4.tcp_flags().is_some_and(TcpFlags::is_syn_only);
+        if f.splice.phase != Splice::PLAIN
+            || f.generation != generation
+            || l4.v6
+            || l4.l4 != ETH + ipv4::HEADER_LEN
+            || reuse
+        {
+            return self.hit_all(
+                in_port,
+                pkt,
+                l4,
+                t,
+                (id, dir),
+                snap,
+                generation,
+                now_s,
+                ctx,
+            );
+        }
+        // The packet leaves as the other direction's tuple, reversed.
+        let other = match dir {
+            Dir::Orig => &f.reply,
+            Dir::Reply => &f.orig,
+        };
+        let v4 = |a: &[u8; 16]| u32::from_be_bytes([a[12], a[13], a[14], a[15]]);
+        let to = (other.dst != t.src
+            || other.src != t.dst
+            || other.dport != t.sport
+            || other.sport != t.dport)
+            .then(|| (v4(&other.dst), other.dport, v4(&other.src), other.sport));
+        self.flows.on_packet(id, dir, l4.tcp_flags(), now_s);
+        if let Some((src, sport, dst, dport)) = to {
+            rewrite_v4(pkt, l4, src, sport, dst, dport);
+        }
+        self.fwd.forward_checked_v4(in_port, pkt, ctx)
+    }
+
+    /// A packet of a tracked flow, every case: lazy policy re-check after a swap, splice
+    /// phases, state and expiry, rewrite, route.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn hit_all(
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
@@ -925,7 +978,7 @@ fn rewrite_v4(pkt: &mut Pkt, l4: &L4, src: u32, sport: u16, dst: u32, dport: u16
     ip[12..16].copy_from_slice(&src.to_be_bytes());
     ip[16..20].copy_from_slice(&dst.to_be_bytes());
     let hc = u16::from_be_bytes([ip[10], ip[11]]);
-    let hc = !checksum::fold(u64::from(!hc) + fold_not(old) + new);
+    let hc = !fold32(u64::from(!hc) + u64::from(!fold32(old)) + new);
     ip[10..12].copy_from_slice(&hc.to_be_bytes());
     let at = if l4.proto == ip_proto::TCP { 16 } else { 6 };
     let Some(seg) = d.get_mut(l4.l4..l4.l4 + at + 2) else {
@@ -939,11 +992,20 @@ fn rewrite_v4(pkt: &mut Pkt, l4: &L4, src: u32, sport: u16, dst: u32, dport: u16
     if l4.proto == ip_proto::UDP && old_check == 0 {
         return; // IPv4 UDP without a checksum stays without one.
     }
-    let mut c = !checksum::fold(u64::from(!old_check) + fold_not(old_sum) + new_sum);
+    let mut c = !fold32(u64::from(!old_check) + u64::from(!fold32(old_sum)) + new_sum);
     if l4.proto == ip_proto::UDP && c == 0 {
         c = 0xffff; // RFC 768: a computed zero is sent as all ones.
     }
     seg[at..at + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+/// Folds a ones' complement sum below 2^32 to 16 bits in two fixed steps (the sums of
+/// [`rewrite_v4`] are a few 16-bit words).
+#[inline(always)]
+fn fold32(acc: u64) -> u16 {
+    debug_assert!(acc < 1 << 32);
+    let s = (acc & 0xffff) + (acc >> 16);
+    ((s & 0xffff) + (s >> 16)) as u16
 }
 
 /// The ones' complement of a wide sum, folded (`~m` in RFC 1624's `~HC + ~m + m'`).
