@@ -169,11 +169,14 @@ struct L4 {
     seq: u32,
     ack: u32,
     payload: u32,
+    /// The flow table's key of the packet, made from the header bytes as they are parsed
+    /// (not from `src` and `dst`, which would read back what was just stored).
+    key: Tuple,
 }
 
 impl L4 {
     fn tuple(&self) -> Tuple {
-        Tuple::from_parts(self.src, self.sport, self.dst, self.dport, self.proto)
+        self.key
     }
 
     fn tcp_flags(&self) -> Option<TcpFlags> {
@@ -215,6 +218,7 @@ enum Parsed {
     Other,
 }
 
+#[inline(always)]
 fn parse(d: &[u8], port_mac: &[u8; 6]) -> Parsed {
     let Some(h) = d.get(..ETH) else {
         return Parsed::Other;
@@ -229,6 +233,7 @@ fn parse(d: &[u8], port_mac: &[u8; 6]) -> Parsed {
     }
 }
 
+#[inline(always)]
 fn parse_v4(d: &[u8]) -> Parsed {
     // The common case in one pass over fixed offsets: no options, a sound length, a good
     // header checksum, TCP or UDP, not a fragment. Everything else takes the general path.
@@ -247,18 +252,31 @@ fn parse_v4(d: &[u8]) -> Parsed {
             if checksum::fold(w(0) + w(4) + w(8) + w(12) + w(16)) == 0xffff {
                 let src = Ipv4Addr::new(h[12], h[13], h[14], h[15]);
                 let dst = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
+                let mapped = |a: &[u8]| {
+                    let mut o = [0u8; 16];
+                    o[10] = 0xff;
+                    o[11] = 0xff;
+                    o[12..].copy_from_slice(a);
+                    o
+                };
                 return l4_ports(
                     d,
                     ETH + ipv4::HEADER_LEN,
                     ETH + total,
                     false,
-                    IpAddr::V4(src),
-                    IpAddr::V4(dst),
+                    (IpAddr::V4(src), mapped(&h[12..16])),
+                    (IpAddr::V4(dst), mapped(&h[16..20])),
                     proto,
                 );
             }
         }
     }
+    parse_v4_general(d)
+}
+
+/// IPv4 with options, fragments, other protocols, bad checksums and lengths.
+#[inline(never)]
+fn parse_v4_general(d: &[u8]) -> Parsed {
     let Ok(ip) = ipv4::Packet::new_checked(&d[ETH..]) else {
         return Parsed::Other;
     };
@@ -278,9 +296,10 @@ fn parse_v4(d: &[u8]) -> Parsed {
     }
     let l4 = ETH + usize::from(ip.header_len());
     let end = ETH + usize::from(ip.total_len());
-    l4_ports(d, l4, end, false, src, dst, proto)
+    l4_ports(d, l4, end, false, with_key(src), with_key(dst), proto)
 }
 
+#[inline(never)]
 fn parse_v6(d: &[u8]) -> Parsed {
     let Ok(ip) = ipv6::Packet::new_checked(&d[ETH..]) else {
         return Parsed::Other;
@@ -301,16 +320,23 @@ fn parse_v6(d: &[u8]) -> Parsed {
     }
     let l4 = ETH + ipv6::HEADER_LEN;
     let end = l4 + usize::from(ip.payload_len());
-    l4_ports(d, l4, end, true, src, dst, proto)
+    l4_ports(d, l4, end, true, with_key(src), with_key(dst), proto)
 }
 
+/// An address and its 16 bytes as the flow table keys it.
+fn with_key(a: IpAddr) -> (IpAddr, [u8; 16]) {
+    let t = Tuple::from_parts(a, 0, a, 0, 0);
+    (a, t.src)
+}
+
+#[inline(always)]
 fn l4_ports(
     d: &[u8],
     l4: usize,
     end: usize,
     v6: bool,
-    src: IpAddr,
-    dst: IpAddr,
+    (src, src_key): (IpAddr, [u8; 16]),
+    (dst, dst_key): (IpAddr, [u8; 16]),
     proto: u8,
 ) -> Parsed {
     let Some(seg) = d.get(l4..end) else {
@@ -352,6 +378,13 @@ fn l4_ports(
         seq,
         ack,
         payload,
+        key: Tuple {
+            src: src_key,
+            dst: dst_key,
+            sport,
+            dport,
+            proto,
+        },
     })
 }
 
