@@ -557,68 +557,11 @@ impl State {
         }
     }
 
-    /// A packet of a tracked flow. The common case inline: a plain (NAT or routed) IPv4
-    /// flow admitted under the current snapshot, so no policy re-check and no splice
-    /// state: TCP state and expiry, rewrite, route. Everything else in [`State::hit_all`].
+    /// A packet of a tracked flow: lazy policy re-check after a swap, state and expiry,
+    /// rewrite, route.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     fn hit(
-        &mut self,
-        in_port: usize,
-        pkt: &mut Pkt,
-        l4: &L4,
-        t: &Tuple,
-        (id, dir): (FlowId, Dir),
-        snap: &Snapshot,
-        generation: u32,
-        now_s: u32,
-        ctx: &mut Ctx<'_>,
-    ) -> Verdict {
-        let f = self.flows.get(id);
-        let reuse = dir == Dir::Orig
-            && matches!(f.state, TcpState::TimeWait | TcpState::Close)
-            && l4.tcp_flags().is_some_and(TcpFlags::is_syn_only);
-        if f.splice.phase != Splice::PLAIN
-            || f.generation != generation
-            || l4.v6
-            || l4.l4 != ETH + ipv4::HEADER_LEN
-            || reuse
-        {
-            return self.hit_all(
-                in_port,
-                pkt,
-                l4,
-                t,
-                (id, dir),
-                snap,
-                generation,
-                now_s,
-                ctx,
-            );
-        }
-        // The packet leaves as the other direction's tuple, reversed.
-        let other = match dir {
-            Dir::Orig => &f.reply,
-            Dir::Reply => &f.orig,
-        };
-        let v4 = |a: &[u8; 16]| u32::from_be_bytes([a[12], a[13], a[14], a[15]]);
-        let to = (other.dst != t.src
-            || other.src != t.dst
-            || other.dport != t.sport
-            || other.sport != t.dport)
-            .then(|| (v4(&other.dst), other.dport, v4(&other.src), other.sport));
-        self.flows.on_packet(id, dir, l4.tcp_flags(), now_s);
-        if let Some((src, sport, dst, dport)) = to {
-            rewrite_v4(pkt, l4, src, sport, dst, dport);
-        }
-        self.fwd.forward_checked_v4(in_port, pkt, ctx)
-    }
-
-    /// A packet of a tracked flow, every case: lazy policy re-check after a swap, splice
-    /// phases, state and expiry, rewrite, route.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(never)]
-    fn hit_all(
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
