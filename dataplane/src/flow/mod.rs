@@ -64,7 +64,6 @@ pub struct Tuple {
     pub proto: u8,
 }
 
-#[inline]
 fn octets(ip: IpAddr) -> [u8; 16] {
     match ip {
         IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
@@ -88,18 +87,6 @@ impl Tuple {
             dst: octets(dst.ip()),
             sport: src.port(),
             dport: dst.port(),
-            proto,
-        }
-    }
-
-    /// A tuple from addresses and ports (what [`Tuple::new`] makes of socket addresses).
-    #[inline]
-    pub fn from_parts(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, proto: u8) -> Tuple {
-        Tuple {
-            src: octets(src),
-            dst: octets(dst),
-            sport,
-            dport,
             proto,
         }
     }

@@ -169,14 +169,15 @@ struct L4 {
     seq: u32,
     ack: u32,
     payload: u32,
-    /// The flow table's key of the packet, made from the header bytes as they are parsed
-    /// (not from `src` and `dst`, which would read back what was just stored).
-    key: Tuple,
 }
 
 impl L4 {
     fn tuple(&self) -> Tuple {
-        self.key
+        Tuple::new(
+            SocketAddr::new(self.src, self.sport),
+            SocketAddr::new(self.dst, self.dport),
+            self.proto,
+        )
     }
 
     fn tcp_flags(&self) -> Option<TcpFlags> {
@@ -218,7 +219,6 @@ enum Parsed {
     Other,
 }
 
-#[inline(always)]
 fn parse(d: &[u8], port_mac: &[u8; 6]) -> Parsed {
     let Some(h) = d.get(..ETH) else {
         return Parsed::Other;
@@ -233,7 +233,6 @@ fn parse(d: &[u8], port_mac: &[u8; 6]) -> Parsed {
     }
 }
 
-#[inline(always)]
 fn parse_v4(d: &[u8]) -> Parsed {
     // The common case in one pass over fixed offsets: no options, a sound length, a good
     // header checksum, TCP or UDP, not a fragment. Everything else takes the general path.
@@ -252,31 +251,18 @@ fn parse_v4(d: &[u8]) -> Parsed {
             if checksum::fold(w(0) + w(4) + w(8) + w(12) + w(16)) == 0xffff {
                 let src = Ipv4Addr::new(h[12], h[13], h[14], h[15]);
                 let dst = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
-                let mapped = |a: &[u8]| {
-                    let mut o = [0u8; 16];
-                    o[10] = 0xff;
-                    o[11] = 0xff;
-                    o[12..].copy_from_slice(a);
-                    o
-                };
                 return l4_ports(
                     d,
                     ETH + ipv4::HEADER_LEN,
                     ETH + total,
                     false,
-                    (IpAddr::V4(src), mapped(&h[12..16])),
-                    (IpAddr::V4(dst), mapped(&h[16..20])),
+                    IpAddr::V4(src),
+                    IpAddr::V4(dst),
                     proto,
                 );
             }
         }
     }
-    parse_v4_general(d)
-}
-
-/// IPv4 with options, fragments, other protocols, bad checksums and lengths.
-#[inline(never)]
-fn parse_v4_general(d: &[u8]) -> Parsed {
     let Ok(ip) = ipv4::Packet::new_checked(&d[ETH..]) else {
         return Parsed::Other;
     };
@@ -296,10 +282,9 @@ fn parse_v4_general(d: &[u8]) -> Parsed {
     }
     let l4 = ETH + usize::from(ip.header_len());
     let end = ETH + usize::from(ip.total_len());
-    l4_ports(d, l4, end, false, with_key(src), with_key(dst), proto)
+    l4_ports(d, l4, end, false, src, dst, proto)
 }
 
-#[inline(never)]
 fn parse_v6(d: &[u8]) -> Parsed {
     let Ok(ip) = ipv6::Packet::new_checked(&d[ETH..]) else {
         return Parsed::Other;
@@ -320,23 +305,16 @@ fn parse_v6(d: &[u8]) -> Parsed {
     }
     let l4 = ETH + ipv6::HEADER_LEN;
     let end = l4 + usize::from(ip.payload_len());
-    l4_ports(d, l4, end, true, with_key(src), with_key(dst), proto)
+    l4_ports(d, l4, end, true, src, dst, proto)
 }
 
-/// An address and its 16 bytes as the flow table keys it.
-fn with_key(a: IpAddr) -> (IpAddr, [u8; 16]) {
-    let t = Tuple::from_parts(a, 0, a, 0, 0);
-    (a, t.src)
-}
-
-#[inline(always)]
 fn l4_ports(
     d: &[u8],
     l4: usize,
     end: usize,
     v6: bool,
-    (src, src_key): (IpAddr, [u8; 16]),
-    (dst, dst_key): (IpAddr, [u8; 16]),
+    src: IpAddr,
+    dst: IpAddr,
     proto: u8,
 ) -> Parsed {
     let Some(seg) = d.get(l4..end) else {
@@ -378,13 +356,6 @@ fn l4_ports(
         seq,
         ack,
         payload,
-        key: Tuple {
-            src: src_key,
-            dst: dst_key,
-            sport,
-            dport,
-            proto,
-        },
     })
 }
 
@@ -954,7 +925,7 @@ fn rewrite_v4(pkt: &mut Pkt, l4: &L4, src: u32, sport: u16, dst: u32, dport: u16
     ip[12..16].copy_from_slice(&src.to_be_bytes());
     ip[16..20].copy_from_slice(&dst.to_be_bytes());
     let hc = u16::from_be_bytes([ip[10], ip[11]]);
-    let hc = !fold32(u64::from(!hc) + u64::from(!fold32(old)) + new);
+    let hc = !checksum::fold(u64::from(!hc) + fold_not(old) + new);
     ip[10..12].copy_from_slice(&hc.to_be_bytes());
     let at = if l4.proto == ip_proto::TCP { 16 } else { 6 };
     let Some(seg) = d.get_mut(l4.l4..l4.l4 + at + 2) else {
@@ -968,20 +939,11 @@ fn rewrite_v4(pkt: &mut Pkt, l4: &L4, src: u32, sport: u16, dst: u32, dport: u16
     if l4.proto == ip_proto::UDP && old_check == 0 {
         return; // IPv4 UDP without a checksum stays without one.
     }
-    let mut c = !fold32(u64::from(!old_check) + u64::from(!fold32(old_sum)) + new_sum);
+    let mut c = !checksum::fold(u64::from(!old_check) + fold_not(old_sum) + new_sum);
     if l4.proto == ip_proto::UDP && c == 0 {
         c = 0xffff; // RFC 768: a computed zero is sent as all ones.
     }
     seg[at..at + 2].copy_from_slice(&c.to_be_bytes());
-}
-
-/// Folds a ones' complement sum below 2^32 to 16 bits in two fixed steps (the sums of
-/// [`rewrite_v4`] are a few 16-bit words).
-#[inline(always)]
-fn fold32(acc: u64) -> u16 {
-    debug_assert!(acc < 1 << 32);
-    let s = (acc & 0xffff) + (acc >> 16);
-    ((s & 0xffff) + (s >> 16)) as u16
 }
 
 /// The ones' complement of a wide sum, folded (`~m` in RFC 1624's `~HC + ~m + m'`).
