@@ -690,7 +690,14 @@ fn checked_v4_memo_follows_neighbour_changes() {
     assert_eq!(&out[..6], &other.0);
     // What the entry point declines gets the general path's verdict: TTL 1 becomes an
     // ICMP time exceeded back out of the port it came in on.
-    let dying = ipv4_frame(US0, "10.77.0.1", "192.168.9.9", 1, ip_proto::TCP, &tcp_segment());
+    let dying = ipv4_frame(
+        US0,
+        "10.77.0.1",
+        "192.168.9.9",
+        1,
+        ip_proto::TCP,
+        &tcp_segment(),
+    );
     let (v, out, c) = send(&mut fw, &dying, later);
     assert_eq!(v, Verdict::Tx(0));
     assert_eq!(c.drops_of(DropReason::TtlExceeded), 1);

@@ -511,7 +511,9 @@ impl Pool {
                     c.pool = me;
                     c.cap = cap;
                     while c.len < cap / 2 {
-                        let Some(i) = self.inner.free.pop() else { break };
+                        let Some(i) = self.inner.free.pop() else {
+                            break;
+                        };
                         // SAFETY: `me` is a live `Arc` (we hold `self`): the count taken
                         // here travels with the cached buffer.
                         unsafe { Arc::increment_strong_count(me) };
@@ -845,7 +847,10 @@ mod tests {
         // that needs the cache.
         let weak = Arc::downgrade(&other.inner);
         drop(other);
-        assert!(weak.upgrade().is_some(), "the cache still holds its buffers");
+        assert!(
+            weak.upgrade().is_some(),
+            "the cache still holds its buffers"
+        );
         let z = pool.alloc().unwrap();
         assert!(weak.upgrade().is_none(), "the orphaned pool was freed");
         drop(z);

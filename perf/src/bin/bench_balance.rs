@@ -982,7 +982,10 @@ fn main() {
             Ok(v) => report.set("only_flows", v),
             Err(e) => report.set("only_flows_error", json!(e)),
         }
-        println!("{}", serde_json::to_string_pretty(&report.v).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report.v).unwrap_or_default()
+        );
         return;
     }
     fig_bytes_per_flow(&mut report);
