@@ -326,6 +326,10 @@ pub struct Forwarder {
     memo: Option<Memo>,
     /// The same for the IPv4 fast path, keyed by the next hop as a word.
     memo4: Option<Memo4>,
+    /// Memos of many IPv4 next hops, direct-mapped by the next hop's low bits, for
+    /// [`Forwarder::forward_checked_v4`]: a balancer's flows alternate between many
+    /// backends, which would defeat a one-entry memo.
+    hops4: Box<[Hop4]>,
     /// sluice's MAC per port (a copy of the configuration's, for the fast path).
     macs: Box<[MacAddr]>,
     /// Packets waiting for their next hop's MAC (this worker's).
@@ -339,6 +343,7 @@ impl Clone for Forwarder {
             neigh: self.neigh.clone(),
             memo: None,
             memo4: None,
+            hops4: empty_hops4(),
             macs: self.macs.clone(),
             lot: resolve::Lot::for_config(self.neigh.config()),
         }
@@ -353,6 +358,35 @@ struct Memo4 {
     /// The entry is Reachable before this time (ms); Stale from then on.
     until: u64,
     mac: MacAddr,
+}
+
+/// A memoised IPv4 next hop of [`Forwarder`]'s table: valid while the neighbour cache's
+/// epoch is unchanged (no entry written since it was read) and the entry is Reachable.
+#[derive(Debug, Clone, Copy)]
+struct Hop4 {
+    nh: u32,
+    /// [`NeighbourCache::epoch`] read before the lookup.
+    epoch: u32,
+    /// The entry is Reachable before this time (ms).
+    until: u64,
+    mac: MacAddr,
+}
+
+impl Hop4 {
+    /// Matches nothing: `until` 0 is never in the future.
+    const EMPTY: Hop4 = Hop4 {
+        nh: 0,
+        epoch: 0,
+        until: 0,
+        mac: MacAddr([0; 6]),
+    };
+}
+
+/// Entries of [`Forwarder`]'s next-hop memo table (a power of two; 24 KiB).
+const HOPS4: usize = 1024;
+
+fn empty_hops4() -> Box<[Hop4]> {
+    vec![Hop4::EMPTY; HOPS4].into_boxed_slice()
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -389,6 +423,7 @@ impl Forwarder {
             neigh,
             memo: None,
             memo4: None,
+            hops4: empty_hops4(),
             macs,
             lot,
         }
@@ -485,6 +520,98 @@ impl Forwarder {
         addrs[..6].copy_from_slice(&mac.0);
         addrs[6..].copy_from_slice(&out_mac.0);
         d[..12].copy_from_slice(&addrs);
+        let old = u16::from_be_bytes([d[22], d[23]]);
+        d[22] -= 1;
+        let new = u16::from_be_bytes([d[22], d[23]]);
+        let c = checksum::update16(u16::from_be_bytes([d[24], d[25]]), old, new);
+        d[24..26].copy_from_slice(&c.to_be_bytes());
+        if padded {
+            // Link padding is not part of the datagram.
+            let _ = pkt.set_len(ETH + total);
+        }
+        Some(Verdict::tx(out))
+    }
+
+    /// Forwards an IPv4 packet that the caller has just validated and rewritten (the
+    /// balancer's NAT, which updated the checksums incrementally): Ethernet addressed to
+    /// this port, IPv4 without options, total length within the frame, header checksum
+    /// correct. Skips what [`Forwarder::process`] would check again and looks the next
+    /// hop up in a memo table of many next hops (a balancer's flows alternate between
+    /// backends). Anything out of the ordinary (TTL exhausted, a local, broadcast or
+    /// multicast destination, no route, a next hop not memoised as Reachable while packets
+    /// are parked, or not Reachable at all) goes to [`Forwarder::process`], which decides
+    /// it from scratch; so a caller that breaks the promise gets the general path, never
+    /// a wrong packet.
+    #[inline]
+    pub fn forward_checked_v4(
+        &mut self,
+        in_port: usize,
+        pkt: &mut Pkt,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        match self.checked_v4(pkt, ctx.now_ms) {
+            Some(v) => v,
+            None => self.process(in_port, pkt, ctx),
+        }
+    }
+
+    #[inline(always)]
+    fn checked_v4(&mut self, pkt: &mut Pkt, now: u64) -> Option<Verdict> {
+        let (total, dst) = {
+            let h: &[u8; 34] = pkt.data().get(..34)?.try_into().ok()?;
+            if h[12] != 0x08 || h[13] != 0x00 || h[14] != 0x45 || h[22] <= 1 {
+                return None;
+            }
+            let total = usize::from(u16::from_be_bytes([h[16], h[17]]));
+            let dst = u32::from_be_bytes([h[30], h[31], h[32], h[33]]);
+            // The local and broadcast lists are a few words: compared inline (`contains`
+            // is a call).
+            let listed = |v: &[u32]| v.iter().fold(false, |hit, &a| hit | (a == dst));
+            if dst == u32::MAX
+                || dst >> 28 == 0xe
+                || dst == 0
+                || listed(&self.conf.local_v4)
+                || listed(&self.conf.bcast_v4)
+            {
+                return None;
+            }
+            (total, dst)
+        };
+        let (out, nh) = self.conf.fib.lookup_v4_word(dst)?;
+        let slot = nh as usize & (HOPS4 - 1);
+        // Read before any lookup, so that a change after it invalidates what it finds.
+        let epoch = self.neigh.epoch();
+        let m = self.hops4.get(slot)?;
+        let mac = if m.nh == nh && now < m.until && m.epoch == epoch {
+            m.mac
+        } else {
+            if !self.lot.is_empty() {
+                return None;
+            }
+            match self
+                .neigh
+                .lookup_pinned(IpAddr::V4(Ipv4Addr::from(nh)), now)
+            {
+                (Neighbour::Reachable(mac), Some(p)) => {
+                    self.hops4[slot] = Hop4 {
+                        nh,
+                        epoch,
+                        until: p.fresh_until,
+                        mac,
+                    };
+                    mac
+                }
+                _ => return None,
+            }
+        };
+        let out_mac = *self.macs.get(out)?;
+        let d = pkt.data_mut();
+        if total < ipv4::HEADER_LEN || d.len() < ETH + total {
+            return None;
+        }
+        let padded = d.len() != ETH + total;
+        d[..6].copy_from_slice(&mac.0);
+        d[6..12].copy_from_slice(&out_mac.0);
         let old = u16::from_be_bytes([d[22], d[23]]);
         d[22] -= 1;
         let new = u16::from_be_bytes([d[22], d[23]]);

@@ -162,9 +162,16 @@ struct Slot {
     updated_ms: AtomicU64,
 }
 
+/// Counts completed writes to any slot, on a cache line of its own.
+#[repr(align(64))]
+#[derive(Default)]
+struct Epoch(AtomicU32);
+
 /// The shared neighbour cache.
 pub struct NeighbourCache {
     slots: Box<[Slot]>,
+    /// Bumped after every write to a slot ([`NeighbourCache::epoch`]).
+    epoch: Epoch,
     mask: usize,
     cfg: NeighConfig,
 }
@@ -314,6 +321,7 @@ impl NeighbourCache {
         NeighbourCache {
             slots: (0..n).map(|_| Slot::default()).collect(),
             mask: n - 1,
+            epoch: Epoch::default(),
             cfg,
         }
     }
@@ -380,6 +388,26 @@ impl NeighbourCache {
         }
     }
 
+    /// Writes slot `idx` if it is still at sequence `s`, and then moves the epoch on.
+    fn write(&self, idx: usize, s: u32, k: (u64, u64), mac: u64, now: u64) -> bool {
+        let done = self.slots[idx].write_at(s, k, mac, now);
+        if done {
+            self.epoch.0.fetch_add(1, Ordering::Release);
+        }
+        done
+    }
+
+    /// The cache's epoch: it moves on after every change to any entry. A worker that
+    /// reads it *before* a lookup and finds it unchanged later knows that no entry has
+    /// changed since (a memo of many next hops checked with one load of one line that
+    /// nothing writes while the neighbours are quiet, rather than a load of each entry's
+    /// own slot). Learning that only confirms an entry within its quiet period writes
+    /// nothing and so leaves the epoch alone.
+    #[inline]
+    pub fn epoch(&self) -> u32 {
+        self.epoch.0.load(Ordering::Acquire)
+    }
+
     /// Whether the slot still holds what was read at sequence `seq` (no write since).
     #[inline]
     pub fn unchanged(&self, slot: usize, seq: u32) -> bool {
@@ -398,7 +426,7 @@ impl NeighbourCache {
         if p.found && p.read.mac == new && now_ms.saturating_sub(p.read.updated) < quiet {
             return;
         }
-        self.slots[p.idx].write_at(p.seq, k, new, now_ms);
+        self.write(p.idx, p.seq, k, new, now_ms);
     }
 
     /// Decides whether a resolution request for `ip` goes out now (see the module docs).
@@ -425,7 +453,7 @@ impl NeighbourCache {
                     let sent = count(p.read.mac);
                     if sent >= self.cfg.mcast_probes {
                         let failed = FLAG_VALID | FLAG_FAILED;
-                        return if self.slots[p.idx].write_at(p.seq, k, failed, now_ms) {
+                        return if self.write(p.idx, p.seq, k, failed, now_ms) {
                             Solicit::Failed
                         } else {
                             Solicit::Wait(now_ms.saturating_add(1))
@@ -440,7 +468,7 @@ impl NeighbourCache {
             return Solicit::Failed;
         }
         let incomplete = with_count(FLAG_VALID, n);
-        if self.slots[p.idx].write_at(p.seq, k, incomplete, now_ms) {
+        if self.write(p.idx, p.seq, k, incomplete, now_ms) {
             Solicit::Send(n)
         } else {
             // Another worker changed the entry in between: it sends, or will tell us.
@@ -467,13 +495,13 @@ impl NeighbourCache {
         }
         if sent >= self.cfg.ucast_probes {
             let deleted = FLAG_VALID | FLAG_DELETED;
-            return if self.slots[idx].write_at(seq, k, deleted, now_ms) {
+            return if self.write(idx, seq, k, deleted, now_ms) {
                 Probe::Deleted
             } else {
                 Probe::NotDue
             };
         }
-        if self.slots[idx].write_at(seq, k, with_count(r.mac, sent + 1), now_ms) {
+        if self.write(idx, seq, k, with_count(r.mac, sent + 1), now_ms) {
             Probe::Send(bits_mac(r.mac))
         } else {
             Probe::NotDue

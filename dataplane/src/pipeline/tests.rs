@@ -639,3 +639,68 @@ proptest! {
         prop_assert_eq!(p1.data(), p2.data());
     }
 }
+
+/// `forward_checked_v4` (the balancer's entry point for rewritten packets) memoises next
+/// hops; a neighbour whose MAC changes, or whose entry goes stale, is looked up again,
+/// and whatever it declines gets the general path's answer.
+#[test]
+fn checked_v4_memo_follows_neighbour_changes() {
+    let mut fw = forwarder();
+    let pool = Pool::new(8);
+    let gw = ip("10.78.0.1");
+    let other = MacAddr([0x02, 0, 0, 0, 0, 0x22]);
+    let send = |fw: &mut Forwarder, frame: &[u8], now: u64| {
+        let mut c = Counters::new(2);
+        let mut p = pool.alloc_copy(frame).unwrap();
+        let v = fw.forward_checked_v4(0, &mut p, &mut Ctx::new(now, &mut c));
+        (v, p.data().to_vec(), c)
+    };
+    let pkt = ipv4_frame(
+        US0,
+        "10.77.0.1",
+        "192.168.9.9",
+        64,
+        ip_proto::TCP,
+        &tcp_segment(),
+    );
+    fw.neighbours().learn(gw, GW1, 0);
+    // The same bytes as the general path's, through the memo from the second packet on.
+    for now in [10, 20] {
+        let (v, out, _) = send(&mut fw, &pkt, now);
+        assert_eq!((v, out.clone()), {
+            let (v2, out2, _) = run(&mut fw.clone(), &pool, 0, &pkt, now);
+            (v2, out2)
+        });
+        assert_eq!(v, Verdict::Tx(1));
+        assert_eq!(&out[..6], &GW1.0);
+        let p = ipv4::Packet::new_checked(&out[14..]).unwrap();
+        assert_eq!(p.ttl(), 63);
+        assert!(p.verify_checksum());
+    }
+    // The gateway moves to another MAC: the next packet goes there, not to the memo's.
+    fw.neighbours().learn(gw, other, 5000);
+    let (v, out, _) = send(&mut fw, &pkt, 5001);
+    assert_eq!(v, Verdict::Tx(1));
+    assert_eq!(&out[..6], &other.0);
+    // Past the reachable time the memo no longer answers; the general path uses the stale
+    // entry (and probes it when it has buffers to send a probe with).
+    let later = 5000 + NeighConfig::default().reachable_ms + 1;
+    let (v, out, _) = send(&mut fw, &pkt, later);
+    assert_eq!(v, Verdict::Tx(1));
+    assert_eq!(&out[..6], &other.0);
+    // What the entry point declines gets the general path's verdict: TTL 1 becomes an
+    // ICMP time exceeded back out of the port it came in on.
+    let dying = ipv4_frame(
+        US0,
+        "10.77.0.1",
+        "192.168.9.9",
+        1,
+        ip_proto::TCP,
+        &tcp_segment(),
+    );
+    let (v, out, c) = send(&mut fw, &dying, later);
+    assert_eq!(v, Verdict::Tx(0));
+    assert_eq!(c.drops_of(DropReason::TtlExceeded), 1);
+    assert_eq!(out[14 + 9], ip_proto::ICMP);
+    assert_eq!(pool.in_use(), 0);
+}

@@ -40,8 +40,9 @@
 //!    allowed; its policy is re-checked once per swap).
 //!
 //! Usage: `bench_balance [--duration SECS] [--runs N] [--no-testpmd] [--quick]
-//! [--swap-interval-ms MS] [--swap-maglev SLOTS] [--out FILE]` (`--quick`: 1k and 100k
-//! flows only). Medians over `--runs` runs; each figure is added to `--out` (if given) as
+//! [--swap-interval-ms MS] [--swap-maglev SLOTS] [--out FILE] [--only-flows N]` (`--quick`:
+//! 1k and 100k flows only; `--only-flows N`: only the balancer with N established flows on
+//! the replay, for `perf record`). Medians over `--runs` runs; each figure is added to `--out` (if given) as
 //! soon as it is measured.
 
 use serde_json::{json, Value};
@@ -88,6 +89,8 @@ struct Opts {
     swap_interval_ms: u64,
     swap_maglev: u64,
     out: Option<PathBuf>,
+    /// Only the balancer on the replay with this many established flows (for profiling).
+    only_flows: Option<usize>,
 }
 
 fn opts() -> Opts {
@@ -99,6 +102,7 @@ fn opts() -> Opts {
         swap_interval_ms: 50,
         swap_maglev: 1021,
         out: None,
+        only_flows: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -111,6 +115,7 @@ fn opts() -> Opts {
             "--no-testpmd" => o.testpmd = false,
             "--quick" => o.quick = true,
             "--out" => o.out = it.next().map(PathBuf::from),
+            "--only-flows" => o.only_flows = Some(num(1000.0) as usize),
             other => {
                 eprintln!("bench_balance: unknown argument {other}");
                 std::process::exit(2);
@@ -969,6 +974,20 @@ fn main() {
         v: json!({"bench": "balance", "tsc_hz": sluice_dataplane::port::tsc_hz()}),
         out: o.out.clone(),
     };
+    if let Some(n) = o.only_flows {
+        let res = compile(&manifests(0, 65537))
+            .and_then(|ir| established_run(n, &ir, o.duration))
+            .map(|(run, drops)| json!({"flows": n, "balancer": summary(&[run]), "drops": drops}));
+        match res {
+            Ok(v) => report.set("only_flows", v),
+            Err(e) => report.set("only_flows_error", json!(e)),
+        }
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report.v).unwrap_or_default()
+        );
+        return;
+    }
     fig_bytes_per_flow(&mut report);
     match compile(&manifests(0, 65537)) {
         Ok(ir) => {

@@ -322,7 +322,6 @@ impl State {
             || self.splice.embryos.get(idx).client != self.flows.get(id).orig;
         if gone {
             self.flows.remove(id);
-            self.removed_in_burst = true;
         }
         gone
     }
@@ -624,8 +623,8 @@ impl State {
         // The flow gets its backend side in place: client tuple <-> backend -> SNAT (or
         // client). Its entry stays (removing it and inserting another would hold one more
         // entry per connection until the timer wheel reaches the old one); its keys
-        // change, so lookups made ahead for this burst are made again.
-        self.removed_in_burst = true;
+        // change (the burst looks each packet up just before deciding it, so later packets
+        // of the burst see the new keys).
         let rekeyed = if transparent {
             self.flows
                 .rekey_reply(
@@ -1069,7 +1068,6 @@ impl State {
             if matches!(f.splice.phase, Splice::EMBRYO | Splice::REPLAYING) && f.splice.value == idx
             {
                 self.flows.remove(id);
-                self.removed_in_burst = true;
             }
         }
         self.splice.embryos.close(idx);

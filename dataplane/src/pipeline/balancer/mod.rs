@@ -185,13 +185,12 @@ impl L4 {
     }
 }
 
-/// A packet of the burst, parsed and looked up ahead of the decision pass.
+/// A packet of the burst, parsed and hashed ahead of the decision pass.
 #[derive(Clone, Copy)]
 struct Ahead {
     l4: Option<L4>,
     tuple: Tuple,
     hash: u64,
-    hit: Option<(FlowId, Dir)>,
 }
 
 impl Ahead {
@@ -205,7 +204,6 @@ impl Ahead {
             proto: 0,
         },
         hash: 0,
-        hit: None,
     };
 }
 
@@ -372,9 +370,6 @@ pub struct Balancer {
 struct State {
     fwd: Forwarder,
     flows: FlowTable,
-    /// Set when a flow was removed during the current burst: lookups made for the burst
-    /// ahead of time are then made again.
-    removed_in_burst: bool,
     snat: SnatPorts,
     worker: u32,
     macs: Box<[[u8; 6]]>,
@@ -398,7 +393,6 @@ impl Balancer {
         Balancer {
             state: State {
                 flows: FlowTable::new(cfg.flow_capacity, cfg.timeouts, 0, cfg.seed),
-                removed_in_burst: false,
                 snat: SnatPorts::new(&cfg),
                 worker: cfg.worker as u32,
                 fwd,
@@ -450,7 +444,10 @@ impl Stage for Balancer {
         };
         // Three passes over the burst so that the flow table's cache misses overlap
         // (as VPP and DPDK's hash library do): parse and hash every packet and prefetch
-        // its index slot; look every tuple up and prefetch the flow entry; then decide.
+        // its index slot; read the index slots (now cached) and prefetch the flow entries
+        // they point to; then look up (both now cached) and decide. The lookup itself
+        // waits for the last pass, so a flow an earlier packet of the burst created,
+        // removed or re-keyed is seen as it is now.
         let mut ahead = [Ahead::NONE; BURST];
         for (a, p) in ahead.iter_mut().zip(pkts[..n].iter()) {
             if let Parsed::L4(l4) = parse(p.data(), &mac) {
@@ -461,30 +458,25 @@ impl Stage for Balancer {
                     l4: Some(l4),
                     tuple: t,
                     hash: h,
-                    hit: None,
                 };
             }
         }
-        for a in ahead[..n].iter_mut().filter(|a| a.l4.is_some()) {
-            a.hit = st.flows.lookup_hashed(&a.tuple, a.hash, now_s);
-            if let Some((id, _)) = a.hit {
-                st.flows.prefetch_flow(id);
-            }
+        for a in ahead[..n].iter().filter(|a| a.l4.is_some()) {
+            st.flows.prefetch_entry(a.hash);
         }
-        st.removed_in_burst = false;
         for ((a, p), v) in ahead[..n]
             .iter()
             .zip(pkts.iter_mut())
             .zip(verdicts.iter_mut())
         {
-            *v = match (&a.l4, a.hit) {
-                (Some(l4), Some(hit)) if !st.removed_in_burst => {
-                    st.hit(in_port, p, l4, &a.tuple, hit, snap, generation, now_s, ctx)
-                }
-                // A miss may have become a hit (an earlier packet of the burst created the
-                // flow), so the full path looks up again.
-                (Some(l4), _) => st.l4(in_port, p, l4, snap, generation, now_s, ctx),
-                (None, _) => st.process(in_port, p, snap, generation, now_s, ctx),
+            *v = match &a.l4 {
+                Some(l4) => match st.flows.lookup_hashed(&a.tuple, a.hash, now_s) {
+                    Some(hit) => {
+                        st.hit(in_port, p, l4, &a.tuple, hit, snap, generation, now_s, ctx)
+                    }
+                    None => st.miss(in_port, p, l4, a.tuple, snap, generation, now_s, ctx),
+                },
+                None => st.process(in_port, p, snap, generation, now_s, ctx),
             };
         }
     }
@@ -562,7 +554,6 @@ impl State {
             // gets the current tables' backend and policy (a drained backend stays
             // drained).
             self.flows.remove(id);
-            self.removed_in_burst = true;
             return self.l4(in_port, pkt, l4, snap, generation, now_s, ctx);
         }
         let mut sp = f.splice;
@@ -595,7 +586,6 @@ impl State {
                 .is_allow()
             {
                 self.flows.remove(id);
-                self.removed_in_burst = true;
                 return Verdict::Drop(DropReason::PolicyRevoked);
             }
             self.flows.get_mut(id).generation = generation;
@@ -619,7 +609,19 @@ impl State {
         {
             rewrite_raw(pkt, l4, &other.dst, other.dport, &other.src, other.sport);
         }
-        self.fwd.process(in_port, pkt, ctx)
+        self.forward(in_port, pkt, l4, ctx)
+    }
+
+    /// Routes a packet that [`parse`] validated and the flow's action rewrote (checksums
+    /// kept correct incrementally): IPv4 without options skips the forwarder's
+    /// re-validation.
+    #[inline]
+    fn forward(&mut self, in_port: usize, pkt: &mut Pkt, l4: &L4, ctx: &mut Ctx<'_>) -> Verdict {
+        if !l4.v6 && l4.l4 == ETH + ipv4::HEADER_LEN {
+            self.fwd.forward_checked_v4(in_port, pkt, ctx)
+        } else {
+            self.fwd.process(in_port, pkt, ctx)
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -648,6 +650,24 @@ impl State {
                 ctx,
             );
         }
+        self.miss(in_port, pkt, l4, t, snap, generation, now_s, ctx)
+    }
+
+    /// A TCP/UDP packet that matches no flow: a listener's new flow, a reply for another
+    /// worker, or routed traffic.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn miss(
+        &mut self,
+        in_port: usize,
+        pkt: &mut Pkt,
+        l4: &L4,
+        t: Tuple,
+        snap: &Snapshot,
+        generation: u32,
+        now_s: u32,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
         let ours = self.fwd.config().is_ours(l4.dst);
         let listener = if ours {
             snap.listeners.lookup(l4.dst, l4.dport, l4.proto)
@@ -842,6 +862,10 @@ fn rewrite(pkt: &mut Pkt, l4: &L4, src: SocketAddr, dst: SocketAddr) {
 /// [`rewrite`] with addresses as the flow table stores them (16 bytes, IPv4 mapped).
 #[inline]
 fn rewrite_raw(pkt: &mut Pkt, l4: &L4, src: &[u8; 16], sport: u16, dst: &[u8; 16], dport: u16) {
+    if !l4.v6 {
+        let v4 = |a: &[u8; 16]| u32::from_be_bytes([a[12], a[13], a[14], a[15]]);
+        return rewrite_v4(pkt, l4, v4(src), sport, v4(dst), dport);
+    }
     let d = pkt.data_mut();
     // Ones' complement sums of the old and new words the transport checksum covers.
     let (mut old_sum, mut new_sum) = (0u64, 0u64);
@@ -876,6 +900,43 @@ fn rewrite_raw(pkt: &mut Pkt, l4: &L4, src: &[u8; 16], sport: u16, dst: &[u8; 16
     let at = if l4.proto == ip_proto::TCP { 16 } else { 6 };
     let old_check = u16::from_be_bytes([seg[at], seg[at + 1]]);
     if l4.proto == ip_proto::UDP && old_check == 0 && !l4.v6 {
+        return; // IPv4 UDP without a checksum stays without one.
+    }
+    let mut c = !checksum::fold(u64::from(!old_check) + fold_not(old_sum) + new_sum);
+    if l4.proto == ip_proto::UDP && c == 0 {
+        c = 0xffff; // RFC 768: a computed zero is sent as all ones.
+    }
+    seg[at..at + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+/// [`rewrite_raw`] for IPv4 on 32-bit words: the same RFC 1624 updates of the header
+/// and transport checksums, without a pass over byte pairs.
+#[inline]
+fn rewrite_v4(pkt: &mut Pkt, l4: &L4, src: u32, sport: u16, dst: u32, dport: u16) {
+    // The ones' complement sum of a word's two halves.
+    let halves = |w: u32| u64::from(w >> 16) + u64::from(w & 0xffff);
+    let word = |b: &[u8], i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    let d = pkt.data_mut();
+    let Some(ip) = d.get_mut(ETH..ETH + ipv4::HEADER_LEN) else {
+        return;
+    };
+    let old = halves(word(ip, 12)) + halves(word(ip, 16));
+    let new = halves(src) + halves(dst);
+    ip[12..16].copy_from_slice(&src.to_be_bytes());
+    ip[16..20].copy_from_slice(&dst.to_be_bytes());
+    let hc = u16::from_be_bytes([ip[10], ip[11]]);
+    let hc = !checksum::fold(u64::from(!hc) + fold_not(old) + new);
+    ip[10..12].copy_from_slice(&hc.to_be_bytes());
+    let at = if l4.proto == ip_proto::TCP { 16 } else { 6 };
+    let Some(seg) = d.get_mut(l4.l4..l4.l4 + at + 2) else {
+        return;
+    };
+    let ports = u32::from(sport) << 16 | u32::from(dport);
+    let old_sum = old + halves(word(seg, 0));
+    let new_sum = new + halves(ports);
+    seg[0..4].copy_from_slice(&ports.to_be_bytes());
+    let old_check = u16::from_be_bytes([seg[at], seg[at + 1]]);
+    if l4.proto == ip_proto::UDP && old_check == 0 {
         return; // IPv4 UDP without a checksum stays without one.
     }
     let mut c = !checksum::fold(u64::from(!old_check) + fold_not(old_sum) + new_sum);
