@@ -424,7 +424,8 @@ proptest! {
     }
 
     /// The burst verdicts (`verdicts_v4`, `verdicts_v6`, and `verdicts` over mixed
-    /// families) answer exactly like `verdict` on compiled tables, for every pair of
+    /// families) answer exactly like `verdict` on compiled tables (and so like the
+    /// reference evaluator, checked here too), for every pair of
     /// interesting addresses and every probe, in bursts that start anywhere in a round.
     #[test]
     fn bursts_match_single_verdicts(ir in cluster(), skip in 0usize..BATCH) {
@@ -444,6 +445,9 @@ proptest! {
         t.verdicts(mixed, &mut out);
         for (x, v) in mixed.iter().zip(&out) {
             prop_assert_eq!(*v, t.verdict(x.src, x.dst, x.proto, x.dst_port), "{:?}", x);
+            // And the reference evaluator, straight from the Kubernetes text.
+            let (eg, ing) = policy_support::decide(&ir, x.src, x.dst, x.proto, x.dst_port);
+            prop_assert_eq!(v.is_allow(), eg && ing, "reference {:?}", x);
         }
         let c4: Vec<Conn4> = mixed.iter().filter_map(|x| match (x.src, x.dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => Some(Conn4 { src: s.into(), dst: d.into(), proto: x.proto, dst_port: x.dst_port }),
