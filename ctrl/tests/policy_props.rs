@@ -6,6 +6,7 @@
 //! every pair of interesting addresses, on several protocols and ports, must get the same
 //! answer per direction from the tables, the reference, the explain walk (which names the
 //! allowing rule) and the ClassBench export (what rte_acl is given in the benchmark).
+//! The burst verdicts answer like the single ones.
 
 mod policy_support;
 
@@ -24,7 +25,7 @@ use sluice_ctrl::model::netpol::{
     EgressRule, IngressRule, IpBlock, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
     PolicyType,
 };
-use sluice_dataplane::tables::policy::DirOutcome;
+use sluice_dataplane::tables::policy::{Conn, Conn4, Conn6, DirOutcome, Verdict, BATCH};
 
 const KEYS: [&str; 3] = ["app", "tier", "team"];
 const VALUES: [&str; 3] = ["x", "y", "z"];
@@ -419,6 +420,52 @@ proptest! {
                     prop_assert_eq!(ing.allows(src, dst, proto, port), want_in, "acl ingress {} -> {}", src, dst);
                 }
             }
+        }
+    }
+
+    /// The burst verdicts (`verdicts_v4`, `verdicts_v6`, and `verdicts` over mixed
+    /// families) answer exactly like `verdict` on compiled tables (and so like the
+    /// reference evaluator, checked here too), for every pair of
+    /// interesting addresses and every probe, in bursts that start anywhere in a round.
+    #[test]
+    fn bursts_match_single_verdicts(ir in cluster(), skip in 0usize..BATCH) {
+        let c = compile(&ir).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+        let t = &c.tables;
+        let addrs = addresses(&ir);
+        let mut mixed = Vec::new();
+        for &src in &addrs {
+            for &dst in &addrs {
+                for (proto, dst_port) in PROBES {
+                    mixed.push(Conn { src, dst, proto, dst_port });
+                }
+            }
+        }
+        let mixed = &mixed[skip.min(mixed.len())..];
+        let mut out = vec![Verdict::Allow; mixed.len()];
+        t.verdicts(mixed, &mut out);
+        for (x, v) in mixed.iter().zip(&out) {
+            prop_assert_eq!(*v, t.verdict(x.src, x.dst, x.proto, x.dst_port), "{:?}", x);
+            // And the reference evaluator, straight from the Kubernetes text.
+            let (eg, ing) = policy_support::decide(&ir, x.src, x.dst, x.proto, x.dst_port);
+            prop_assert_eq!(v.is_allow(), eg && ing, "reference {:?}", x);
+        }
+        let c4: Vec<Conn4> = mixed.iter().filter_map(|x| match (x.src, x.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => Some(Conn4 { src: s.into(), dst: d.into(), proto: x.proto, dst_port: x.dst_port }),
+            _ => None,
+        }).collect();
+        let mut out = vec![Verdict::Allow; c4.len()];
+        t.verdicts_v4(&c4, &mut out);
+        for (x, v) in c4.iter().zip(&out) {
+            prop_assert_eq!(*v, t.verdict_v4(x.src, x.dst, x.proto, x.dst_port), "{:?}", x);
+        }
+        let c6: Vec<Conn6> = mixed.iter().filter_map(|x| match (x.src, x.dst) {
+            (IpAddr::V6(s), IpAddr::V6(d)) => Some(Conn6 { src: s.into(), dst: d.into(), proto: x.proto, dst_port: x.dst_port }),
+            _ => None,
+        }).collect();
+        let mut out = vec![Verdict::Allow; c6.len()];
+        t.verdicts_v6(&c6, &mut out);
+        for (x, v) in c6.iter().zip(&out) {
+            prop_assert_eq!(*v, t.verdict_v6(x.src, x.dst, x.proto, x.dst_port), "{:?}", x);
         }
     }
 

@@ -45,6 +45,18 @@ impl IpCache {
         self.v6.lookup(addr)
     }
 
+    /// [`Self::lookup_v4`] for many addresses at once ([`Lpm4::lookup_bulk`]).
+    #[inline]
+    pub fn lookup_bulk_v4(&self, addrs: &[u32], out: &mut [Option<u32>]) {
+        self.v4.lookup_bulk(addrs, out);
+    }
+
+    /// [`Self::lookup_v6`] for many addresses at once ([`Lpm6::lookup_bulk`]).
+    #[inline]
+    pub fn lookup_bulk_v6(&self, addrs: &[u128], out: &mut [Option<u32>]) {
+        self.v6.lookup_bulk(addrs, out);
+    }
+
     /// The identity of an address. IPv4-mapped IPv6 addresses are looked up as IPv6: the
     /// dataplane sees them only inside IPv6 packets.
     #[inline]

@@ -14,6 +14,15 @@
 //! Building sorts the prefixes by length and writes the shorter ones first, so a longer
 //! prefix only ever overwrites (or pushes into a new group) what a shorter one wrote.
 //! Lookups never allocate and never panic.
+//!
+//! Besides one-address [`Lpm4::lookup`] / [`Lpm6::lookup`] there are bulk forms
+//! ([`Lpm4::lookup_bulk`], [`Lpm6::lookup_bulk`], like DPDK's `rte_lpm_lookup_bulk`):
+//! they walk every address of a burst one level at a time and prefetch each address's
+//! next level before reading any of them, so the cache misses of a burst overlap instead
+//! of queueing behind each other.
+
+use super::frozen;
+use crate::port::prefetch_line;
 
 use thiserror::Error;
 
@@ -52,25 +61,40 @@ pub enum LpmError {
     TooManyGroups,
 }
 
-/// The trie shared by both families. `width` is 32 or 128; keys sit in the low bits.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Trie {
+/// The trie shared by both families, as built: `width` is 32 or 128; keys sit in the low
+/// bits. [`TrieBuilder::finish`] freezes it into a [`Trie`].
+struct TrieBuilder {
     width: u32,
     root: Box<[u32; ROOT_SIZE]>,
     groups: Vec<u32>,
 }
 
-impl Trie {
+/// The trie shared by both families, for lookups: the groups in huge pages when they
+/// are large (see [`frozen`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Trie {
+    root: Box<[u32; ROOT_SIZE]>,
+    groups: Box<[u32]>,
+}
+
+impl TrieBuilder {
     fn new(width: u32) -> Self {
         let root: Box<[u32; ROOT_SIZE]> = match vec![EMPTY; ROOT_SIZE].into_boxed_slice().try_into()
         {
             Ok(r) => r,
             Err(_) => unreachable!("a vector of ROOT_SIZE converts to an array of ROOT_SIZE"),
         };
-        Trie {
+        TrieBuilder {
             width,
             root,
             groups: Vec::new(),
+        }
+    }
+
+    fn finish(self) -> Trie {
+        Trie {
+            root: self.root,
+            groups: frozen(self.groups),
         }
     }
 
@@ -132,11 +156,49 @@ impl Trie {
             consumed += STRIDE;
         }
     }
+}
 
+impl Trie {
     fn bytes(&self) -> usize {
         (ROOT_SIZE + self.groups.len()) * std::mem::size_of::<u32>()
     }
+
+    /// Where the entry under `e` for the low 8 bits of `bits` is, when `e` points to a
+    /// group; entry 0 otherwise (a stand-in that stays in L1: the bulk lookups read or
+    /// prefetch it rather than branch on whether an address goes on).
+    #[inline]
+    fn child_index(e: u32, bits: usize) -> usize {
+        let at = (((e & !GROUP) as usize) << STRIDE) | (bits & 0xff);
+        if e & GROUP != 0 {
+            at
+        } else {
+            0
+        }
+    }
+
+    /// The entry at `at` (from [`Self::child_index`]) when `e` points to a group, `e`
+    /// itself when it is a value (or empty). Without a branch on which.
+    #[inline]
+    fn step_at(&self, e: u32, at: usize) -> u32 {
+        let child = self.groups.get(at).copied().unwrap_or(EMPTY);
+        if e & GROUP != 0 {
+            child
+        } else {
+            e
+        }
+    }
+
+    /// Prefetches what [`Self::step_at`] reads.
+    #[inline]
+    fn prefetch_at(&self, at: usize) {
+        if let Some(x) = self.groups.get(at) {
+            prefetch_line(x);
+        }
+    }
 }
+
+/// Addresses per round of the bulk lookups (a burst's sources and destinations).
+pub const BULK: usize = 64;
 
 #[inline]
 fn decode(e: u32) -> Option<u32> {
@@ -196,12 +258,12 @@ impl Lpm4 {
             .map(|(a, l, v)| (u128::from(a), l, v))
             .collect();
         let max_value = prepare(&mut list, 32)?;
-        let mut trie = Trie::new(32);
+        let mut trie = TrieBuilder::new(32);
         for &(key, len, value) in &list {
             trie.insert(key, u32::from(len), value + 1)?;
         }
         Ok(Lpm4 {
-            trie,
+            trie: trie.finish(),
             prefixes: list.len(),
             max_value,
         })
@@ -232,6 +294,36 @@ impl Lpm4 {
         decode(e)
     }
 
+    /// [`Self::lookup`] for many addresses: `out[i]` answers `addrs[i]` (extra elements
+    /// of the longer slice are left alone). Up to [`BULK`] addresses at a time go through
+    /// the trie level by level: every root entry, then every second-level group entry,
+    /// then every third-level one, each group level prefetched for all addresses before
+    /// the first is read.
+    pub fn lookup_bulk(&self, addrs: &[u32], out: &mut [Option<u32>]) {
+        for (a, o) in addrs.chunks(BULK).zip(out.chunks_mut(BULK)) {
+            // Each address's entry, and where its next one is.
+            let mut e = [(EMPTY, 0usize); BULK];
+            let n = a.len().min(o.len());
+            let (a, e) = (&a[..n], &mut e[..n]);
+            // The root (16 bits, small enough to stay cached: read without a prefetch
+            // pass), then the two 8-bit levels; an address whose entry is already a
+            // value steps in place (no branch on which addresses go on).
+            for ((e, at), &x) in e.iter_mut().zip(a) {
+                *e = self.trie.root[(x >> 16) as usize];
+                *at = Trie::child_index(*e, (x >> 8) as usize);
+                self.trie.prefetch_at(*at);
+            }
+            for ((e, at), &x) in e.iter_mut().zip(a) {
+                *e = self.trie.step_at(*e, *at);
+                *at = Trie::child_index(*e, x as usize);
+                self.trie.prefetch_at(*at);
+            }
+            for (oi, &(e, at)) in o.iter_mut().zip(e.iter()) {
+                *oi = decode(self.trie.step_at(e, at));
+            }
+        }
+    }
+
     /// Number of prefixes stored.
     pub fn len(&self) -> usize {
         self.prefixes
@@ -253,12 +345,20 @@ impl Lpm4 {
     }
 }
 
-/// Exact-match table of IPv6 host addresses (open addressing, linear probing).
+/// Exact-match table of IPv6 host addresses (open addressing, linear probing). A key and
+/// its value share a slot, so that a probe is one cache line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct HostTable {
-    keys: Box<[u128]>,
-    values: Box<[u32]>,
+    slots: Box<[HostSlot]>,
     shift: u32,
+}
+
+/// One slot of the host table: `value` is [`HOST_EMPTY`] in a free slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(32))]
+struct HostSlot {
+    key: u128,
+    value: u32,
 }
 
 const HOST_EMPTY: u32 = u32::MAX;
@@ -274,41 +374,57 @@ impl HostTable {
         // Load factor at most 1/2; at least 16 slots so the shift stays below 64.
         let cap = (hosts.len() * 2).next_power_of_two().max(16);
         let shift = 64 - cap.trailing_zeros();
-        let mut keys = vec![0u128; cap].into_boxed_slice();
-        let mut values = vec![HOST_EMPTY; cap].into_boxed_slice();
+        let mut slots = vec![
+            HostSlot {
+                key: 0,
+                value: HOST_EMPTY
+            };
+            cap
+        ];
         for &(k, v) in hosts {
             let mut i = host_hash(k, shift);
-            while values[i] != HOST_EMPTY {
+            while slots[i].value != HOST_EMPTY {
                 i = (i + 1) & (cap - 1);
             }
-            keys[i] = k;
-            values[i] = v;
+            slots[i] = HostSlot { key: k, value: v };
         }
         HostTable {
-            keys,
-            values,
+            slots: frozen(slots),
             shift,
+        }
+    }
+
+    /// The slot a probe for `key` starts at.
+    #[inline]
+    fn home(&self, key: u128) -> usize {
+        host_hash(key, self.shift)
+    }
+
+    #[inline]
+    fn prefetch(&self, key: u128) {
+        if let Some(s) = self.slots.get(self.home(key)) {
+            prefetch_line(s);
         }
     }
 
     #[inline]
     fn get(&self, key: u128) -> Option<u32> {
-        let mask = self.keys.len() - 1;
-        let mut i = host_hash(key, self.shift);
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(key);
         loop {
-            let v = *self.values.get(i)?;
-            if v == HOST_EMPTY {
+            let s = self.slots.get(i)?;
+            if s.value == HOST_EMPTY {
                 return None;
             }
-            if self.keys.get(i) == Some(&key) {
-                return Some(v);
+            if s.key == key {
+                return Some(s.value);
             }
             i = (i + 1) & mask;
         }
     }
 
     fn bytes(&self) -> usize {
-        self.keys.len() * (std::mem::size_of::<u128>() + std::mem::size_of::<u32>())
+        self.slots.len() * std::mem::size_of::<HostSlot>()
     }
 }
 
@@ -326,7 +442,7 @@ impl Lpm6 {
     pub fn new(prefixes: impl IntoIterator<Item = (u128, u8, u32)>) -> Result<Self, LpmError> {
         let mut list: Vec<(u128, u8, u32)> = prefixes.into_iter().collect();
         let max_value = prepare(&mut list, 128)?;
-        let mut trie = Trie::new(128);
+        let mut trie = TrieBuilder::new(128);
         let mut hosts = Vec::new();
         for &(key, len, value) in &list {
             if len == 128 {
@@ -337,7 +453,7 @@ impl Lpm6 {
         }
         Ok(Lpm6 {
             hosts: HostTable::new(&hosts),
-            trie,
+            trie: trie.finish(),
             prefixes: list.len(),
             max_value,
         })
@@ -358,6 +474,65 @@ impl Lpm6 {
             consumed += STRIDE;
         }
         decode(e)
+    }
+
+    /// [`Self::lookup`] for many addresses: `out[i]` answers `addrs[i]` (extra elements
+    /// of the longer slice are left alone). Up to [`BULK`] addresses at a time: every host
+    /// slot and root entry is prefetched, then the host table is probed, and the
+    /// addresses it does not hold walk the trie one level at a time, each level
+    /// prefetched for all of them before the first is read.
+    pub fn lookup_bulk(&self, addrs: &[u128], out: &mut [Option<u32>]) {
+        for (a, o) in addrs.chunks(BULK).zip(out.chunks_mut(BULK)) {
+            let n = a.len().min(o.len());
+            let (a, o) = (&a[..n], &mut o[..n]);
+            for &x in a {
+                self.hosts.prefetch(x);
+                prefetch_line(&self.trie.root[(x >> 112) as usize]);
+            }
+            // Entries of the addresses still walking, with a bit per address.
+            let mut e = [EMPTY; BULK];
+            let mut walking = 0u64;
+            for (i, ((oi, ei), &x)) in o.iter_mut().zip(e.iter_mut()).zip(a).enumerate() {
+                *oi = self.hosts.get(x);
+                if oi.is_none() {
+                    *ei = self.trie.root[(x >> 112) as usize];
+                    if *ei & GROUP != 0 {
+                        self.trie.prefetch_at(Trie::child_index(
+                            *ei,
+                            (x >> (128 - ROOT_BITS - STRIDE)) as usize,
+                        ));
+                        walking |= 1 << i;
+                    } else {
+                        *oi = decode(*ei);
+                    }
+                }
+            }
+            let mut consumed = ROOT_BITS;
+            while walking != 0 && consumed < 128 {
+                let shift = 128 - consumed - STRIDE;
+                let mut bits = walking;
+                while bits != 0 {
+                    let i = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    let (Some(ei), Some(&x)) = (e.get_mut(i), a.get(i)) else {
+                        break;
+                    };
+                    *ei = self
+                        .trie
+                        .step_at(*ei, Trie::child_index(*ei, (x >> shift) as usize));
+                    if *ei & GROUP != 0 && shift >= STRIDE {
+                        self.trie
+                            .prefetch_at(Trie::child_index(*ei, (x >> (shift - STRIDE)) as usize));
+                    } else {
+                        walking &= !(1 << i);
+                        if let Some(oi) = o.get_mut(i) {
+                            *oi = decode(*ei);
+                        }
+                    }
+                }
+                consumed += STRIDE;
+            }
+        }
     }
 
     /// Number of prefixes stored.
@@ -501,12 +676,19 @@ mod tests {
             // Cluster the prefixes so that they nest and overlap often.
             let list = dedup(raw.into_iter().map(|(a, l, v)| (u128::from(a & 0xff0f_f0ff), l, v)).collect(), 32);
             let t = Lpm4::new(list.iter().map(|&(a, l, v)| (a as u32, l, v))).expect("build");
-            for p in probes {
+            for &p in &probes {
                 let p = p & 0xff0f_f0ff;
                 prop_assert_eq!(t.lookup(p), naive(&list, 32, u128::from(p)));
             }
             for &(a, _, _) in &list {
                 prop_assert_eq!(t.lookup(a as u32), naive(&list, 32, a));
+            }
+            // The bulk form answers like the single one, over more than one round.
+            let all: Vec<u32> = probes.iter().map(|p| p & 0xff0f_f0ff).chain(list.iter().map(|&(a, _, _)| a as u32)).collect();
+            let mut out = vec![Some(u32::MAX); all.len()];
+            t.lookup_bulk(&all, &mut out);
+            for (&a, &o) in all.iter().zip(&out) {
+                prop_assert_eq!(o, t.lookup(a));
             }
         }
 
@@ -518,12 +700,18 @@ mod tests {
             let squash = |a: u128| a & 0xffff_0000_0000_00ff_0000_0000_0000_f00f;
             let list = dedup(raw.into_iter().map(|(a, l, v)| (squash(a), l, v)).collect(), 128);
             let t = Lpm6::new(list.clone()).expect("build");
-            for p in probes {
+            for &p in &probes {
                 let p = squash(p);
                 prop_assert_eq!(t.lookup(p), naive(&list, 128, p));
             }
             for &(a, _, _) in &list {
                 prop_assert_eq!(t.lookup(a), naive(&list, 128, a));
+            }
+            let all: Vec<u128> = probes.iter().map(|&p| squash(p)).chain(list.iter().map(|&(a, _, _)| a)).collect();
+            let mut out = vec![Some(u32::MAX); all.len()];
+            t.lookup_bulk(&all, &mut out);
+            for (&a, &o) in all.iter().zip(&out) {
+                prop_assert_eq!(o, t.lookup(a));
             }
         }
     }

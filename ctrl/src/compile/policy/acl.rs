@@ -335,7 +335,7 @@ fn class_tree(c: &CompiledPolicy, family: Family) -> Vec<(IpNet, u32, Option<usi
 /// one profile per direction). Then a deny-all per isolated local prefix, and last an
 /// explicit allow-all (not isolated).
 pub fn export(c: &CompiledPolicy, family: Family) -> (AclRules, AclRules) {
-    let ids: &[IdentityEntry] = c.tables.identities();
+    let ids: Vec<IdentityEntry> = c.tables.identities().copied().collect();
     let sets = Sets {
         intervals: flatten(&c.info.prefixes, family),
         family,
