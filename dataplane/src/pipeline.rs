@@ -400,6 +400,13 @@ struct Memo {
 
 const ETH: usize = ethernet::HEADER_LEN;
 
+/// Whether `dst` is in `words` (the few local or broadcast IPv4 addresses), compared
+/// inline and without branches (`contains` is a call).
+#[inline(always)]
+fn listed(words: &[u32], dst: u32) -> bool {
+    words.iter().fold(false, |hit, &a| hit | (a == dst))
+}
+
 /// The ICMP errors the forwarder sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum IcmpError {
@@ -483,8 +490,8 @@ impl Forwarder {
             if dst == u32::MAX
                 || dst >> 28 == 0xe
                 || dst == 0
-                || self.conf.local_v4.contains(&dst)
-                || self.conf.bcast_v4.contains(&dst)
+                || listed(&self.conf.local_v4, dst)
+                || listed(&self.conf.bcast_v4, dst)
             {
                 return None;
             }
@@ -564,14 +571,11 @@ impl Forwarder {
             }
             let total = usize::from(u16::from_be_bytes([h[16], h[17]]));
             let dst = u32::from_be_bytes([h[30], h[31], h[32], h[33]]);
-            // The local and broadcast lists are a few words: compared inline (`contains`
-            // is a call).
-            let listed = |v: &[u32]| v.iter().fold(false, |hit, &a| hit | (a == dst));
             if dst == u32::MAX
                 || dst >> 28 == 0xe
                 || dst == 0
-                || listed(&self.conf.local_v4)
-                || listed(&self.conf.bcast_v4)
+                || listed(&self.conf.local_v4, dst)
+                || listed(&self.conf.bcast_v4, dst)
             {
                 return None;
             }
