@@ -400,6 +400,25 @@ struct Memo {
 
 const ETH: usize = ethernet::HEADER_LEN;
 
+/// The routed IPv4 packet's rewrite in frame `d` (Ethernet + an IPv4 header without
+/// options, checked by the caller): the next hop's MAC and the out port's, the TTL
+/// decremented with the header checksum updated. Returns whether the frame carries link
+/// padding past the datagram's `total` bytes.
+#[inline(always)]
+fn rewrite_hop_v4(d: &mut [u8], mac: MacAddr, out_mac: MacAddr, total: usize) -> bool {
+    // Both addresses in one 12-byte store.
+    let mut addrs = [0u8; 12];
+    addrs[..6].copy_from_slice(&mac.0);
+    addrs[6..].copy_from_slice(&out_mac.0);
+    d[..12].copy_from_slice(&addrs);
+    let old = u16::from_be_bytes([d[22], d[23]]);
+    d[22] -= 1;
+    let new = u16::from_be_bytes([d[22], d[23]]);
+    let c = checksum::update16(u16::from_be_bytes([d[24], d[25]]), old, new);
+    d[24..26].copy_from_slice(&c.to_be_bytes());
+    d.len() != ETH + total
+}
+
 /// Whether `dst` is in `words` (the few local or broadcast IPv4 addresses), compared
 /// inline and without branches (`contains` is a call).
 #[inline(always)]
@@ -451,6 +470,18 @@ impl Forwarder {
         &self.neigh
     }
 
+    /// Whether an IPv4 destination is one the fast paths forward: unicast, and neither
+    /// one of sluice's addresses nor a directed broadcast of its subnets (those take the
+    /// general path).
+    #[inline(always)]
+    fn passes_through_v4(&self, dst: u32) -> bool {
+        dst != u32::MAX
+            && dst >> 28 != 0xe
+            && dst != 0
+            && !listed(&self.conf.local_v4, dst)
+            && !listed(&self.conf.bcast_v4, dst)
+    }
+
     /// Decides one packet.
     #[inline]
     pub fn process(&mut self, in_port: usize, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
@@ -487,12 +518,7 @@ impl Forwarder {
                 return None;
             }
             let dst = u32::from_be_bytes([h[30], h[31], h[32], h[33]]);
-            if dst == u32::MAX
-                || dst >> 28 == 0xe
-                || dst == 0
-                || listed(&self.conf.local_v4, dst)
-                || listed(&self.conf.bcast_v4, dst)
-            {
+            if !self.passes_through_v4(dst) {
                 return None;
             }
             (total, dst)
@@ -521,18 +547,7 @@ impl Forwarder {
             },
         };
         let out_mac = *self.macs.get(out)?;
-        let padded = d.len() != ETH + total;
-        // Both addresses in one 12-byte store.
-        let mut addrs = [0u8; 12];
-        addrs[..6].copy_from_slice(&mac.0);
-        addrs[6..].copy_from_slice(&out_mac.0);
-        d[..12].copy_from_slice(&addrs);
-        let old = u16::from_be_bytes([d[22], d[23]]);
-        d[22] -= 1;
-        let new = u16::from_be_bytes([d[22], d[23]]);
-        let c = checksum::update16(u16::from_be_bytes([d[24], d[25]]), old, new);
-        d[24..26].copy_from_slice(&c.to_be_bytes());
-        if padded {
+        if rewrite_hop_v4(d, mac, out_mac, total) {
             // Link padding is not part of the datagram.
             let _ = pkt.set_len(ETH + total);
         }
@@ -571,12 +586,7 @@ impl Forwarder {
             }
             let total = usize::from(u16::from_be_bytes([h[16], h[17]]));
             let dst = u32::from_be_bytes([h[30], h[31], h[32], h[33]]);
-            if dst == u32::MAX
-                || dst >> 28 == 0xe
-                || dst == 0
-                || listed(&self.conf.local_v4, dst)
-                || listed(&self.conf.bcast_v4, dst)
-            {
+            if !self.passes_through_v4(dst) {
                 return None;
             }
             (total, dst)
@@ -613,15 +623,7 @@ impl Forwarder {
         if total < ipv4::HEADER_LEN || d.len() < ETH + total {
             return None;
         }
-        let padded = d.len() != ETH + total;
-        d[..6].copy_from_slice(&mac.0);
-        d[6..12].copy_from_slice(&out_mac.0);
-        let old = u16::from_be_bytes([d[22], d[23]]);
-        d[22] -= 1;
-        let new = u16::from_be_bytes([d[22], d[23]]);
-        let c = checksum::update16(u16::from_be_bytes([d[24], d[25]]), old, new);
-        d[24..26].copy_from_slice(&c.to_be_bytes());
-        if padded {
+        if rewrite_hop_v4(d, mac, out_mac, total) {
             // Link padding is not part of the datagram.
             let _ = pkt.set_len(ETH + total);
         }

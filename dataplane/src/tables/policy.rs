@@ -1343,38 +1343,48 @@ impl PolicyTables {
     /// `conns`; what either has beyond the other is left alone). Rounds of [`BATCH`]
     /// packets go through the stages described in the module documentation.
     pub fn verdicts_v4(&self, conns: &[Conn4], out: &mut [Verdict]) {
-        for (c, o) in conns.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
-            let n = c.len().min(o.len());
-            let mut addrs = [0u32; 2 * BATCH];
-            let mut meta = [(0u8, 0u16); BATCH];
-            for ((a, m), x) in addrs.chunks_exact_mut(2).zip(meta.iter_mut()).zip(c) {
-                if let [s, d] = a {
-                    (*s, *d) = (x.src, x.dst);
-                }
-                *m = (x.proto, x.dst_port);
-            }
-            let mut ids = [None; 2 * BATCH];
-            self.ipcache
-                .lookup_bulk_v4(head(&addrs, 2 * n), head_mut(&mut ids, 2 * n));
-            self.decide_burst(&ids, &meta, head_mut(o, n));
-        }
+        self.verdicts_of_family(
+            conns,
+            out,
+            |x| (x.src, x.dst, x.proto, x.dst_port),
+            |addrs, ids| self.ipcache.lookup_bulk_v4(addrs, ids),
+        );
     }
 
     /// [`Self::verdicts_v4`] for IPv6 ([`Self::verdict_v6`]).
     pub fn verdicts_v6(&self, conns: &[Conn6], out: &mut [Verdict]) {
+        self.verdicts_of_family(
+            conns,
+            out,
+            |x| (x.src, x.dst, x.proto, x.dst_port),
+            |addrs, ids| self.ipcache.lookup_bulk_v6(addrs, ids),
+        );
+    }
+
+    /// The rounds of [`Self::verdicts_v4`] and [`Self::verdicts_v6`]: `fields` gives a
+    /// connection's (source, destination, protocol, destination port), `lookup` the
+    /// identities of a round's addresses in their family's table.
+    #[inline(always)]
+    fn verdicts_of_family<C, A: Copy + Default>(
+        &self,
+        conns: &[C],
+        out: &mut [Verdict],
+        fields: impl Fn(&C) -> (A, A, u8, u16),
+        lookup: impl Fn(&[A], &mut [Option<u32>]),
+    ) {
         for (c, o) in conns.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
             let n = c.len().min(o.len());
-            let mut addrs = [0u128; 2 * BATCH];
+            let mut addrs = [A::default(); 2 * BATCH];
             let mut meta = [(0u8, 0u16); BATCH];
             for ((a, m), x) in addrs.chunks_exact_mut(2).zip(meta.iter_mut()).zip(c) {
+                let (src, dst, proto, port) = fields(x);
                 if let [s, d] = a {
-                    (*s, *d) = (x.src, x.dst);
+                    (*s, *d) = (src, dst);
                 }
-                *m = (x.proto, x.dst_port);
+                *m = (proto, port);
             }
             let mut ids = [None; 2 * BATCH];
-            self.ipcache
-                .lookup_bulk_v6(head(&addrs, 2 * n), head_mut(&mut ids, 2 * n));
+            lookup(head(&addrs, 2 * n), head_mut(&mut ids, 2 * n));
             self.decide_burst(&ids, &meta, head_mut(o, n));
         }
     }
