@@ -54,8 +54,8 @@
 //!   for a million names) answers most probes for suffixes that are not keys, without
 //!   touching the table;
 //! - the table is kept at most half full with linear probing from the first slot of an
-//!   aligned pair (so the first two slots of a probe share a 128-byte pair of lines, which
-//!   the core's spatial prefetcher fetches together); a slot is one cache line
+//!   aligned pair (so the first two slots of a probe share a 128-byte pair of lines,
+//!   which a big table's lookups prefetch together); a slot is one cache line
 //!   (64 bytes) and holds a 24-bit hash tag with the key's length, both values, and the
 //!   key itself when it is at most 52 bytes (else its first 48 bytes and where the rest
 //!   lies in an arena), so a probe that meets another key learns it from the tag and a
@@ -471,7 +471,7 @@ fn tag(hash: u64, len: usize) -> u32 {
 
 /// The slot where the probe sequence of a key with this hash starts: the first of an
 /// aligned pair of slots (128 bytes), so the first two slots a probe may need lie in one
-/// pair of lines, which the core's spatial prefetcher fetches together. (At the table's
+/// pair of lines, which a big table's lookups prefetch together. (At the table's
 /// load factor a probe goes on past its first slot about one time in three.)
 #[inline]
 fn home(hash: u64, mask: usize) -> usize {
