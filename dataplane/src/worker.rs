@@ -197,7 +197,7 @@ impl<S: Stage> Worker<S> {
         let mut total = 0usize;
         let mut saturated = false;
         for pi in 0..self.queues.len() {
-            let n = self.queues[pi].rx_burst(&mut self.rx);
+            let (n, bytes) = self.queues[pi].rx_burst_counted(&mut self.rx);
             if n == 0 {
                 continue;
             }
@@ -205,12 +205,7 @@ impl<S: Stage> Worker<S> {
             total += n;
             let pc = &mut self.counters.ports[pi];
             pc.rx_packets += n as u64;
-            pc.rx_bytes += self
-                .rx
-                .as_slice()
-                .iter()
-                .map(|p| p.len() as u64)
-                .sum::<u64>();
+            pc.rx_bytes += bytes;
             self.handle_burst(pi, now_ms);
         }
         total += self.poll_redirects(now_ms);

@@ -312,12 +312,34 @@ impl Queue for DpdkQueue {
 
     #[inline]
     fn rx_burst(&mut self, out: &mut Burst) -> usize {
+        self.rx_burst_counted(out).0
+    }
+
+    #[inline]
+    fn rx_burst_counted(&mut self, out: &mut Burst) -> (usize, u64) {
         let before = out.len();
         let (port, qid) = (self.dev.port_id, self.qid);
+        let (mut bytes, mut chained) = (0u64, false);
         // SAFETY: the closure hands the PMD `room` free slots of the burst; the PMD writes
-        // that many owned mbuf pointers at most and says how many.
-        let n =
-            unsafe { out.fill_mbufs(|slots, room| sys::rte_eth_rx_burst(port, qid, slots, room)) };
+        // that many owned mbuf pointers at most and says how many, and the closure reads
+        // only those `n` (valid mbufs the PMD just filled in).
+        let n = unsafe {
+            out.fill_mbufs(|slots, room| {
+                let n = sys::rte_eth_rx_burst(port, qid, slots, room);
+                // One pass over the new mbufs: the bytes of the single-segment ones (the
+                // rest are dropped below), and whether any is chained.
+                for i in 0..usize::from(n) {
+                    let m = &**slots.add(i);
+                    let single = m.nb_segs == 1;
+                    bytes += u64::from(m.pkt_len) * u64::from(single);
+                    chained |= !single;
+                }
+                n
+            })
+        };
+        if !chained {
+            return (n, bytes);
+        }
         // Scatter is not enabled, so a chained mbuf means a misbehaving PMD: never parse
         // past the first segment. Dropping the packet frees the whole chain.
         let mut i = before;
@@ -331,7 +353,7 @@ impl Queue for DpdkQueue {
                 i += 1;
             }
         }
-        kept
+        (kept, bytes)
     }
 
     #[inline]

@@ -79,6 +79,19 @@ pub trait Port: Send + Sync {
 pub trait Queue: Send {
     /// Receives up to `out.room()` packets, appending them to `out`. Returns how many.
     fn rx_burst(&mut self, out: &mut Burst) -> usize;
+    /// As [`Queue::rx_burst`], and also returns the bytes received (the worker's
+    /// `rx_bytes`). The default adds up the new packets' lengths; a queue that walks its
+    /// packets anyway (DPDK checks every mbuf's segment count) adds them up in that pass.
+    #[inline]
+    fn rx_burst_counted(&mut self, out: &mut Burst) -> (usize, u64) {
+        let before = out.len();
+        let n = self.rx_burst(out);
+        let bytes = out.as_slice()[before..]
+            .iter()
+            .map(|p| p.len() as u64)
+            .sum();
+        (n, bytes)
+    }
     /// Sends packets from the front of `pkts`, removing those the device took. Returns
     /// how many were taken; the rest stay in `pkts` for the caller to free and count.
     fn tx_burst(&mut self, pkts: &mut Burst) -> usize;

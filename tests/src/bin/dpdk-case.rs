@@ -161,6 +161,11 @@ fn null() -> String {
     );
     assert_eq!(c.ports[0].rx_packets + c.ports[1].rx_packets, total as u64);
     assert_eq!(
+        c.ports[0].rx_bytes + c.ports[1].rx_bytes,
+        total as u64 * 64,
+        "rx bytes counted while receiving (net_null's frames are 64 bytes)"
+    );
+    assert_eq!(
         c.total_drops(),
         total as u64,
         "every packet dropped under a reason: {c:?}"
