@@ -427,12 +427,18 @@ fn rewrite_hop_v4(d: &mut [u8], mac: MacAddr, out_mac: MacAddr, total: usize) ->
     addrs[..6].copy_from_slice(&mac.0);
     addrs[6..].copy_from_slice(&out_mac.0);
     d[..12].copy_from_slice(&addrs);
-    let old = u16::from_be_bytes([d[22], d[23]]);
     d[22] -= 1;
-    let new = u16::from_be_bytes([d[22], d[23]]);
-    let c = checksum::update16(u16::from_be_bytes([d[24], d[25]]), old, new);
+    let c = checksum::after_ttl_decrement(u16::from_be_bytes([d[24], d[25]]));
     d[24..26].copy_from_slice(&c.to_be_bytes());
     d.len() != ETH + total
+}
+
+/// A MAC address (the first six bytes of `b`, which has at least six) as a word: one
+/// compare instead of six.
+#[inline(always)]
+fn mac_word(b: &[u8]) -> u64 {
+    u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        | u64::from(u16::from_ne_bytes([b[4], b[5]])) << 32
 }
 
 /// Whether `dst` is in `words` (the few local or broadcast IPv4 addresses), compared
@@ -501,7 +507,27 @@ impl Forwarder {
     /// Decides one packet.
     #[inline]
     pub fn process(&mut self, in_port: usize, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
-        if let Some(v) = self.fast_v4(in_port, pkt, ctx.now_ms) {
+        let port_mac = self.port_mac_word(in_port);
+        self.process_on(in_port, port_mac, pkt, ctx)
+    }
+
+    /// The MAC of port `in_port` as a word for [`Forwarder::fast_v4`]'s compare (`None`:
+    /// no such port, which only the general path answers).
+    #[inline(always)]
+    fn port_mac_word(&self, in_port: usize) -> Option<u64> {
+        self.macs.get(in_port).map(|m| mac_word(&m.0))
+    }
+
+    /// [`Forwarder::process`] with the in port's MAC looked up once per burst.
+    #[inline(always)]
+    fn process_on(
+        &mut self,
+        in_port: usize,
+        port_mac: Option<u64>,
+        pkt: &mut Pkt,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        if let Some(v) = self.fast_v4(port_mac, pkt, ctx.now_ms) {
             return v;
         }
         self.slow(in_port, pkt, ctx)
@@ -513,14 +539,15 @@ impl Forwarder {
     /// path, which decides it (and names the drop reason) from scratch; so does a memo miss
     /// while packets are parked (they must leave before newer ones).
     #[inline(always)]
-    fn fast_v4(&mut self, in_port: usize, pkt: &mut Pkt, now: u64) -> Option<Verdict> {
+    fn fast_v4(&mut self, port_mac: Option<u64>, pkt: &mut Pkt, now: u64) -> Option<Verdict> {
         // The packet's bytes are found once (its buffer's header read once) for the
         // checks and the rewrite.
         let d = pkt.data_mut();
         let (total, dst) = {
-            let port_mac = self.macs.get(in_port)?;
             let h: &[u8; 34] = d.get(..34)?.try_into().ok()?;
-            if h[12] != 0x08 || h[13] != 0x00 || h[14] != 0x45 || h[..6] != port_mac.0 {
+            // IPv4 (0x0800), version 4 without options (0x45): three bytes, one compare.
+            let kind = u32::from_be_bytes([h[12], h[13], h[14], h[15]]) & 0xffff_ff00;
+            if kind != 0x0800_4500 || mac_word(&h[..6]) != port_mac? {
                 return None;
             }
             let total = usize::from(u16::from_be_bytes([h[16], h[17]]));
@@ -528,9 +555,9 @@ impl Forwarder {
                 return None;
             }
             // The ones' complement sum is byte-order independent (RFC 1071 §2): add the
-            // header as five native 32-bit words and fold; all-ones reads the same either way.
+            // header as five native 32-bit words; all-ones reads the same either way.
             let w = |i: usize| u64::from(u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
-            if checksum::fold(w(14) + w(18) + w(22) + w(26) + w(30)) != 0xffff {
+            if !checksum::sums_to_all_ones(w(14) + w(18) + w(22) + w(26) + w(30)) {
                 return None;
             }
             let dst = u32::from_be_bytes([h[30], h[31], h[32], h[33]]);
@@ -1141,8 +1168,9 @@ impl Stage for Forwarder {
         verdicts: &mut [Verdict],
         ctx: &mut Ctx<'_>,
     ) {
+        let port_mac = self.port_mac_word(in_port);
         for (p, v) in pkts.iter_mut().zip(verdicts.iter_mut()) {
-            *v = self.process(in_port, p, ctx);
+            *v = self.process_on(in_port, port_mac, p, ctx);
         }
     }
 

@@ -1,7 +1,10 @@
 //! The first pipeline's forwarding table: connected prefixes of the ports' addresses plus
 //! static routes, longest prefix first. Built once (off the hot path) and read-only after.
-//! A handful of routes is the case here; the routing issues replace this with an LPM.
+//! IPv4, the forwarding hot path, is looked up in a DIR-16-8-8 trie ([`Lpm4`]: one load
+//! for prefixes up to /16, at most three for longer ones, whatever the number of routes);
+//! IPv6 scans the list, which is ordered longest prefix first.
 
+use crate::tables::lpm::Lpm4;
 use std::net::IpAddr;
 
 /// An address with its prefix length (`10.77.0.2/24`).
@@ -52,11 +55,14 @@ struct V4Entry {
 }
 
 /// The forwarding table.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Fib {
     entries: Vec<Entry>,
-    /// The IPv4 entries again as 32-bit words, longest prefix first (the hot path).
+    /// The IPv4 entries again as 32-bit words, one per prefix (the first listed of equal
+    /// prefixes: a connected network before a static route), longest prefix first.
     v4: Vec<V4Entry>,
+    /// IPv4 prefix -> index in `v4`.
+    lpm4: Lpm4,
 }
 
 fn bits(a: IpAddr) -> (u128, bool) {
@@ -107,6 +113,7 @@ impl Fib {
         let connected = Fib {
             entries: entries.clone(),
             v4: Vec::new(),
+            lpm4: Lpm4::new([]).map_err(|e| e.to_string())?,
         };
         for r in routes {
             let (b, v4) = bits(r.to);
@@ -138,42 +145,45 @@ impl Fib {
         }
         // Longest prefix first; connected before static at equal length (stable sort).
         entries.sort_by_key(|e| core::cmp::Reverse(e.len));
-        let v4 = entries
-            .iter()
-            .filter(|e| e.v4)
-            .map(|e| V4Entry {
-                net: e.net as u32,
+        let mut v4: Vec<V4Entry> = Vec::new();
+        let mut prefixes = Vec::new();
+        for e in entries.iter().filter(|e| e.v4) {
+            let (net, len) = (e.net as u32, e.len);
+            // Of equal prefixes the first listed wins, as in the list scan.
+            if prefixes.iter().any(|&(n, l, _)| (n, l) == (net, len)) {
+                continue;
+            }
+            prefixes.push((net, len, v4.len() as u32));
+            v4.push(V4Entry {
+                net,
                 mask: e.mask as u32,
                 port: e.port,
                 via: match e.via {
                     Some(IpAddr::V4(v)) => Some(v),
                     _ => None,
                 },
-            })
-            .collect();
-        Ok(Fib { entries, v4 })
+            });
+        }
+        let lpm4 = Lpm4::new(prefixes).map_err(|e| format!("IPv4 routes: {e}"))?;
+        Ok(Fib { entries, v4, lpm4 })
     }
 
     /// The next hop for an IPv4 destination (the forwarding hot path: 32-bit compares).
     #[inline]
     pub fn lookup_v4(&self, dst: std::net::Ipv4Addr) -> Option<NextHop> {
-        let b = u32::from(dst);
-        self.v4
-            .iter()
-            .find(|e| b & e.mask == e.net)
-            .map(|e| NextHop {
-                port: e.port,
-                addr: IpAddr::V4(e.via.unwrap_or(dst)),
+        self.lookup_v4_word(u32::from(dst))
+            .map(|(port, nh)| NextHop {
+                port,
+                addr: IpAddr::V4(nh.into()),
             })
     }
 
     /// [`Fib::lookup_v4`] on words: `(port, next hop)`.
     #[inline(always)]
     pub fn lookup_v4_word(&self, dst: u32) -> Option<(usize, u32)> {
-        self.v4
-            .iter()
-            .find(|e| dst & e.mask == e.net)
-            .map(|e| (e.port, e.via.map_or(dst, u32::from)))
+        let e = self.v4.get(self.lpm4.lookup(dst)? as usize)?;
+        debug_assert_eq!(dst & e.mask, e.net);
+        Some((e.port, e.via.map_or(dst, u32::from)))
     }
 
     /// The next hop for `dst`, by longest prefix.
@@ -193,6 +203,48 @@ impl Fib {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The IPv4 trie gives what the longest-prefix-first list scan gives (duplicate
+        /// prefixes, connected and static, overlapping lengths), for addresses near and
+        /// inside the prefixes and anywhere.
+        #[test]
+        fn v4_trie_agrees_with_the_list(
+            nets in proptest::collection::vec((any::<u32>(), 0u8..=32, 0usize..3), 1..12),
+            routes in proptest::collection::vec((any::<u32>(), 0u8..=32, 0usize..12), 0..12),
+            probes in proptest::collection::vec((0usize..24, any::<u32>(), 0u32..512), 64),
+        ) {
+            let mut ports = vec![Vec::new(); 3];
+            for &(a, len, port) in &nets {
+                ports[port].push(IfAddr { addr: IpAddr::V4(a.into()), prefix_len: len });
+            }
+            let routes: Vec<Route> = routes
+                .iter()
+                .map(|&(to, len, n)| {
+                    let (a, _, _) = nets[n % nets.len()];
+                    Route {
+                        to: IpAddr::V4(to.into()),
+                        prefix_len: len,
+                        via: IpAddr::V4(a.into()),
+                    }
+                })
+                .collect();
+            let fib = Fib::new(&ports, &routes).unwrap();
+            let bases: Vec<u32> = nets.iter().map(|n| n.0).chain(routes.iter().map(|r| match r.to {
+                IpAddr::V4(a) => u32::from(a),
+                IpAddr::V6(_) => 0,
+            })).collect();
+            for &(i, any, delta) in &probes {
+                let a = match bases.get(i) {
+                    Some(b) => b.wrapping_add(delta).wrapping_sub(256),
+                    None => any,
+                };
+                let dst = std::net::Ipv4Addr::from(a);
+                prop_assert_eq!(fib.lookup_v4(dst), fib.lookup(IpAddr::V4(dst)), "{}", dst);
+            }
+        }
+    }
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()

@@ -37,6 +37,27 @@ pub fn fold(acc: u64) -> u16 {
     acc as u16
 }
 
+/// Whether words summed into `acc` (any width, at most 2^64 - 1 in total) have the
+/// ones'-complement sum `0xffff`, the mark of a correct header checksum: without folding.
+/// `2^16 ≡ 1 (mod 0xffff)`, so the folded sum is congruent to `acc` modulo `0xffff`; it
+/// lies in `1..=0xffff` unless `acc` is 0, so it is `0xffff` exactly when `acc` is a
+/// non-zero multiple of `0xffff`. (The modulo by a constant is a multiply and a shift.)
+#[inline(always)]
+pub fn sums_to_all_ones(acc: u64) -> bool {
+    acc != 0 && acc.is_multiple_of(0xffff)
+}
+
+/// The checksum of an IPv4 header whose TTL (the high byte of its big-endian word 4) was
+/// just decremented: RFC 1624 eqn. 3 with `m' = m - 0x100`, where `~m + m'` is the
+/// constant `0xfeff` whatever `m` was.
+#[inline(always)]
+pub fn after_ttl_decrement(checksum: u16) -> u16 {
+    let acc = u32::from(!checksum) + 0xfeff;
+    let acc = (acc & 0xffff) + (acc >> 16);
+    let acc = (acc & 0xffff) + (acc >> 16);
+    !(acc as u16)
+}
+
 /// Ones-complement sum of several partial sums.
 pub fn combine(parts: &[u16]) -> u16 {
     fold(parts.iter().map(|&p| u64::from(p)).sum())
@@ -106,6 +127,43 @@ mod tests {
             x >> (x % 48)
         })) {
             assert_eq!(fold(v), looped(v), "{v:#x}");
+        }
+    }
+
+    #[test]
+    fn all_ones_without_folding() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let edges = [
+            0,
+            0xffff,
+            0x1_fffe,
+            0xffff_0000,
+            0xffff_ffff,
+            0xfffe_0001,
+            u64::MAX,
+        ];
+        for v in edges.into_iter().chain((0..200_000).map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Half near multiples of 0xffff.
+            if i % 2 == 0 {
+                (x >> 30) / 0xffff * 0xffff + (x & 3)
+            } else {
+                x >> (x % 40)
+            }
+        })) {
+            assert_eq!(sums_to_all_ones(v), fold(v) == 0xffff, "{v:#x}");
+        }
+    }
+
+    #[test]
+    fn ttl_decrement_is_rfc1624() {
+        for c in 0..=u16::MAX {
+            for ttl in [2u16, 64, 255] {
+                let old = ttl << 8 | 17;
+                assert_eq!(after_ttl_decrement(c), update16(c, old, old - 0x100));
+            }
         }
     }
 
