@@ -300,11 +300,6 @@ impl<S: Stage> Worker<S> {
                 && verdicts[1..n].iter().all(|v| *v == verdicts[0])
             {
                 core::mem::swap(rx, &mut tx[out]);
-                counters.ports[out].tx_bytes += tx[out]
-                    .as_slice()
-                    .iter()
-                    .map(|p| p.len() as u64)
-                    .sum::<u64>();
                 if tx[out].is_full() {
                     flush_port(&mut queues[out], &mut tx[out], out, counters);
                 }
@@ -318,7 +313,6 @@ impl<S: Stage> Worker<S> {
                     if tx[out].is_full() {
                         flush_port(&mut queues[out], &mut tx[out], out, counters);
                     }
-                    counters.ports[out].tx_bytes += p.len() as u64;
                     // Cannot fail: just flushed if it was full.
                     let _ = tx[out].push(p);
                 }
@@ -360,7 +354,6 @@ impl<S: Stage> Worker<S> {
             if tx[out].is_full() {
                 flush_port(&mut queues[out], &mut tx[out], out, counters);
             }
-            counters.ports[out].tx_bytes += p.len() as u64;
             // Cannot fail: just flushed if it was full.
             let _ = tx[out].push(p);
         }
@@ -443,15 +436,14 @@ impl<S: Stage> Worker<S> {
     }
 }
 
-/// Sends a tx buffer. Bytes were counted when packets entered the buffer; those of
-/// packets the device did not take are taken back here.
+/// Sends a tx buffer and counts what the device took (packets and bytes); what it did
+/// not take is dropped as `tx_full`.
 #[inline]
 fn flush_port(q: &mut Box<dyn Queue>, b: &mut Burst, port: usize, c: &mut Counters) {
-    let sent = q.tx_burst(b);
+    let (sent, bytes) = q.tx_burst_counted(b);
     c.ports[port].tx_packets += sent as u64;
+    c.ports[port].tx_bytes += bytes;
     if !b.is_empty() {
-        let left_bytes: u64 = b.as_slice().iter().map(|p| p.len() as u64).sum();
-        c.ports[port].tx_bytes -= left_bytes;
         let left = b.clear();
         c.drop_n(DropReason::TxFull, left as u64);
     }
@@ -534,6 +526,11 @@ mod tests {
         assert_eq!(c.ports[0].rx_bytes, 40 * 64);
         assert_eq!(c.drops_of(DropReason::NoRoute), 4);
         assert_eq!(c.ports[1].tx_packets as usize, n1 + n2);
+        assert_eq!(
+            c.ports[1].tx_bytes,
+            c.ports[1].tx_packets * 64,
+            "bytes of those sent"
+        );
         assert_eq!(c.ports[1].tx_packets + c.drops_of(DropReason::TxFull), 36);
         assert!(
             c.drops_of(DropReason::TxFull) > 0,

@@ -358,16 +358,21 @@ impl Queue for DpdkQueue {
 
     #[inline]
     fn tx_burst(&mut self, pkts: &mut Burst) -> usize {
+        self.tx_burst_counted(pkts).0
+    }
+
+    #[inline]
+    fn tx_burst_counted(&mut self, pkts: &mut Burst) -> (usize, u64) {
         if pkts.is_empty() {
-            return 0;
+            return (0, 0);
         }
-        let arr = match pkts.as_mbuf_array() {
+        let (arr, bytes) = match pkts.as_mbuf_array() {
             Some(a) => a,
             None => {
                 self.copy_foreign(pkts);
                 match pkts.as_mbuf_array() {
                     Some(a) => a,
-                    None => return 0,
+                    None => return (0, 0),
                 }
             }
         };
@@ -377,7 +382,8 @@ impl Queue for DpdkQueue {
             unsafe { sys::rte_eth_tx_burst(self.dev.port_id, self.qid, arr, pkts.len() as u16) };
         // The PMD owns the first `sent` now; the rest stay for the caller to free.
         pkts.release_front(usize::from(sent));
-        usize::from(sent)
+        let unsent: u64 = pkts.as_slice().iter().map(|p| p.len() as u64).sum();
+        (usize::from(sent), bytes - unsent)
     }
 
     fn discarded(&self) -> u64 {

@@ -95,6 +95,16 @@ pub trait Queue: Send {
     /// Sends packets from the front of `pkts`, removing those the device took. Returns
     /// how many were taken; the rest stay in `pkts` for the caller to free and count.
     fn tx_burst(&mut self, pkts: &mut Burst) -> usize;
+    /// As [`Queue::tx_burst`], and also returns the bytes of the packets taken (the
+    /// worker's `tx_bytes`). The default adds up lengths before and after; DPDK adds them
+    /// up in the pass that checks every packet is an mbuf.
+    #[inline]
+    fn tx_burst_counted(&mut self, pkts: &mut Burst) -> (usize, u64) {
+        let len = |b: &Burst| b.as_slice().iter().map(|p| p.len() as u64).sum::<u64>();
+        let before = len(pkts);
+        let sent = self.tx_burst(pkts);
+        (sent, before - len(pkts))
+    }
     /// Packets the queue itself had to discard (foreign buffers it could not copy, ...),
     /// since the queue was opened.
     fn discarded(&self) -> u64 {

@@ -72,15 +72,19 @@ fn ring() -> String {
                 b.push(frame(&pool, &bytes))
                     .unwrap_or_else(|_| panic!("burst"));
             }
-            let sent = o.queues[q].tx_burst(&mut b);
+            let want: u64 = b.as_slice().iter().map(|p| p.len() as u64).sum();
+            let (sent, sent_bytes) = o.queues[q].tx_burst_counted(&mut b);
             assert_eq!(sent, 32, "ring takes the whole burst");
+            assert_eq!(sent_bytes, want, "bytes sent counted");
             let mut got = Burst::new();
-            let mut n = 0;
+            let (mut n, mut got_bytes) = (0, 0);
             while n < 32 {
-                let k = o.queues[q].rx_burst(&mut got);
+                let (k, bytes) = o.queues[q].rx_burst_counted(&mut got);
                 assert!(k > 0, "packets come back");
                 n += k;
+                got_bytes += bytes;
             }
+            assert_eq!(got_bytes, want, "bytes received counted");
             for (i, p) in got.as_slice().iter().enumerate() {
                 let d = p.data();
                 assert_eq!(
