@@ -214,8 +214,8 @@ impl Timeouts {
 ///
 /// `link` links the entry into exactly one list at a time: the timer-wheel slot it is
 /// filed in (live flows, and removed or expired-at-lookup flows awaiting recycling), or,
-/// once the wheel has recycled it, the table's free list. Its top bit ([`LIVE`]) says
-/// whether the flow is live (indexed); the low 31 bits are the next entry (or [`NIL`]).
+/// once the wheel has recycled it, the table's free list. Its top bit (`LIVE`) says
+/// whether the flow is live (indexed); the low 31 bits are the next entry (or `NIL`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(align(32))]
 pub struct Flow {
