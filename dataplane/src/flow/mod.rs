@@ -48,6 +48,7 @@ mod tcp;
 
 pub use tcp::{TcpFlags, TcpState};
 
+use crate::port::HugeSlice;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 /// One direction of a flow: addresses (IPv4 stored IPv4-mapped), ports and protocol.
@@ -386,10 +387,10 @@ const _: () = assert!(std::mem::size_of::<Flow>() == 96);
 
 /// The flow table (see the [module docs](self)).
 pub struct FlowTable {
-    flows: Box<[Flow]>,
+    flows: HugeSlice<Flow>,
     /// Open-addressing index of `SLOTS_PER_FLOW × capacity` slots: `0` empty, else
     /// `tag << 32 | (id << 1 | reply) + 1`.
-    index: Box<[u64]>,
+    index: HugeSlice<u64>,
     /// Head of the free entries, chained through `Flow::link` (`NIL`: full).
     free: u32,
     /// Heads of the wheel slots' lists (a power of two, at most `WHEEL_SLOTS`).
@@ -853,15 +854,12 @@ impl FlowTable {
     }
 }
 
-/// `len` copies of `value` in memory advised for transparent huge pages when it is big
-/// ([`crate::port::advise_huge_pages`]): lookups land at random in tables of many MiB
-/// (96 bytes of entry and 24 of index a flow), and with 4 KiB pages each would also
-/// miss the TLB.
-fn huge_filled<T: Clone>(value: T, len: usize) -> Box<[T]> {
-    let mut v = Vec::with_capacity(len);
-    crate::port::advise_huge_pages(v.spare_capacity_mut());
-    v.resize(len, value);
-    v.into_boxed_slice()
+/// `len` copies of `value` in memory aligned to 2 MiB and advised for transparent huge
+/// pages when it is big ([`HugeSlice`]): lookups land at random in tables of many MiB
+/// (96 bytes of entry and 24 of index a flow), and with 4 KiB pages each would also miss
+/// the TLB.
+fn huge_filled<T: Clone>(value: T, len: usize) -> HugeSlice<T> {
+    HugeSlice::filled(value, len)
 }
 
 #[cfg(test)]
