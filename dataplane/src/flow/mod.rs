@@ -10,9 +10,10 @@
 //! what lets established flows survive table swaps.
 //!
 //! - **Memory**: capacity fixed at [`FlowTable::new`]; no allocation afterwards; at most
-//!   128 bytes per flow at every capacity (124 plus the wheel's 512 bytes shared by all
-//!   flows: 124.5 at 1,000 flows, 124.005 at 100,000). An entry is 100 bytes ([`Flow`]),
-//!   8 of them for delayed binding ([`Splice`]).
+//!   128 bytes per flow at every capacity (120 plus the wheel's 512 bytes shared by all
+//!   flows: 120.5 at 1,000 flows, 120.005 at 100,000). An entry is 96 bytes ([`Flow`]),
+//!   6 of them for delayed binding ([`Splice`]), aligned to 32 bytes so that each spans
+//!   exactly two cache lines (a lookup's second and third misses, after the index line).
 //!   The index is open addressing with linear probing and backward-shift deletion (no
 //!   tombstones, so a long-running table does not degrade): 8-byte slots, two keys per
 //!   flow, exactly 3 slots per flow (24 bytes), so it is at most 2/3 full. Free entries
@@ -26,7 +27,7 @@
 //!   line (a slot holds a 32-bit tag, so the flow entry itself is only read for the
 //!   flow that matches, bar a 2^-31 false tag match). Denser would grow fast (at 3/4: 2.5
 //!   and 8.5; at 7/8: 4.5 and 32.5); sparser spends the 128-byte budget (4 slots a flow
-//!   is 124 bytes before the wheel). A table is only this full at capacity: at half
+//!   is 128 bytes before the wheel). A table is only this full at capacity: at half
 //!   capacity the load is 1/3 (1.25 and 1.6 probes).
 //! - **Full**: [`FlowTable::insert`] fails with [`InsertError::Full`]; existing flows are
 //!   untouched (the caller drops the packet and counts it).
@@ -47,6 +48,7 @@ mod tcp;
 
 pub use tcp::{TcpFlags, TcpState};
 
+use crate::port::HugeSlice;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 /// One direction of a flow: addresses (IPv4 stored IPv4-mapped), ports and protocol.
@@ -208,12 +210,15 @@ impl Timeouts {
     }
 }
 
-/// A tracked flow (100 bytes).
+/// A tracked flow (96 bytes, aligned to 32 so that every entry spans exactly two cache
+/// lines: at 100 bytes, half of them straddled three).
 ///
-/// `wheel_next` links the entry into exactly one list at a time: the timer-wheel slot it
-/// is filed in (live flows, and removed or expired-at-lookup flows awaiting recycling,
-/// `live == false`), or, once the wheel has recycled it, the table's free list.
+/// `link` links the entry into exactly one list at a time: the timer-wheel slot it is
+/// filed in (live flows, and removed or expired-at-lookup flows awaiting recycling), or,
+/// once the wheel has recycled it, the table's free list. Its top bit (`LIVE`) says
+/// whether the flow is live (indexed); the low 31 bits are the next entry (or `NIL`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(align(32))]
 pub struct Flow {
     /// Original direction (client -> virtual address).
     pub orig: Tuple,
@@ -222,10 +227,9 @@ pub struct Flow {
     /// Snapshot generation the flow was admitted under (for lazy policy re-checks).
     pub generation: u32,
     expires: u32,
-    wheel_next: u32,
+    link: u32,
     /// Connection state.
     pub state: TcpState,
-    live: bool,
     /// Free bits for the pipeline (e.g. "policy re-checked"), untouched by the table.
     pub user_flags: u8,
     /// Delayed-binding state ([`crate::splice`]); [`Splice::NONE`] for plain flows.
@@ -235,7 +239,11 @@ pub struct Flow {
 /// What a flow carries for delayed binding (6 bytes): nothing, the index of its
 /// embryonic entry while sluice reads the first bytes and connects the backend, or, once
 /// spliced, the sequence offset and the two window scales.
+///
+/// Packed to an alignment of 2 (6 bytes, not 8) so that a [`Flow`] fits 96 bytes; its
+/// fields are read and written by value only (a reference to `value` would not compile).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(C, packed(2))]
 pub struct Splice {
     /// [`Splice::PLAIN`], [`Splice::EMBRYO`], [`Splice::SPLICED`] or
     /// [`Splice::REPLAYING`] (low nibble; spliced: the high nibble is the shift applied to
@@ -284,9 +292,8 @@ const EMPTY_FLOW: Flow = Flow {
     },
     generation: 0,
     expires: 0,
-    wheel_next: NIL,
+    link: NIL,
     state: TcpState::Close,
-    live: false,
     user_flags: 0,
     splice: Splice::NONE,
 };
@@ -309,6 +316,30 @@ impl Flow {
     /// When the flow expires, in table seconds.
     pub fn expires(&self) -> u32 {
         self.expires
+    }
+
+    /// Whether the flow is live (indexed), as opposed to removed or free.
+    #[inline]
+    fn live(&self) -> bool {
+        self.link & LIVE != 0
+    }
+
+    /// Marks the flow live or dead, keeping its list link.
+    #[inline]
+    fn set_live(&mut self, live: bool) {
+        self.link = self.link & !LIVE | if live { LIVE } else { 0 };
+    }
+
+    /// The next entry on the entry's list ([`NIL`]: the last).
+    #[inline]
+    fn next(&self) -> u32 {
+        self.link & !LIVE
+    }
+
+    /// Links the entry to `next`, keeping its liveness.
+    #[inline]
+    fn set_next(&mut self, next: u32) {
+        self.link = self.link & LIVE | next;
     }
 }
 
@@ -334,7 +365,10 @@ pub struct FlowStats {
     pub expired: u64,
 }
 
-const NIL: u32 = u32::MAX;
+/// The top bit of [`Flow::link`]: the flow is live.
+const LIVE: u32 = 1 << 31;
+/// The end of a list (in [`Flow::link`], the wheel and the free list's head).
+const NIL: u32 = LIVE - 1;
 /// Wheel slots (one-second ticks) of a table of at least 128 flows; smaller tables get
 /// the largest power of two up to one slot a flow, which keeps them within
 /// 128 bytes a flow too.
@@ -349,15 +383,15 @@ const REFILE_HORIZON: u32 = 64;
 const SLOTS_PER_FLOW: usize = 3;
 const EMPTY_SLOT: u64 = 0;
 
-const _: () = assert!(std::mem::size_of::<Flow>() <= 100);
+const _: () = assert!(std::mem::size_of::<Flow>() == 96);
 
 /// The flow table (see the [module docs](self)).
 pub struct FlowTable {
-    flows: Box<[Flow]>,
+    flows: HugeSlice<Flow>,
     /// Open-addressing index of `SLOTS_PER_FLOW × capacity` slots: `0` empty, else
     /// `tag << 32 | (id << 1 | reply) + 1`.
-    index: Box<[u64]>,
-    /// Head of the free entries, chained through `Flow::wheel_next` (`NIL`: full).
+    index: HugeSlice<u64>,
+    /// Head of the free entries, chained through `Flow::link` (`NIL`: full).
     free: u32,
     /// Heads of the wheel slots' lists (a power of two, at most `WHEEL_SLOTS`).
     wheel: Box<[u32]>,
@@ -389,9 +423,9 @@ impl FlowTable {
         let mut flows = huge_filled(EMPTY_FLOW, capacity);
         // The free list runs 0, 1, 2, ...: entries are handed out in order.
         for (i, f) in flows.iter_mut().enumerate() {
-            f.wheel_next = if i + 1 < capacity { i as u32 + 1 } else { NIL };
+            f.set_next(if i + 1 < capacity { i as u32 + 1 } else { NIL });
         }
-        // Entry and index take 124 bytes a flow, leaving 4 for the wheel: one slot a flow
+        // Entry and index take 120 bytes a flow, leaving 8 for the wheel: one slot a flow
         // in small tables (rounded down to a power of two).
         let wheel_slots = if capacity >= WHEEL_SLOTS {
             WHEEL_SLOTS
@@ -649,16 +683,15 @@ impl FlowTable {
             self.stats.full += 1;
             return Err(InsertError::Full);
         }
-        self.free = self.flows[id as usize].wheel_next;
+        self.free = self.flows[id as usize].next();
         let expires = now.saturating_add(self.timeouts.for_state(state));
         self.flows[id as usize] = Flow {
             orig,
             reply,
             generation,
             expires,
-            wheel_next: NIL,
+            link: LIVE | NIL,
             state,
-            live: true,
             user_flags: 0,
             splice: Splice::NONE,
         };
@@ -685,7 +718,7 @@ impl FlowTable {
         now: u32,
     ) -> Result<(), InsertError> {
         let f = self.flows[id.0 as usize];
-        if !f.live {
+        if !f.live() {
             return Err(InsertError::Exists);
         }
         if let Some((other, dir)) = self.find(&reply) {
@@ -716,7 +749,7 @@ impl FlowTable {
             self.wheel_now.saturating_add(self.horizon),
         );
         let slot = due as usize & (self.wheel.len() - 1);
-        self.flows[id as usize].wheel_next = self.wheel[slot];
+        self.flows[id as usize].set_next(self.wheel[slot]);
         self.wheel[slot] = id;
     }
 
@@ -760,13 +793,13 @@ impl FlowTable {
     /// Unindexes a live flow and marks it dead; the wheel recycles the entry.
     fn reap(&mut self, id: FlowId) -> bool {
         let f = self.flows[id.0 as usize];
-        if !f.live {
+        if !f.live() {
             return false;
         }
         self.index_remove(&f.orig, id.0);
         self.index_remove(&f.reply, id.0);
         let flow = &mut self.flows[id.0 as usize];
-        flow.live = false;
+        flow.set_live(false);
         flow.expires = 0;
         self.len -= 1;
         true
@@ -783,9 +816,9 @@ impl FlowTable {
             let slot = self.wheel_now as usize & (self.wheel.len() - 1);
             let mut id = std::mem::replace(&mut self.wheel[slot], NIL);
             while id != NIL {
-                let next = self.flows[id as usize].wheel_next;
+                let next = self.flows[id as usize].next();
                 let f = self.flows[id as usize];
-                if !f.live {
+                if !f.live() {
                     self.recycle(id); // removed earlier: recycle now
                 } else if f.expires > self.wheel_now {
                     self.file(id, f.expires); // touched since filed: lazy re-arm
@@ -793,7 +826,7 @@ impl FlowTable {
                     on_expire(&f);
                     self.index_remove(&f.orig, id);
                     self.index_remove(&f.reply, id);
-                    self.flows[id as usize].live = false;
+                    self.flows[id as usize].set_live(false);
                     self.recycle(id);
                     self.len -= 1;
                     self.stats.expired += 1;
@@ -807,7 +840,7 @@ impl FlowTable {
 
     /// Puts an entry the wheel has just unlinked on the free list.
     fn recycle(&mut self, id: u32) {
-        self.flows[id as usize].wheel_next = self.free;
+        self.flows[id as usize].set_next(self.free);
         self.free = id;
     }
 
@@ -816,20 +849,17 @@ impl FlowTable {
         self.flows
             .iter()
             .enumerate()
-            .filter(|(_, f)| f.live)
+            .filter(|(_, f)| f.live())
             .map(|(i, f)| (FlowId(i as u32), f))
     }
 }
 
-/// `len` copies of `value` in memory advised for transparent huge pages when it is big
-/// ([`crate::port::advise_huge_pages`]): lookups land at random in tables of many MiB
-/// (100 bytes of entry and 24 of index a flow), and with 4 KiB pages each would also
-/// miss the TLB.
-fn huge_filled<T: Clone>(value: T, len: usize) -> Box<[T]> {
-    let mut v = Vec::with_capacity(len);
-    crate::port::advise_huge_pages(v.spare_capacity_mut());
-    v.resize(len, value);
-    v.into_boxed_slice()
+/// `len` copies of `value` in memory aligned to 2 MiB and advised for transparent huge
+/// pages when it is big ([`HugeSlice`]): lookups land at random in tables of many MiB
+/// (96 bytes of entry and 24 of index a flow), and with 4 KiB pages each would also miss
+/// the TLB.
+fn huge_filled<T: Clone>(value: T, len: usize) -> HugeSlice<T> {
+    HugeSlice::filled(value, len)
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 //! This module (with `dpdk-sys`) is where sluice's `unsafe` lives; every block carries a
 //! `// SAFETY:` comment.
 
+mod huge;
 pub mod mem;
 pub mod pcap;
 mod pkt;
@@ -24,6 +25,7 @@ pub mod tap;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 
+pub use huge::HugeSlice;
 pub use pkt::{Burst, Pkt, Pool, BURST, DATA_ROOM, HEADROOM};
 
 use crate::wire::MacAddr;
@@ -328,12 +330,17 @@ pub fn prefetch_line<T>(p: &T) {
 /// the buffer is under 2 MiB, or not on Linux) nothing happens. Returns whether the
 /// kernel took the advice.
 pub fn advise_huge_pages<T>(buf: &[T]) -> bool {
+    advise_huge_range(buf.as_ptr().cast(), std::mem::size_of_val(buf))
+}
+
+/// [`advise_huge_pages`] on the `len` bytes at `start`, which must lie inside one
+/// allocation of this program (initialised or not; nothing is read or written).
+fn advise_huge_range(start_ptr: *const u8, len: usize) -> bool {
     #[cfg(target_os = "linux")]
     {
         const PAGE: usize = 4096;
         const HUGE: usize = 2 << 20;
-        let start = buf.as_ptr() as usize;
-        let len = std::mem::size_of_val(buf);
+        let start = start_ptr as usize;
         if len < HUGE {
             return false;
         }
@@ -342,9 +349,10 @@ pub fn advise_huge_pages<T>(buf: &[T]) -> bool {
         if end <= first {
             return false;
         }
-        let addr = buf.as_ptr().cast::<u8>().wrapping_add(first - start);
-        // SAFETY: `[first, end)` is a page-aligned range inside the allocation that `buf`
-        // borrows (rounded inwards), so it maps memory this program owns. MADV_HUGEPAGE
+        let addr = start_ptr.wrapping_add(first - start);
+        // SAFETY: `[first, end)` is a page-aligned range inside the allocation that
+        // `[start, start + len)` lies in (the caller's promise; rounded inwards), so it
+        // maps memory this program owns. MADV_HUGEPAGE
         // only sets a flag on the mapping telling the kernel it may back these pages with
         // huge pages; it never changes their contents or their validity, and nothing is
         // read or written through the pointer.
@@ -353,7 +361,7 @@ pub fn advise_huge_pages<T>(buf: &[T]) -> bool {
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = buf;
+        let _ = (start_ptr, len);
         false
     }
 }
