@@ -193,7 +193,13 @@ impl<S: Stage> Worker<S> {
     /// one in simulations): each port's rx burst, then what other workers redirected
     /// here, then the stage's timers. Returns the number of packets received.
     pub fn poll_once(&mut self, now_ms: u64) -> usize {
-        let t0 = port::tsc();
+        self.poll_round(now_ms, port::tsc())
+    }
+
+    /// [`Worker::poll_once`] for a round that started at TSC reading `t0` (its busy
+    /// cycles count from there).
+    #[inline]
+    fn poll_round(&mut self, now_ms: u64, t0: u64) -> usize {
         let mut total = 0usize;
         let mut saturated = false;
         for pi in 0..self.queues.len() {
@@ -295,9 +301,12 @@ impl<S: Stage> Worker<S> {
         // Swap the two buffers instead of moving packets one by one.
         if let Verdict::Tx(out) = verdicts[0] {
             let out = out as usize;
+            // Compared without an early exit: a burst is short and usually uniform.
             if out < tx.len()
                 && tx[out].is_empty()
-                && verdicts[1..n].iter().all(|v| *v == verdicts[0])
+                && verdicts[1..n]
+                    .iter()
+                    .fold(true, |same, v| same & (*v == verdicts[0]))
             {
                 core::mem::swap(rx, &mut tx[out]);
                 if tx[out].is_full() {
@@ -407,17 +416,20 @@ impl<S: Stage> Worker<S> {
             }
             None => None,
         };
+        // The first round counts from here, not from the worker's creation.
+        self.round_end_tsc = port::tsc();
         let mut empty_run = 0u32;
         let mut sleep = Duration::from_micros(1);
         while !stop.load(Ordering::Relaxed) {
             // A busy loop takes its clock from the end of the round before (no time
-            // passes between the two); after an empty round, from a fresh read.
-            let now = if empty_run == 0 {
-                self.ms_at(self.round_end_tsc)
+            // passes between the two: one TSC read a round, not two); after an empty
+            // round, which may have slept, from a fresh read.
+            let t0 = if empty_run == 0 {
+                self.round_end_tsc
             } else {
-                self.now_ms()
+                port::tsc()
             };
-            if self.poll_once(now) > 0 {
+            if self.poll_round(self.ms_at(t0), t0) > 0 {
                 empty_run = 0;
                 sleep = Duration::from_micros(1);
                 continue;
