@@ -101,6 +101,17 @@ pub fn update16(checksum: u16, old: u16, new: u16) -> u16 {
 mod tests {
     use super::*;
 
+    /// `n` pseudo-random words (xorshift64), reproducible from `seed`.
+    fn words(seed: u64, n: usize) -> impl Iterator<Item = u64> {
+        let mut x = seed;
+        (0..n).map(move |_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        })
+    }
+
     #[test]
     fn fold_matches_the_carry_loop() {
         fn looped(mut acc: u64) -> u16 {
@@ -109,7 +120,6 @@ mod tests {
             }
             acc as u16
         }
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let edges = [
             0,
             0xffff,
@@ -120,19 +130,14 @@ mod tests {
             0xffff_ffff_0000_ffff,
             u64::MAX,
         ];
-        for v in edges.into_iter().chain((0..100_000).map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x >> (x % 48)
-        })) {
+        let random = words(0x9e37_79b9_7f4a_7c15, 100_000).map(|x| x >> (x % 48));
+        for v in edges.into_iter().chain(random) {
             assert_eq!(fold(v), looped(v), "{v:#x}");
         }
     }
 
     #[test]
     fn all_ones_without_folding() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
         let edges = [
             0,
             0xffff,
@@ -142,17 +147,17 @@ mod tests {
             0xfffe_0001,
             u64::MAX,
         ];
-        for v in edges.into_iter().chain((0..200_000).map(|i| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            // Half near multiples of 0xffff.
-            if i % 2 == 0 {
-                (x >> 30) / 0xffff * 0xffff + (x & 3)
-            } else {
-                x >> (x % 40)
-            }
-        })) {
+        // Half of them near multiples of 0xffff.
+        let random = words(0x2545_f491_4f6c_dd1d, 200_000)
+            .enumerate()
+            .map(|(i, x)| {
+                if i % 2 == 0 {
+                    (x >> 30) / 0xffff * 0xffff + (x & 3)
+                } else {
+                    x >> (x % 40)
+                }
+            });
+        for v in edges.into_iter().chain(random) {
             assert_eq!(sums_to_all_ones(v), fold(v) == 0xffff, "{v:#x}");
         }
     }
