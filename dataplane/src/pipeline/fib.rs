@@ -110,11 +110,7 @@ impl Fib {
                 });
             }
         }
-        let connected = Fib {
-            entries: entries.clone(),
-            v4: Vec::new(),
-            lpm4: Lpm4::new([]).map_err(|e| e.to_string())?,
-        };
+        let connected = entries.clone();
         for r in routes {
             let (b, v4) = bits(r.to);
             let max = if v4 { 32 } else { 128 };
@@ -127,7 +123,7 @@ impl Fib {
                     r.to, r.prefix_len, r.via
                 ));
             }
-            let Some(nh) = connected.lookup(r.via) else {
+            let Some(nh) = scan(&connected, r.via) else {
                 return Err(format!(
                     "route {}/{} via {}: the next hop is in no port's network",
                     r.to, r.prefix_len, r.via
@@ -189,15 +185,21 @@ impl Fib {
     /// The next hop for `dst`, by longest prefix.
     #[inline]
     pub fn lookup(&self, dst: IpAddr) -> Option<NextHop> {
-        let (b, v4) = bits(dst);
-        self.entries
-            .iter()
-            .find(|e| e.v4 == v4 && b & e.mask == e.net)
-            .map(|e| NextHop {
-                port: e.port,
-                addr: e.via.unwrap_or(dst),
-            })
+        scan(&self.entries, dst)
     }
+}
+
+/// The first of `entries` that contains `dst` (the longest prefix when they are sorted
+/// longest first).
+fn scan(entries: &[Entry], dst: IpAddr) -> Option<NextHop> {
+    let (b, v4) = bits(dst);
+    entries
+        .iter()
+        .find(|e| e.v4 == v4 && b & e.mask == e.net)
+        .map(|e| NextHop {
+            port: e.port,
+            addr: e.via.unwrap_or(dst),
+        })
 }
 
 #[cfg(test)]
