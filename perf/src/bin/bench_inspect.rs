@@ -16,7 +16,9 @@
 //!    cache and a big one fetches from DRAM. `lookup` pays those misses one after the
 //!    other, `lookup_burst` overlaps them (prefetching). Printed: both per pool, both
 //!    1M/10 ratios per pool, and the goal (1M/10 within 1.5x for bursts over the spread
-//!    pool) with the measured ratio.
+//!    pool) with the measured ratio. Beside them, the latency of one dependent load over
+//!    1 MiB, 4 MiB and the 1M table's size (a pointer chase): the price of each level of
+//!    indirection a lookup cannot find in cache, which is what separates the sizes.
 //!
 //! All contenders of a table are timed round-robin in the same run (see
 //! [`time_interleaved`]), so load from elsewhere on the machine falls on all of them.
@@ -650,6 +652,13 @@ fn bench_hosts() -> Value {
     };
     let spread = POOLS.len() - 1;
     let goal_ratio = ratio(burst_ns(last, spread) / burst_ns(0, spread));
+    // What one dependent memory access costs at the sizes involved: the floor under a
+    // lookup whose slot is not in cache (a burst overlaps these, a single lookup cannot).
+    let latency: serde_json::Map<String, Value> =
+        [1usize << 20, 4 << 20, size_bytes(&sizes[last].matcher)]
+            .iter()
+            .map(|&bytes| (format!("{}KiB", bytes >> 10), json!(round(chase_ns(bytes)))))
+            .collect();
     json!({
         "what": "ns per lookup (median of interleaved rounds), by the number of distinct queries cycled (the working set); queries are 50% exact hits, 30% wildcard hits, 20% misses, mixed case; single = one lookup() per call, burst = lookup_burst() of 32 queries per call, divided by 32",
         "sizes": rows,
@@ -658,12 +667,45 @@ fn bench_hosts() -> Value {
         "goal": "within 1.5x from 10 to 1M hostnames (burst lookups, spread query pool)",
         "goal_ratio": goal_ratio,
         "goal_met": goal_ratio <= 1.5,
+        "dependent_load_ns_by_working_set": latency,
         // Other work on the machine inflates every cell (the ratios less, since all
         // cells are timed round-robin): the load average says how much there was.
         "loadavg_at_end": std::fs::read_to_string("/proc/loadavg")
             .ok()
             .and_then(|l| l.split_whitespace().next().map(str::to_owned)),
     })
+}
+
+/// Bytes of a matcher's table and values: the memory its lookups spread over.
+fn size_bytes(m: &HostMatcher<u32>) -> usize {
+    m.table_bytes() + std::mem::size_of_val(m.values())
+}
+
+/// ns per dependent load over a random cyclic chain of cache lines spanning `bytes`
+/// (advised for huge pages, as the matcher's tables are): the memory latency a lookup
+/// pays per level of indirection that is not in cache.
+fn chase_ns(bytes: usize) -> f64 {
+    let lines = (bytes / 64).max(2);
+    let mut next: Vec<[usize; 8]> = Vec::with_capacity(lines);
+    sluice_dataplane::port::advise_huge_pages(next.spare_capacity_mut());
+    next.resize(lines, [0; 8]);
+    // Sattolo's shuffle: one cycle through every line.
+    let mut order: Vec<usize> = (0..lines).collect();
+    let mut rng = Rng(0x0c4a_5e00 ^ bytes as u64);
+    for i in (1..lines).rev() {
+        order.swap(i, rng.below(i));
+    }
+    for (i, &at) in order.iter().enumerate() {
+        next[at][0] = order[(i + 1) % lines];
+    }
+    let steps = 1_000_000;
+    let mut at = order[0];
+    let t = Instant::now();
+    for _ in 0..steps {
+        at = next[at][0];
+    }
+    black_box(at);
+    t.elapsed().as_nanos() as f64 / steps as f64
 }
 
 /// `bench_inspect --loop N [TESTDATA_DIR]`: only parse every vector N times with sluice,
