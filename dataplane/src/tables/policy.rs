@@ -1146,14 +1146,20 @@ pub struct Conn {
     pub dst_port: u16,
 }
 
-/// What a verdict reads of an identity, in one cache line: the entry, and the bit each
-/// of its peer keys sets in a profile's Bloom filters (0 where it has no key; computed
-/// here once, not hashed on every lookup).
+/// What a verdict reads of an identity, in one cache line: the entry, the bit each of
+/// its peer keys sets in a profile's Bloom filters (0 where it has no key; computed
+/// here once, not hashed on every lookup), and per direction the protocol classes its
+/// profile allows on every port from its own namespace (a copy of the profile's inline
+/// namespace entry when that names the identity's namespace: a burst decides those
+/// connections from the two identities, without the profile's line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, align(64))]
 struct Ident {
     entry: IdentityEntry,
     bloom: [u32; PEER_KINDS],
+    /// `[egress, ingress]`: bit `p` set when that profile allows protocol class `p`,
+    /// every port, to or from the identity's own namespace.
+    own_ns: [u8; 2],
 }
 
 // One cache line each, as their layouts promise.
@@ -1161,11 +1167,25 @@ const _: () = assert!(std::mem::size_of::<Ident>() == 64);
 const _: () = assert!(std::mem::size_of::<ProfileInfo>() == 64);
 
 impl Ident {
-    fn new(entry: IdentityEntry) -> Self {
+    fn new(entry: IdentityEntry, egress: &DirTable, ingress: &DirTable) -> Self {
+        let ns = entry.peer[PeerKind::Namespace as usize];
+        let own = |table: &DirTable, profile: u32| match table.profiles.get(profile as usize) {
+            Some(info) if profile != NONE && ns != NONE && info.ns_key == ns => info.ns_all,
+            _ => 0,
+        };
         Ident {
             entry,
             bloom: bloom_bits(&entry.peer),
+            own_ns: [own(egress, entry.egress), own(ingress, entry.ingress)],
         }
+    }
+
+    /// Whether the destination is in the source's namespace and direction `dir`'s
+    /// profile of `owner` (the source for egress, the destination for ingress) allows
+    /// it on every port of protocol class `pc` (`own_ns`). Without branches.
+    #[inline]
+    fn own_ns_allows(owner: &Ident, same_ns: bool, dir: usize, pc: u8) -> bool {
+        same_ns & ((owner.own_ns[dir % 2] >> (pc & 3)) & 1 != 0)
     }
 
     /// Whether `self` (the source) is the node `dst` runs on.
@@ -1362,7 +1382,12 @@ impl PolicyTables {
         }
         Ok(PolicyTables {
             ipcache,
-            identities: frozen(identities.into_iter().map(Ident::new).collect()),
+            identities: frozen(
+                identities
+                    .into_iter()
+                    .map(|e| Ident::new(e, &egress, &ingress))
+                    .collect(),
+            ),
             default_identity,
             egress,
             ingress,
@@ -1613,14 +1638,21 @@ impl PolicyTables {
         // 2. Read them: list the isolated directions (appending without a branch on
         // whether) and prefetch their profiles (the empty last summary for the others,
         // which stays in L1). The own node counts as not isolated: ingress from it
-        // passes.
+        // passes; so does a direction whose profile allows the connection's protocol
+        // on every port within the namespace, when both ends are in it (`own_ns`).
         let (mut eg, mut ing) = (List::new(), List::new());
-        for (i, (s, d)) in src.iter().zip(&dst).take(n).enumerate() {
-            // NONE (all ones) when the source is the destination's node.
-            let ingress = d.entry.ingress | 0u32.wrapping_sub(u32::from(s.is_node_of(d)));
-            self.egress.prefetch_profile(s.entry.egress);
+        const NS: usize = PeerKind::Namespace as usize;
+        for (i, ((s, d), &(proto, _))) in src.iter().zip(&dst).zip(meta).take(n).enumerate() {
+            let pc = ProtoClass::from_ip_proto(proto) as u8;
+            let same_ns = s.entry.peer[NS] == d.entry.peer[NS];
+            // NONE (all ones) where the direction passes without its profile.
+            let eg_pass = Ident::own_ns_allows(s, same_ns, 0, pc);
+            let egress = s.entry.egress | 0u32.wrapping_sub(u32::from(eg_pass));
+            let in_pass = s.is_node_of(d) | Ident::own_ns_allows(d, same_ns, 1, pc);
+            let ingress = d.entry.ingress | 0u32.wrapping_sub(u32::from(in_pass));
+            self.egress.prefetch_profile(egress);
             self.ingress.prefetch_profile(ingress);
-            eg.push_if(i, s.entry.egress != NONE);
+            eg.push_if(i, egress != NONE);
             ing.push_if(i, ingress != NONE);
         }
         // 3. Plan the isolated directions from their profiles: decided, or to probe
