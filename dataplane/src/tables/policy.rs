@@ -437,6 +437,12 @@ fn slot_home(key: u64, shift: u32) -> usize {
 /// the hash table under the pseudo-kind [`UNION_KIND`]). One cache line: a check reads
 /// it whole. 32-bit filters (64-bit ones would not fit) let about 9 % more probes
 /// through on `bench_policy`'s 10k policies, far fewer misses than a second line costs.
+///
+/// The namespace entry, too, is answered from this line when the profile has one
+/// namespace key whose entries allow every port of their protocols (an empty pod
+/// selector, "my namespace", without ports: the entry behind nearly every allowed
+/// connection of `bench_policy`'s 10k policies). Such a profile's namespace kind is
+/// never probed; its entries stay in the hash table for [`DirTable::entries`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, align(64))]
 struct ProfileInfo {
@@ -445,12 +451,29 @@ struct ProfileInfo {
     /// Per peer kind: a 32-bit Bloom filter of the keys with entries (any protocol),
     /// so that most keys without an entry cost no probe.
     bloom: [u32; PEER_KINDS],
+    /// The inline namespace key, or [`NONE`] (see the type's documentation).
+    ns_key: u32,
     /// Per protocol class: number of inline union ranges, or `UNION_SPILLED`.
     count: [u8; 4],
     /// Bit `k` set when the profile has entries of peer kind `k`.
     kinds: u8,
-    /// `kinds` in [`coarse_first`] order, for bursts.
+    /// The kinds whose entries are probed in the hash table: `kinds` without the
+    /// namespace kind when it is inline.
+    probed: u8,
+    /// `probed` in [`coarse_first`] order, for bursts.
     order: u8,
+    /// Bit `p` set when the inline namespace entry allows every port of protocol
+    /// class `p`.
+    ns_all: u8,
+}
+
+impl ProfileInfo {
+    /// Whether the inline namespace entry allows a peer in namespace `ns` (its key, or
+    /// [`NONE`]) on protocol class `proto`, every port: computed without branches.
+    #[inline]
+    fn ns_allows(&self, ns: u32, proto: ProtoClass) -> bool {
+        (ns == self.ns_key) & ((self.ns_all >> (proto as u8 & 3)) & 1 != 0)
+    }
 }
 
 /// The bit `key` sets in a 32-bit Bloom filter.
@@ -468,7 +491,7 @@ fn candidates(info: &ProfileInfo, bloom: &[u32; PEER_KINDS]) -> u8 {
     for (kind, (&bit, &filter)) in bloom.iter().zip(&info.bloom).enumerate() {
         kinds |= u8::from(bit & filter != 0) << kind;
     }
-    kinds & info.kinds
+    kinds & info.probed
 }
 
 /// The kinds of `kinds` (bit `k` for kind `k`) in the order a burst probes them, the
@@ -511,9 +534,12 @@ fn candidates_in_order(info: &ProfileInfo, bloom: &[u32; PEER_KINDS]) -> u8 {
 const NO_PROFILE: ProfileInfo = ProfileInfo {
     union: [[SENTINEL; UNION_INLINE]; 4],
     bloom: [0; PEER_KINDS],
+    ns_key: NONE,
     count: [0; 4],
     kinds: 0,
+    probed: 0,
     order: 0,
+    ns_all: 0,
 };
 
 /// A direction of one connection between the stages of a burst: a state (`S_*`) and,
@@ -586,6 +612,34 @@ fn merge_sorted(flat: &[(u64, PortRange)]) -> Vec<(u64, Vec<PortRange>)> {
         }
     }
     out
+}
+
+/// Moves the namespace entries of every profile that has exactly one namespace key, with
+/// only all-port entries, into its summary (`ns_key`, `ns_all`; see [`ProfileInfo`]).
+fn inline_namespaces(infos: &mut [ProfileInfo], slots: &[Slot]) {
+    const MIXED: u8 = 1 << 7;
+    let ns_kind = u64::from(PeerKind::Namespace as u8);
+    for s in slots {
+        if s.key == EMPTY_KEY || (s.key >> 34) & 0x7 != ns_kind {
+            continue;
+        }
+        let Some(info) = infos.get_mut((s.key >> 37) as usize) else {
+            continue;
+        };
+        let key = s.key as u32;
+        let all = s.first == PortRange::ALL && s.more == NONE;
+        if info.ns_key != NONE && info.ns_key != key || !all {
+            info.ns_all |= MIXED;
+        }
+        info.ns_key = key;
+        info.ns_all |= 1 << ((s.key >> 32) & 3);
+    }
+    for info in infos {
+        if info.ns_all & MIXED != 0 {
+            info.ns_key = NONE;
+            info.ns_all = 0;
+        }
+    }
 }
 
 const UNION_INLINE: usize = 2;
@@ -702,8 +756,13 @@ impl DirTable {
                 more,
             };
         }
+        inline_namespaces(&mut infos, &slots);
         for info in &mut infos {
-            info.order = coarse_first(info.kinds);
+            info.probed = info.kinds;
+            if info.ns_all != 0 {
+                info.probed &= !(1 << PeerKind::Namespace as u8);
+            }
+            info.order = coarse_first(info.probed);
         }
         Ok(DirTable {
             profiles: frozen(infos),
@@ -770,16 +829,23 @@ impl DirTable {
 
     /// Whether any entry of the profile allows `(proto, port)`, whatever the peer.
     /// Inline unions are compared without branches: unused ranges are empty.
-    #[inline]
+    #[inline(always)]
     fn union_allows(&self, profile: u32, info: &ProfileInfo, proto: ProtoClass, port: u16) -> bool {
-        let pc = proto as usize;
-        match (info.count.get(pc), info.union.get(pc)) {
-            (Some(&UNION_SPILLED), _) => self
-                .find(pack(profile, UNION_KIND, proto as u8, 0))
-                .is_some_and(|s| self.slot_allows(s, port)),
-            (_, Some(u)) => u.iter().fold(false, |any, r| any | r.contains(port)),
-            _ => false,
+        let pc = proto as usize % 4;
+        if info.count[pc] == UNION_SPILLED {
+            return self.spilled_union_allows(profile, proto, port);
         }
+        info.union[pc]
+            .iter()
+            .fold(false, |any, r| any | r.contains(port))
+    }
+
+    /// [`Self::union_allows`] for a union kept in the hash table (a call: rare, and
+    /// the probe loop would crowd the burst loop it is inlined into).
+    #[inline(never)]
+    fn spilled_union_allows(&self, profile: u32, proto: ProtoClass, port: u16) -> bool {
+        self.find(pack(profile, UNION_KIND, proto as u8, 0))
+            .is_some_and(|s| self.slot_allows(s, port))
     }
 
     /// Whether `profile` allows `peer` on `(proto, port)`. A port no entry of the
@@ -805,20 +871,26 @@ impl DirTable {
         proto: ProtoClass,
         port: u16,
     ) -> DirOutcome {
-        match self.plan(profile, bloom, proto, port) {
+        let ns = peer
+            .get(PeerKind::Namespace as usize)
+            .copied()
+            .unwrap_or(NONE);
+        match self.plan(profile, ns, bloom, proto, port) {
             Ok(kinds) => self.probe(profile, peer, proto, kinds, port),
             Err(outcome) => outcome,
         }
     }
 
-    /// The first half of a check, from the profile's summary and the peer's filter bits
-    /// alone: the outcome when they decide (no rules, a port no entry allows, no peer key
-    /// that can have an entry), or else the peer kinds to probe (bit `k` for kind `k`),
-    /// to be given to [`Self::probe`].
+    /// The first half of a check, from the profile's summary, the peer's namespace key
+    /// `peer_ns` and its filter bits alone: the outcome when they decide (no rules, the
+    /// inline namespace entry allows, a port no entry allows, no peer key that can have
+    /// an entry), or else the peer kinds to probe (bit `k` for kind `k`), to be given to
+    /// [`Self::probe`].
     #[inline]
     fn plan(
         &self,
         profile: u32,
+        peer_ns: u32,
         bloom: &[u32; PEER_KINDS],
         proto: ProtoClass,
         port: u16,
@@ -827,6 +899,9 @@ impl DirTable {
             Some(i) if i.kinds != 0 => i,
             _ => return Err(DirOutcome::Denied(DenyReason::NoRules)),
         };
+        if info.ns_allows(peer_ns, proto) {
+            return Err(DirOutcome::Allowed);
+        }
         if !self.union_allows(profile, info, proto, port) {
             return Err(DirOutcome::Denied(DenyReason::PortNotAllowed));
         }
@@ -882,8 +957,8 @@ impl DirTable {
 
     /// [`Self::plan`] for a burst, for an isolated direction: computed with selects
     /// rather than branches (which way a packet goes is data a branch predictor cannot
-    /// learn), and with the home lines of the first two kinds to probe prefetched (a
-    /// third candidate is rare). The plan's kinds are in [`coarse_first`] order.
+    /// learn). The plan's kinds are in [`coarse_first`] order; the hash lines of those
+    /// that probe are prefetched by [`Self::prefetch_probe`].
     /// Always inlined into the burst loop, as [`Self::finish_burst`] is: as calls they
     /// cost a prologue and epilogue per packet and direction, and `bench_policy`'s 10k
     /// policies ran about 5 % slower (thread CPU time, in and out of cache).
@@ -899,15 +974,31 @@ impl DirTable {
         let info = self.profiles.get(profile as usize).unwrap_or(&NO_PROFILE);
         let union = self.union_allows(profile, info, proto, port);
         let order = candidates_in_order(info, bloom);
-        // S_NO_RULES without kinds, else S_PORT without the port, else S_PEER without a
-        // candidate, else S_PROBE: as arithmetic, since the same chain of `if`s compiled
-        // to branches (valgrind's branch simulation counted their mispredictions).
+        let ns = peer
+            .get(PeerKind::Namespace as usize)
+            .copied()
+            .unwrap_or(NONE);
+        // S_PASS when the inline namespace entry allows, else S_NO_RULES without kinds,
+        // else S_PORT without the port, else S_PEER without a candidate, else S_PROBE:
+        // as arithmetic, since the same chain of `if`s compiled to branches (valgrind's
+        // branch simulation counted their mispredictions). S_PASS is 0.
         let state = S_PEER + u8::from(order != 0);
         let state = S_PORT + (state - S_PORT) * u8::from(union);
         let state = S_NO_RULES + (state - S_NO_RULES) * u8::from(info.kinds != 0);
+        let state = state * u8::from(!info.ns_allows(ns, proto));
         // `select_unpredictable`: inlined into the burst loop, a plain mask compiled to a
         // branch that valgrind's branch simulation saw mispredict.
         let order = select_unpredictable(state == S_PROBE, order, 0);
+        Plan {
+            state,
+            kinds: order,
+        }
+    }
+
+    /// Prefetches the home lines of the first two kinds of a plan's `order` (a third
+    /// candidate is rare). Always inlined (see [`Self::plan_burst`]).
+    #[inline(always)]
+    fn prefetch_probe(&self, order: u8, profile: u32, peer: &[u32; PEER_KINDS], proto: ProtoClass) {
         let rest = order & order.wrapping_sub(1);
         for at in [order, rest] {
             let (some, key) = self.first_key(at, profile, peer, proto);
@@ -916,10 +1007,6 @@ impl DirTable {
             if let Some(s) = self.slots.get(home) {
                 prefetch_line(s);
             }
-        }
-        Plan {
-            state,
-            kinds: order,
         }
     }
 
@@ -940,7 +1027,7 @@ impl DirTable {
 
     /// Probes the kinds of a plan (in [`coarse_first`] order): `S_PASS` when an entry
     /// allows, `S_PEER` otherwise. The first candidate's line (prefetched by
-    /// [`Self::plan_burst`], as the second's) is scanned without branching on its
+    /// [`Self::prefetch_probe`], as the second's) is scanned without branching on its
     /// slots; only when it does not allow are the others probed. Always inlined (see
     /// [`Self::plan_burst`]).
     #[inline(always)]
@@ -1059,14 +1146,20 @@ pub struct Conn {
     pub dst_port: u16,
 }
 
-/// What a verdict reads of an identity, in one cache line: the entry, and the bit each
-/// of its peer keys sets in a profile's Bloom filters (0 where it has no key; computed
-/// here once, not hashed on every lookup).
+/// What a verdict reads of an identity, in one cache line: the entry, the bit each of
+/// its peer keys sets in a profile's Bloom filters (0 where it has no key; computed
+/// here once, not hashed on every lookup), and per direction the protocol classes its
+/// profile allows on every port from its own namespace (a copy of the profile's inline
+/// namespace entry when that names the identity's namespace: a burst decides those
+/// connections from the two identities, without the profile's line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, align(64))]
 struct Ident {
     entry: IdentityEntry,
     bloom: [u32; PEER_KINDS],
+    /// `[egress, ingress]`: bit `p` set when that profile allows protocol class `p`,
+    /// every port, to or from the identity's own namespace.
+    own_ns: [u8; 2],
 }
 
 // One cache line each, as their layouts promise.
@@ -1074,11 +1167,25 @@ const _: () = assert!(std::mem::size_of::<Ident>() == 64);
 const _: () = assert!(std::mem::size_of::<ProfileInfo>() == 64);
 
 impl Ident {
-    fn new(entry: IdentityEntry) -> Self {
+    fn new(entry: IdentityEntry, egress: &DirTable, ingress: &DirTable) -> Self {
+        let ns = entry.peer[PeerKind::Namespace as usize];
+        let own = |table: &DirTable, profile: u32| match table.profiles.get(profile as usize) {
+            Some(info) if profile != NONE && ns != NONE && info.ns_key == ns => info.ns_all,
+            _ => 0,
+        };
         Ident {
             entry,
             bloom: bloom_bits(&entry.peer),
+            own_ns: [own(egress, entry.egress), own(ingress, entry.ingress)],
         }
+    }
+
+    /// Whether the destination is in the source's namespace and direction `dir`'s
+    /// profile of `owner` (the source for egress, the destination for ingress) allows
+    /// it on every port of protocol class `pc` (`own_ns`). Without branches.
+    #[inline]
+    fn own_ns_allows(owner: &Ident, same_ns: bool, dir: usize, pc: u8) -> bool {
+        same_ns & ((owner.own_ns[dir % 2] >> (pc & 3)) & 1 != 0)
     }
 
     /// Whether `self` (the source) is the node `dst` runs on.
@@ -1195,6 +1302,19 @@ impl Round<'_> {
         probe
     }
 
+    /// Prefetches the hash lines that the probes of the connections in `list` (from
+    /// [`Self::plan`]) start with. A loop of its own over the few listed connections:
+    /// computed in every plan (and every plan is of an isolated direction, most of
+    /// which end there), the keys and home lines cost `bench_policy`'s 10k policies
+    /// about 10 % more (IPv4 and IPv6, wall time in one process, modes alternated).
+    #[inline]
+    fn prefetch<const DIR: usize>(&self, table: &DirTable, list: &List, kinds: &[[u8; 2]; BATCH]) {
+        for i in list.iter() {
+            let (profile, peer, pc, _) = self.endpoints::<DIR>(i);
+            table.prefetch_probe(kinds[i % BATCH][DIR % 2], profile, &peer.entry.peer, pc);
+        }
+    }
+
     /// Probes direction `DIR` of the connections in `list` and writes their states.
     #[inline]
     fn probe<const DIR: usize>(
@@ -1262,7 +1382,12 @@ impl PolicyTables {
         }
         Ok(PolicyTables {
             ipcache,
-            identities: frozen(identities.into_iter().map(Ident::new).collect()),
+            identities: frozen(
+                identities
+                    .into_iter()
+                    .map(|e| Ident::new(e, &egress, &ingress))
+                    .collect(),
+            ),
             default_identity,
             egress,
             ingress,
@@ -1513,14 +1638,21 @@ impl PolicyTables {
         // 2. Read them: list the isolated directions (appending without a branch on
         // whether) and prefetch their profiles (the empty last summary for the others,
         // which stays in L1). The own node counts as not isolated: ingress from it
-        // passes.
+        // passes; so does a direction whose profile allows the connection's protocol
+        // on every port within the namespace, when both ends are in it (`own_ns`).
         let (mut eg, mut ing) = (List::new(), List::new());
-        for (i, (s, d)) in src.iter().zip(&dst).take(n).enumerate() {
-            // NONE (all ones) when the source is the destination's node.
-            let ingress = d.entry.ingress | 0u32.wrapping_sub(u32::from(s.is_node_of(d)));
-            self.egress.prefetch_profile(s.entry.egress);
+        const NS: usize = PeerKind::Namespace as usize;
+        for (i, ((s, d), &(proto, _))) in src.iter().zip(&dst).zip(meta).take(n).enumerate() {
+            let pc = ProtoClass::from_ip_proto(proto) as u8;
+            let same_ns = s.entry.peer[NS] == d.entry.peer[NS];
+            // NONE (all ones) where the direction passes without its profile.
+            let eg_pass = Ident::own_ns_allows(s, same_ns, 0, pc);
+            let egress = s.entry.egress | 0u32.wrapping_sub(u32::from(eg_pass));
+            let in_pass = s.is_node_of(d) | Ident::own_ns_allows(d, same_ns, 1, pc);
+            let ingress = d.entry.ingress | 0u32.wrapping_sub(u32::from(in_pass));
+            self.egress.prefetch_profile(egress);
             self.ingress.prefetch_profile(ingress);
-            eg.push_if(i, s.entry.egress != NONE);
+            eg.push_if(i, egress != NONE);
             ing.push_if(i, ingress != NONE);
         }
         // 3. Plan the isolated directions from their profiles: decided, or to probe
@@ -1535,8 +1667,10 @@ impl PolicyTables {
         // Ingress is planned only where egress may still pass, and probed only where it
         // does: where egress denies, the verdict reports egress and ingress is moot.
         let eg_probe = r.plan::<0>(&self.egress, &eg, &mut states, &mut kinds);
+        r.prefetch::<0>(&self.egress, &eg_probe, &kinds);
         let ing = ing.egress_in(&states, (1 << S_PASS) | (1 << S_PROBE));
         let in_probe = r.plan::<1>(&self.ingress, &ing, &mut states, &mut kinds);
+        r.prefetch::<1>(&self.ingress, &in_probe, &kinds);
         r.probe::<0>(&self.egress, &eg_probe, &kinds, &mut states);
         let in_probe = in_probe.egress_in(&states, 1 << S_PASS);
         r.probe::<1>(&self.ingress, &in_probe, &kinds, &mut states);
@@ -1973,6 +2107,8 @@ mod tests {
                 lo,
                 hi: lo.saturating_add(span),
             });
+        // Every port now and then: rules without ports, which the summary may answer.
+        let range = prop_oneof![4 => range, 1 => Just(PortRange::ALL)];
         let entry = (
             0..profiles,
             0..PEER_KINDS,
@@ -2089,6 +2225,69 @@ mod tests {
                 prop_assert_eq!(*v, t.verdict(c.src, c.dst, c.proto, c.dst_port), "{:?}", c);
                 // And `verdict` is the scalar check, which `decide` reports per direction.
                 prop_assert_eq!(*v, t.decide(c.src, c.dst, c.proto, c.dst_port).verdict());
+            }
+        }
+    }
+
+    /// What [`DirTable::check`] must answer, straight from the entries.
+    fn naive_check(
+        entries: &[DirEntry],
+        profile: u32,
+        peer: &[u32; PEER_KINDS],
+        proto: ProtoClass,
+        port: u16,
+    ) -> DirOutcome {
+        let mine: Vec<&DirEntry> = entries
+            .iter()
+            .filter(|e| e.profile == profile && e.ranges.iter().any(|r| r.lo <= r.hi))
+            .collect();
+        if mine.is_empty() {
+            return DirOutcome::Denied(DenyReason::NoRules);
+        }
+        let fits = |e: &&&DirEntry| e.proto == proto && e.ranges.iter().any(|r| r.contains(port));
+        if !mine.iter().any(|e| fits(&e)) {
+            return DirOutcome::Denied(DenyReason::PortNotAllowed);
+        }
+        if mine
+            .iter()
+            .any(|e| fits(&e) && peer[e.kind as usize] == e.key)
+        {
+            DirOutcome::Allowed
+        } else {
+            DirOutcome::Denied(DenyReason::NoMatchingPeer)
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// `check` answers what the entries say, whatever the summary answers inline.
+        #[test]
+        fn checks_match_the_entries(
+            profiles in 1u32..4,
+            entries in arb_entries(3),
+            probes in proptest::collection::vec(
+                (
+                    0u32..4,
+                    proptest::collection::vec(prop_oneof![0u32..12, Just(NONE)], PEER_KINDS),
+                    0..4usize,
+                    prop_oneof![Just(0u16), Just(53), Just(80), Just(443), Just(1001), any::<u16>()],
+                ),
+                1..50,
+            ),
+        ) {
+            let entries: Vec<DirEntry> =
+                entries.into_iter().filter(|e| e.profile < profiles).collect();
+            let t = DirTable::new(profiles, entries.clone()).expect("table");
+            for (profile, peer, proto, port) in probes {
+                let peer: [u32; PEER_KINDS] = [peer[0], peer[1], peer[2], peer[3], peer[4]];
+                let proto = ProtoClass::ALL[proto];
+                let profile = profile.min(profiles - 1);
+                prop_assert_eq!(
+                    t.check(profile, &peer, proto, port),
+                    naive_check(&entries, profile, &peer, proto, port),
+                    "profile {} peer {:?} {:?} port {}", profile, peer, proto, port
+                );
             }
         }
     }
