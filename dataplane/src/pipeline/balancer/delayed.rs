@@ -190,7 +190,7 @@ fn recompute_tcp_checksum(pkt: &mut Pkt, l4: &L4) {
     let d = pkt.data_mut();
     let hl = usize::from(d[l4.l4 + 12] >> 4) * 4;
     let end = (l4.l4 + hl + l4.payload as usize).min(d.len());
-    tcp::Packet::new_unchecked(&mut d[l4.l4..end]).fill_checksum(l4.src, l4.dst);
+    tcp::Packet::new_unchecked(&mut d[l4.l4..end]).fill_checksum(l4.src(), l4.dst());
 }
 
 impl State {
@@ -216,7 +216,7 @@ impl State {
             return Verdict::Drop(DropReason::BadPort);
         };
         let src_mac: [u8; 6] = pkt.data()[6..12].try_into().unwrap_or([0; 6]);
-        if src_mac[0] & 1 != 0 || l4.src.is_multicast() || l4.src.is_unspecified() {
+        if src_mac[0] & 1 != 0 || l4.src().is_multicast() || l4.src().is_unspecified() {
             return Verdict::Drop(DropReason::NoFlow);
         }
         let (opts, _, _) = tcp_parts(pkt, l4);
@@ -241,8 +241,8 @@ impl State {
         );
         let window = self.splice.cfg.buffer_bytes.min(0xffff) as u16;
         let seg = Seg {
-            src: SocketAddr::new(l4.dst, l4.dport),
-            dst: SocketAddr::new(l4.src, l4.sport),
+            src: SocketAddr::new(l4.dst(), l4.dport()),
+            dst: SocketAddr::new(l4.src(), l4.sport()),
             seq: isn,
             ack: l4.seq.wrapping_add(1),
             flags: tcp::flags::SYN | tcp::flags::ACK,
@@ -319,7 +319,7 @@ impl State {
     /// now); if so the flow is removed.
     fn embryo_gone(&mut self, id: FlowId, idx: u32) -> bool {
         let gone = !self.splice.embryos.is_open(idx)
-            || self.splice.embryos.get(idx).client != self.flows.get(id).orig;
+            || self.splice.embryos.get(idx).client != self.flows.get(id).orig();
         if gone {
             self.flows.remove(id);
         }
