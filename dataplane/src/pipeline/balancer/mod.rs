@@ -173,9 +173,10 @@ struct L4 {
     ports: u32,
     /// TCP flags (low byte), 0 for UDP.
     flags: u8,
-    /// TCP sequence and acknowledgment numbers and payload length (for a RST).
-    seq: u32,
-    ack: u32,
+    /// TCP: the sequence number (low half) and the acknowledgment number (high half), one
+    /// word for the same store-forwarding reason as `ports`.
+    seq_ack: u64,
+    /// TCP payload length (for a RST and delayed binding).
     payload: u32,
 }
 
@@ -216,6 +217,16 @@ impl L4 {
     #[inline(always)]
     fn dport(&self) -> u16 {
         (self.ports >> 16) as u16
+    }
+
+    /// The TCP sequence number.
+    fn seq(&self) -> u32 {
+        self.seq_ack as u32
+    }
+
+    /// The TCP acknowledgment number.
+    fn ack(&self) -> u32 {
+        (self.seq_ack >> 32) as u32
     }
 
     /// The source address.
@@ -424,8 +435,7 @@ fn l4_ports(
         dst,
         ports: u32::from(sport) | u32::from(dport) << 16,
         flags,
-        seq,
-        ack,
+        seq_ack: u64::from(seq) | u64::from(ack) << 32,
         payload,
     })
 }
@@ -524,21 +534,22 @@ impl Stage for Balancer {
         // waits for the last pass, so a flow an earlier packet of the burst created,
         // removed or re-keyed is seen as it is now.
         let ahead = &mut self.ahead[..n];
+        // Each arm stores its own result: one `*a = match ...` had the compiler pick
+        // between the parsed packet (spilled in pieces) and the constant `NONE` by address
+        // and copy from there, and that copy waited on store forwarding.
         for (a, p) in ahead.iter_mut().zip(pkts[..n].iter()) {
-            *a = match parse(p.data(), &mac) {
+            match parse(p.data(), &mac) {
                 Parsed::L4(l4) => {
                     let h = match l4.tuple4() {
                         Some(k) => st.flows.hash4(&k),
                         None => st.flows.hash(&l4.tuple()),
                     };
                     st.flows.prefetch(h);
-                    Ahead {
-                        l4: Some(l4),
-                        hash: h,
-                    }
+                    a.l4 = Some(l4);
+                    a.hash = h;
                 }
-                _ => Ahead::NONE,
-            };
+                _ => a.l4 = None,
+            }
         }
         for a in ahead.iter() {
             if let Some(l4) = &a.l4 {
@@ -1095,14 +1106,14 @@ fn tcp_reset(pkt: &mut Pkt, l4: &L4, to_mac: [u8; 6], from_mac: [u8; 6], out: us
     seg.set_src_port(l4.dport());
     seg.set_dst_port(l4.sport());
     if l4.flags & TcpFlags::ACK != 0 {
-        seg.set_seq_number(l4.ack);
+        seg.set_seq_number(l4.ack());
         seg.set_ack_number(0);
         seg.set_header_len_and_flags(tcp::HEADER_LEN as u8, tcp::flags::RST);
     } else {
         let syn = u32::from(l4.flags & TcpFlags::SYN != 0);
         let fin = u32::from(l4.flags & TcpFlags::FIN != 0);
         seg.set_seq_number(0);
-        seg.set_ack_number(l4.seq.wrapping_add(l4.payload + syn + fin));
+        seg.set_ack_number(l4.seq().wrapping_add(l4.payload + syn + fin));
         seg.set_header_len_and_flags(tcp::HEADER_LEN as u8, tcp::flags::RST | tcp::flags::ACK);
     }
     seg.set_window_len(0);
