@@ -194,6 +194,19 @@ fn addr_words(a: IpAddr) -> [u32; 4] {
 }
 
 impl L4 {
+    /// A placeholder, overwritten by [`parse`].
+    const EMPTY: L4 = L4 {
+        v6: false,
+        l4: 0,
+        proto: 0,
+        src: [0; 4],
+        dst: [0; 4],
+        ports: 0,
+        flags: 0,
+        seq_ack: 0,
+        payload: 0,
+    };
+
     /// An address of this packet's family from its [`L4`] words.
     fn addr(&self, w: [u32; 4]) -> IpAddr {
         if self.v6 {
@@ -268,18 +281,26 @@ impl L4 {
 /// rebuilt from `l4` where needed: for IPv4 that is two words, cheaper than carrying it).
 #[derive(Clone, Copy)]
 struct Ahead {
-    l4: Option<L4>,
+    /// Valid when `is_l4`.
+    l4: L4,
+    is_l4: bool,
     hash: u64,
 }
 
 impl Ahead {
-    const NONE: Ahead = Ahead { l4: None, hash: 0 };
+    const NONE: Ahead = Ahead {
+        l4: L4::EMPTY,
+        is_l4: false,
+        hash: 0,
+    };
 }
 
 /// What the parser made of a frame.
 enum Parsed {
-    /// TCP or UDP over IPv4/IPv6.
-    L4(L4),
+    /// TCP or UDP over IPv4/IPv6, written into the caller's [`L4`] (in place: returned,
+    /// it went through the stack in pieces that the burst's next loads could not take
+    /// from the store buffer).
+    L4,
     /// Another IP protocol (or IPv6 with extension headers): policy check if routed.
     OtherIp { src: IpAddr, dst: IpAddr, proto: u8 },
     /// A fragment: sluice does not reassemble.
@@ -292,7 +313,7 @@ enum Parsed {
 // called, the result went through memory in pieces and the hash that reads it at once
 // stalled on store forwarding (about 9 cycles a packet in `perf annotate`).
 #[inline(always)]
-fn parse(d: &[u8], port_mac: &[u8; 6]) -> Parsed {
+fn parse(d: &[u8], port_mac: &[u8; 6], out: &mut L4) -> Parsed {
     let Some(h) = d.get(..ETH) else {
         return Parsed::Other;
     };
@@ -300,14 +321,14 @@ fn parse(d: &[u8], port_mac: &[u8; 6]) -> Parsed {
         return Parsed::Other;
     }
     match u16::from_be_bytes([h[12], h[13]]) {
-        0x0800 => parse_v4(d),
-        0x86dd => parse_v6(d),
+        0x0800 => parse_v4(d, out),
+        0x86dd => parse_v6(d, out),
         _ => Parsed::Other,
     }
 }
 
 #[inline(always)]
-fn parse_v4(d: &[u8]) -> Parsed {
+fn parse_v4(d: &[u8], out: &mut L4) -> Parsed {
     // The common case in one pass over fixed offsets: no options, a sound length, a good
     // header checksum, TCP or UDP, not a fragment. Everything else takes the general path.
     if let Some(h) = d.get(ETH..ETH + ipv4::HEADER_LEN) {
@@ -333,17 +354,18 @@ fn parse_v4(d: &[u8]) -> Parsed {
                     [0, 0, 0, src],
                     [0, 0, 0, dst],
                     proto,
+                    out,
                 );
             }
         }
     }
-    parse_v4_general(d)
+    parse_v4_general(d, out)
 }
 
 /// IPv4 with options, a bad checksum, fragments or another protocol.
 #[cold]
 #[inline(never)]
-fn parse_v4_general(d: &[u8]) -> Parsed {
+fn parse_v4_general(d: &[u8], out: &mut L4) -> Parsed {
     let Ok(ip) = ipv4::Packet::new_checked(&d[ETH..]) else {
         return Parsed::Other;
     };
@@ -363,11 +385,20 @@ fn parse_v4_general(d: &[u8]) -> Parsed {
     }
     let l4 = ETH + usize::from(ip.header_len());
     let end = ETH + usize::from(ip.total_len());
-    l4_ports(d, l4, end, false, addr_words(src), addr_words(dst), proto)
+    l4_ports(
+        d,
+        l4,
+        end,
+        false,
+        addr_words(src),
+        addr_words(dst),
+        proto,
+        out,
+    )
 }
 
 #[inline(never)]
-fn parse_v6(d: &[u8]) -> Parsed {
+fn parse_v6(d: &[u8], out: &mut L4) -> Parsed {
     let Ok(ip) = ipv6::Packet::new_checked(&d[ETH..]) else {
         return Parsed::Other;
     };
@@ -387,9 +418,19 @@ fn parse_v6(d: &[u8]) -> Parsed {
     }
     let l4 = ETH + ipv6::HEADER_LEN;
     let end = l4 + usize::from(ip.payload_len());
-    l4_ports(d, l4, end, true, addr_words(src), addr_words(dst), proto)
+    l4_ports(
+        d,
+        l4,
+        end,
+        true,
+        addr_words(src),
+        addr_words(dst),
+        proto,
+        out,
+    )
 }
 
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn l4_ports(
     d: &[u8],
@@ -399,6 +440,7 @@ fn l4_ports(
     src: [u32; 4],
     dst: [u32; 4],
     proto: u8,
+    out: &mut L4,
 ) -> Parsed {
     let Some(seg) = d.get(l4..end) else {
         return Parsed::Other;
@@ -427,7 +469,7 @@ fn l4_ports(
     } else {
         (0, 0, 0, 0)
     };
-    Parsed::L4(L4 {
+    *out = L4 {
         v6,
         l4,
         proto,
@@ -437,7 +479,8 @@ fn l4_ports(
         flags,
         seq_ack: u64::from(seq) | u64::from(ack) << 32,
         payload,
-    })
+    };
+    Parsed::L4
 }
 
 /// The load-balancing stage of one worker (see the [module docs](self)).
@@ -534,30 +577,25 @@ impl Stage for Balancer {
         // waits for the last pass, so a flow an earlier packet of the burst created,
         // removed or re-keyed is seen as it is now.
         let ahead = &mut self.ahead[..n];
-        // Each arm stores its own result: one `*a = match ...` had the compiler pick
-        // between the parsed packet (spilled in pieces) and the constant `NONE` by address
-        // and copy from there, and that copy waited on store forwarding.
+        // `parse` writes the packet's fields straight into its entry: a returned `L4`
+        // (or one `*a = match ...` choosing between it and `NONE`) was copied through the
+        // stack, and that copy waited on store forwarding.
         for (a, p) in ahead.iter_mut().zip(pkts[..n].iter()) {
-            match parse(p.data(), &mac) {
-                Parsed::L4(l4) => {
-                    let h = match l4.tuple4() {
-                        Some(k) => st.flows.hash4(&k),
-                        None => st.flows.hash(&l4.tuple()),
-                    };
-                    st.flows.prefetch(h);
-                    a.l4 = Some(l4);
-                    a.hash = h;
-                }
-                _ => a.l4 = None,
+            a.is_l4 = matches!(parse(p.data(), &mac, &mut a.l4), Parsed::L4);
+            if a.is_l4 {
+                let h = match a.l4.tuple4() {
+                    Some(k) => st.flows.hash4(&k),
+                    None => st.flows.hash(&a.l4.tuple()),
+                };
+                st.flows.prefetch(h);
+                a.hash = h;
             }
         }
-        for a in ahead.iter() {
-            if let Some(l4) = &a.l4 {
-                st.flows.prefetch_entry(a.hash, l4.v6);
-            }
+        for a in ahead.iter().filter(|a| a.is_l4) {
+            st.flows.prefetch_entry(a.hash, a.l4.v6);
         }
         for ((a, p), v) in ahead.iter().zip(pkts.iter_mut()).zip(verdicts.iter_mut()) {
-            *v = match &a.l4 {
+            *v = match a.is_l4.then_some(&a.l4) {
                 Some(l4) => {
                     let found = match l4.tuple4() {
                         Some(k) => st.flows.lookup4_hashed(&k, a.hash, now_s),
@@ -606,8 +644,9 @@ impl State {
         let Some(mac) = self.macs.get(in_port) else {
             return Verdict::Drop(DropReason::BadPort);
         };
-        match parse(pkt.data(), mac) {
-            Parsed::L4(l4) => self.l4(in_port, pkt, &l4, snap, generation, now_s, ctx),
+        let mut l4 = L4::EMPTY;
+        match parse(pkt.data(), mac, &mut l4) {
+            Parsed::L4 => self.l4(in_port, pkt, &l4, snap, generation, now_s, ctx),
             Parsed::OtherIp { src, dst, proto } => {
                 let ours = self.fwd.config().is_ours(dst);
                 if !ours && !snap.policy.verdict(src, dst, proto, 0).is_allow() {
