@@ -11,9 +11,17 @@
 //!
 //! - **Memory**: capacity fixed at [`FlowTable::new`]; no allocation afterwards; at most
 //!   128 bytes per flow at every capacity (120 plus the wheel's 512 bytes shared by all
-//!   flows: 120.5 at 1,000 flows, 120.005 at 100,000). An entry is 96 bytes ([`Flow`]),
-//!   6 of them for delayed binding ([`Splice`]), aligned to 32 bytes so that each spans
-//!   exactly two cache lines (a lookup's second and third misses, after the index line).
+//!   flows: 120.5 at 1,000 flows, 120.005 at 100,000). An entry is one 64-byte cache line
+//!   ([`Flow`], 6 bytes of it for delayed binding, [`Splice`]). An IPv4 flow (both
+//!   tuples IPv4, the common case) lives in it whole (*narrow* form: both directions'
+//!   addresses as 32-bit words), so a lookup that hits reads the index line and one entry
+//!   line. A flow with an IPv6 address (*wide* form) keeps its original direction's
+//!   16-byte addresses in the entry and its reply direction's in a 32-byte record at the
+//!   same position in a second array, the wide area (no allocator of its own, no second
+//!   capacity: every entry has its record, and IPv6 flows may fill the whole table); a
+//!   hit on it reads three lines, as every hit did with the former 96-byte entries. The
+//!   IPv4 hot path keys lookups by [`Tuple4`] (no IPv4-mapped copies), which hashes like
+//!   its mapped [`Tuple`].
 //!   The index is open addressing with linear probing and backward-shift deletion (no
 //!   tombstones, so a long-running table does not degrade): 8-byte slots, two keys per
 //!   flow, exactly 3 slots per flow (24 bytes), so it is at most 2/3 full. Free entries
@@ -66,6 +74,57 @@ pub struct Tuple {
     pub proto: u8,
 }
 
+/// One direction of an IPv4 flow as the hot path reads it off a packet: addresses as
+/// `u32` (`u32::from(Ipv4Addr)`, the header's big-endian word read as a number), so a
+/// lookup copies no IPv4-mapped 16-byte addresses. The same key as the [`Tuple`] with
+/// those addresses mapped ([`Tuple::to_v4`], [`Tuple4::to_tuple`]): both hash alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Tuple4 {
+    /// Source address.
+    pub src: u32,
+    /// Destination address.
+    pub dst: u32,
+    /// Source port (ICMP: identifier).
+    pub sport: u16,
+    /// Destination port.
+    pub dport: u16,
+    /// IP protocol number.
+    pub proto: u8,
+}
+
+/// The 16-byte form of an IPv4 address given as a `u32` (`::ffff:a.b.c.d`).
+fn mapped(a: u32) -> [u8; 16] {
+    std::net::Ipv4Addr::from(a).to_ipv6_mapped().octets()
+}
+
+/// The IPv4 address (as a `u32`) of an IPv4-mapped 16-byte address.
+fn unmapped(o: &[u8; 16]) -> Option<u32> {
+    (o[..10] == [0; 10] && o[10] == 0xff && o[11] == 0xff)
+        .then(|| u32::from_be_bytes([o[12], o[13], o[14], o[15]]))
+}
+
+/// A 16-byte address as four big-endian words (how the wide form stores it).
+fn words(o: &[u8; 16]) -> [u32; 4] {
+    let w = |i: usize| u32::from_be_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+    [w(0), w(4), w(8), w(12)]
+}
+
+/// The address [`words`] was given.
+fn from_words(w: &[u32]) -> [u8; 16] {
+    let mut o = [0u8; 16];
+    for (c, w) in o.chunks_exact_mut(4).zip(w) {
+        c.copy_from_slice(&w.to_be_bytes());
+    }
+    o
+}
+
+/// The table's hash step (FxHash-style multiply-rotate).
+#[inline(always)]
+fn mix(h: u64, v: u64) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    (h.rotate_left(5) ^ v).wrapping_mul(K)
+}
+
 fn octets(ip: IpAddr) -> [u8; 16] {
     match ip {
         IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
@@ -114,25 +173,69 @@ impl Tuple {
         }
     }
 
+    /// The IPv4 form, if both addresses are IPv4 (mapped).
+    pub fn to_v4(&self) -> Option<Tuple4> {
+        Some(Tuple4 {
+            src: unmapped(&self.src)?,
+            dst: unmapped(&self.dst)?,
+            sport: self.sport,
+            dport: self.dport,
+            proto: self.proto,
+        })
+    }
+
     fn hash(&self, seed: u64) -> u64 {
-        // FxHash-style multiply-rotate over the 37 key bytes: fast, and seeded per
-        // table so that crafted tuples cannot be aimed at one bucket across restarts.
-        const K: u64 = 0x517c_c1b7_2722_0a95;
+        if let Some(t) = self.to_v4() {
+            return t.hash(seed);
+        }
+        // Seeded per table so that crafted tuples cannot be aimed at one bucket across
+        // restarts.
+        let word = |a: &[u8; 16], i: usize| {
+            u64::from_le_bytes([
+                a[i],
+                a[i + 1],
+                a[i + 2],
+                a[i + 3],
+                a[i + 4],
+                a[i + 5],
+                a[i + 6],
+                a[i + 7],
+            ])
+        };
         let mut h = seed;
-        let mut mix = |v: u64| h = (h.rotate_left(5) ^ v).wrapping_mul(K);
-        mix(u64::from_le_bytes(
-            self.src[..8].try_into().unwrap_or([0; 8]),
-        ));
-        mix(u64::from_le_bytes(
-            self.src[8..].try_into().unwrap_or([0; 8]),
-        ));
-        mix(u64::from_le_bytes(
-            self.dst[..8].try_into().unwrap_or([0; 8]),
-        ));
-        mix(u64::from_le_bytes(
-            self.dst[8..].try_into().unwrap_or([0; 8]),
-        ));
-        mix(u64::from(self.sport) | u64::from(self.dport) << 16 | u64::from(self.proto) << 32);
+        h = mix(h, word(&self.src, 0));
+        h = mix(h, word(&self.src, 8));
+        h = mix(h, word(&self.dst, 0));
+        h = mix(h, word(&self.dst, 8));
+        h = mix(
+            h,
+            u64::from(self.sport) | u64::from(self.dport) << 16 | u64::from(self.proto) << 32,
+        );
+        h ^ (h >> 29)
+    }
+}
+
+impl Tuple4 {
+    /// The tuple with its addresses IPv4-mapped.
+    pub fn to_tuple(&self) -> Tuple {
+        Tuple {
+            src: mapped(self.src),
+            dst: mapped(self.dst),
+            sport: self.sport,
+            dport: self.dport,
+            proto: self.proto,
+        }
+    }
+
+    #[inline]
+    fn hash(&self, seed: u64) -> u64 {
+        // Two steps over the 13 key bytes (an IPv4 key never mixes the mapped form's
+        // constant words).
+        let mut h = mix(seed, u64::from(self.src) | u64::from(self.dst) << 32);
+        h = mix(
+            h,
+            u64::from(self.sport) | u64::from(self.dport) << 16 | u64::from(self.proto) << 32,
+        );
         h ^ (h >> 29)
     }
 }
@@ -210,38 +313,60 @@ impl Timeouts {
     }
 }
 
-/// A tracked flow (96 bytes, aligned to 32 so that every entry spans exactly two cache
-/// lines: at 100 bytes, half of them straddled three).
+/// A tracked flow's entry: one 64-byte cache line (aligned to 64).
+///
+/// Two forms. **Narrow** (both tuples IPv4, the common case): the entry holds the whole
+/// flow, both directions' addresses as [`Tuple4`] words, so a lookup that hits reads the
+/// index line and this one line. **Wide** (an address of either tuple is IPv6): the entry
+/// holds the original direction's 16-byte addresses and the table's wide area, a 32-byte
+/// record at the same position beside the entries, holds the reply direction's; such a
+/// hit reads the index line, this line and that record's (three lines, as every flow did
+/// when entries were 96 bytes). Read a flow's tuples through [`FlowRef`]
+/// ([`FlowTable::get`]).
 ///
 /// `link` links the entry into exactly one list at a time: the timer-wheel slot it is
 /// filed in (live flows, and removed or expired-at-lookup flows awaiting recycling), or,
 /// once the wheel has recycled it, the table's free list. Its top bit (`LIVE`) says
 /// whether the flow is live (indexed); the low 31 bits are the next entry (or `NIL`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(align(32))]
+#[repr(C, align(64))]
 pub struct Flow {
-    /// Original direction (client -> virtual address).
-    pub orig: Tuple,
-    /// Reply direction (backend -> SNAT address or client).
-    pub reply: Tuple,
+    /// Narrow: original source, original destination, reply source, reply destination
+    /// (as [`Tuple4`] holds them), then zeros. Wide: the original direction's source and
+    /// destination, four big-endian words each.
+    addrs: [u32; 8],
+    /// Original source and destination port, reply source and destination port.
+    ports: [u16; 4],
     /// Snapshot generation the flow was admitted under (for lazy policy re-checks).
     pub generation: u32,
     expires: u32,
     link: u32,
+    /// Delayed-binding state ([`crate::splice`]); [`Splice::NONE`] for plain flows.
+    pub splice: Splice,
+    /// The original and the reply direction's protocol.
+    protos: [u8; 2],
+    /// The wide form (the reply direction's addresses are in the wide area).
+    wide: bool,
     /// Connection state.
     pub state: TcpState,
     /// Free bits for the pipeline (e.g. "policy re-checked"), untouched by the table.
     pub user_flags: u8,
-    /// Delayed-binding state ([`crate::splice`]); [`Splice::NONE`] for plain flows.
-    pub splice: Splice,
 }
+
+/// A wide flow's reply-direction addresses (source then destination, four big-endian
+/// words each), at the flow's own position in the table's wide area; aligned to 32 so
+/// that each lies in one cache line. Unused (never read) for narrow flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(C, align(32))]
+struct WideAddrs([u32; 8]);
 
 /// What a flow carries for delayed binding (6 bytes): nothing, the index of its
 /// embryonic entry while sluice reads the first bytes and connects the backend, or, once
 /// spliced, the sequence offset and the two window scales.
 ///
-/// Packed to an alignment of 2 (6 bytes, not 8) so that a [`Flow`] fits 96 bytes; its
-/// fields are read and written by value only (a reference to `value` would not compile).
+/// Packed to an alignment of 2 (6 bytes, not 8) so that a [`Flow`] fits one cache line;
+/// its fields are read and written by value only (a reference to `value` would not
+/// compile).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[repr(C, packed(2))]
 pub struct Splice {
@@ -276,41 +401,70 @@ impl Splice {
 }
 
 const EMPTY_FLOW: Flow = Flow {
-    orig: Tuple {
-        src: [0; 16],
-        dst: [0; 16],
-        sport: 0,
-        dport: 0,
-        proto: 0,
-    },
-    reply: Tuple {
-        src: [0; 16],
-        dst: [0; 16],
-        sport: 0,
-        dport: 0,
-        proto: 0,
-    },
+    addrs: [0; 8],
+    ports: [0; 4],
+    protos: [0; 2],
+    wide: false,
+    state: TcpState::Close,
+    user_flags: 0,
     generation: 0,
     expires: 0,
     link: NIL,
-    state: TcpState::Close,
-    user_flags: 0,
     splice: Splice::NONE,
 };
 
 impl Flow {
-    /// Where a packet of this flow travelling in `dir` must be sent: `(new source, new
-    /// destination)`.
-    pub fn rewrite(&self, dir: Dir) -> (SocketAddr, SocketAddr) {
-        match dir {
-            Dir::Orig => (self.reply.destination(), self.reply.source()),
-            Dir::Reply => (self.orig.destination(), self.orig.source()),
+    /// An entry holding `orig` and `reply` (narrow when both are IPv4), and the wide
+    /// area's record for it.
+    fn keyed(orig: &Tuple, reply: &Tuple) -> (Flow, WideAddrs) {
+        let mut f = Flow {
+            ports: [orig.sport, orig.dport, reply.sport, reply.dport],
+            protos: [orig.proto, reply.proto],
+            ..EMPTY_FLOW
+        };
+        if let (Some(o), Some(r)) = (orig.to_v4(), reply.to_v4()) {
+            f.addrs[..4].copy_from_slice(&[o.src, o.dst, r.src, r.dst]);
+            return (f, WideAddrs::default());
         }
+        f.wide = true;
+        f.addrs[..4].copy_from_slice(&words(&orig.src));
+        f.addrs[4..].copy_from_slice(&words(&orig.dst));
+        let mut w = WideAddrs::default();
+        w.0[..4].copy_from_slice(&words(&reply.src));
+        w.0[4..].copy_from_slice(&words(&reply.dst));
+        (f, w)
     }
 
-    /// The backend (the reply direction's source).
-    pub fn backend(&self) -> SocketAddr {
-        self.reply.source()
+    /// Whether the flow is in the wide form (an IPv6 address in either tuple).
+    #[inline]
+    pub fn is_wide(&self) -> bool {
+        self.wide
+    }
+
+    /// A narrow flow's tuple in direction `dir` (`None` for a wide flow).
+    #[inline]
+    pub fn tuple4(&self, dir: Dir) -> Option<Tuple4> {
+        let i = dir as usize * 2;
+        (!self.wide).then_some(Tuple4 {
+            src: self.addrs[i],
+            dst: self.addrs[i + 1],
+            sport: self.ports[i],
+            dport: self.ports[i + 1],
+            proto: self.protos[dir as usize],
+        })
+    }
+
+    /// Whether a narrow flow's `dir` tuple is `k` (a wide flow's never is: see
+    /// [`FlowTable::key4_matches`]).
+    #[inline(always)]
+    fn narrow_matches(&self, dir: Dir, k: &Tuple4) -> bool {
+        let i = dir as usize * 2;
+        !self.wide
+            && self.addrs[i] == k.src
+            && self.addrs[i + 1] == k.dst
+            && self.ports[i] == k.sport
+            && self.ports[i + 1] == k.dport
+            && self.protos[dir as usize] == k.proto
     }
 
     /// When the flow expires, in table seconds.
@@ -340,6 +494,73 @@ impl Flow {
     #[inline]
     fn set_next(&mut self, next: u32) {
         self.link = self.link & LIVE | next;
+    }
+}
+
+/// A flow's entry with its wide-area record: its tuples in either form
+/// ([`FlowTable::get`]). Dereferences to the [`Flow`] entry.
+#[derive(Clone, Copy, Debug)]
+pub struct FlowRef<'a> {
+    flow: &'a Flow,
+    wide: &'a WideAddrs,
+}
+
+impl std::ops::Deref for FlowRef<'_> {
+    type Target = Flow;
+
+    fn deref(&self) -> &Flow {
+        self.flow
+    }
+}
+
+impl FlowRef<'_> {
+    /// The flow's tuple in direction `dir`.
+    pub fn tuple(&self, dir: Dir) -> Tuple {
+        if let Some(t) = self.flow.tuple4(dir) {
+            return t.to_tuple();
+        }
+        let i = dir as usize * 2;
+        let a = match dir {
+            Dir::Orig => &self.flow.addrs,
+            Dir::Reply => &self.wide.0,
+        };
+        Tuple {
+            src: from_words(&a[..4]),
+            dst: from_words(&a[4..]),
+            sport: self.flow.ports[i],
+            dport: self.flow.ports[i + 1],
+            proto: self.flow.protos[dir as usize],
+        }
+    }
+
+    /// Original direction (client -> virtual address).
+    pub fn orig(&self) -> Tuple {
+        self.tuple(Dir::Orig)
+    }
+
+    /// Reply direction (backend -> SNAT address or client).
+    pub fn reply(&self) -> Tuple {
+        self.tuple(Dir::Reply)
+    }
+
+    /// Where a packet of this flow travelling in `dir` must be sent: `(new source, new
+    /// destination)`.
+    pub fn rewrite(&self, dir: Dir) -> (SocketAddr, SocketAddr) {
+        let other = match dir {
+            Dir::Orig => self.reply(),
+            Dir::Reply => self.orig(),
+        };
+        (other.destination(), other.source())
+    }
+
+    /// The backend (the reply direction's source).
+    pub fn backend(&self) -> SocketAddr {
+        self.reply().source()
+    }
+
+    /// Whether the flow's `dir` tuple is `t`, in either form.
+    fn matches(&self, dir: Dir, t: &Tuple) -> bool {
+        self.tuple(dir) == *t
     }
 }
 
@@ -383,11 +604,14 @@ const REFILE_HORIZON: u32 = 64;
 const SLOTS_PER_FLOW: usize = 3;
 const EMPTY_SLOT: u64 = 0;
 
-const _: () = assert!(std::mem::size_of::<Flow>() == 96);
+const _: () = assert!(std::mem::size_of::<Flow>() == 64);
+const _: () = assert!(std::mem::size_of::<WideAddrs>() == 32);
 
 /// The flow table (see the [module docs](self)).
 pub struct FlowTable {
     flows: HugeSlice<Flow>,
+    /// The wide flows' reply addresses, at their entries' positions (see [`Flow`]).
+    wide: HugeSlice<WideAddrs>,
     /// Open-addressing index of `SLOTS_PER_FLOW × capacity` slots: `0` empty, else
     /// `tag << 32 | (id << 1 | reply) + 1`.
     index: HugeSlice<u64>,
@@ -415,6 +639,14 @@ impl std::fmt::Debug for FlowTable {
     }
 }
 
+/// The flow and direction an index slot's value points to.
+#[inline(always)]
+fn slot_target(v: u64) -> (u32, Dir) {
+    let low = (v & 0xffff_ffff) as u32 - 1;
+    let dir = if low & 1 == 1 { Dir::Reply } else { Dir::Orig };
+    (low >> 1, dir)
+}
+
 impl FlowTable {
     /// A table for `capacity` flows (at least 1; all memory allocated here), with
     /// `timeouts`, whose clock starts at `now` seconds. `seed` keys the hash.
@@ -425,8 +657,8 @@ impl FlowTable {
         for (i, f) in flows.iter_mut().enumerate() {
             f.set_next(if i + 1 < capacity { i as u32 + 1 } else { NIL });
         }
-        // Entry and index take 120 bytes a flow, leaving 8 for the wheel: one slot a flow
-        // in small tables (rounded down to a power of two).
+        // Entry, wide area and index take 120 bytes a flow, leaving 8 for the wheel: one
+        // slot a flow in small tables (rounded down to a power of two).
         let wheel_slots = if capacity >= WHEEL_SLOTS {
             WHEEL_SLOTS
         } else {
@@ -434,6 +666,7 @@ impl FlowTable {
         };
         FlowTable {
             flows,
+            wide: huge_filled(WideAddrs::default(), capacity),
             index: huge_filled(EMPTY_SLOT, capacity * SLOTS_PER_FLOW),
             free: 0,
             wheel: vec![NIL; wheel_slots].into_boxed_slice(),
@@ -466,9 +699,10 @@ impl FlowTable {
         self.stats
     }
 
-    /// Bytes held by the table (entries, index, wheel): at most 128 a flow.
+    /// Bytes held by the table (entries, wide area, index, wheel): at most 128 a flow.
     pub fn memory_bytes(&self) -> usize {
         self.flows.len() * std::mem::size_of::<Flow>()
+            + self.wide.len() * std::mem::size_of::<WideAddrs>()
             + self.index.len() * std::mem::size_of::<u64>()
             + self.wheel.len() * std::mem::size_of::<u32>()
     }
@@ -507,9 +741,15 @@ impl FlowTable {
 
     /// The hash of a tuple under this table's seed, for [`FlowTable::prefetch`] and
     /// [`FlowTable::lookup_hashed`] (a burst hashes every packet first, prefetches, then
-    /// looks up).
+    /// looks up). An IPv4 tuple hashes as its [`Tuple4`] does.
     #[inline]
     pub fn hash(&self, t: &Tuple) -> u64 {
+        t.hash(self.seed)
+    }
+
+    /// [`FlowTable::hash`] of an IPv4 key.
+    #[inline]
+    pub fn hash4(&self, t: &Tuple4) -> u64 {
         t.hash(self.seed)
     }
 
@@ -527,11 +767,12 @@ impl FlowTable {
 
     /// The second stage of a burst's lookups: reads the index slots of `hash` (which
     /// [`FlowTable::prefetch`] brought in) up to the first key with the hash's tag and
-    /// prefetches that flow's entry, so that the [`FlowTable::lookup_hashed`] that follows
-    /// finds both in the cache. Only a hint: a false tag match or a change to the table in
-    /// between costs a miss, never a wrong answer.
+    /// prefetches that flow's entry, and for a `wide` key (an IPv6 address) its wide-area
+    /// record too, so that the lookup that follows finds them in the cache. Only a hint:
+    /// a false tag match or a change to the table in between costs a miss, never a wrong
+    /// answer.
     #[inline]
-    pub fn prefetch_entry(&self, hash: u64) {
+    pub fn prefetch_entry(&self, hash: u64, wide: bool) {
         let tag = Self::tag(hash);
         let mut i = self.home(hash);
         // Bounded: the expected run is two slots at the table's fullest.
@@ -541,9 +782,14 @@ impl FlowTable {
                 return;
             }
             if v >> 32 == tag {
-                let id = ((v & 0xffff_ffff) as u32 - 1) >> 1;
+                let (id, _) = slot_target(v);
                 if let Some(f) = self.flows.get(id as usize) {
                     crate::port::prefetch_read(f);
+                }
+                if wide {
+                    if let Some(w) = self.wide.get(id as usize) {
+                        crate::port::prefetch_read(w);
+                    }
                 }
                 return;
             }
@@ -551,14 +797,18 @@ impl FlowTable {
         }
     }
 
-    fn slot_tuple(&self, v: u64) -> (u32, Dir, &Tuple) {
-        let low = (v & 0xffff_ffff) as u32 - 1;
-        let id = low >> 1;
-        let flow = &self.flows[id as usize];
-        if low & 1 == 1 {
-            (id, Dir::Reply, &flow.reply)
-        } else {
-            (id, Dir::Orig, &flow.orig)
+    /// The flow, direction and tuple an index slot's value points to.
+    #[cfg(test)]
+    fn slot_tuple(&self, v: u64) -> (u32, Dir, Tuple) {
+        let (id, dir) = slot_target(v);
+        (id, dir, self.get(FlowId(id)).tuple(dir))
+    }
+
+    /// The hash of a live flow's `dir` key, from the entry (and its wide record).
+    fn key_hash(&self, id: u32, dir: Dir) -> u64 {
+        match self.flows[id as usize].tuple4(dir) {
+            Some(t) => self.hash4(&t),
+            None => self.hash(&self.get(FlowId(id)).tuple(dir)),
         }
     }
 
@@ -577,6 +827,14 @@ impl FlowTable {
             .filter(|(id, _)| self.flows[id.0 as usize].expires > now)
     }
 
+    /// [`FlowTable::lookup_hashed`] of an IPv4 key (its [`FlowTable::hash4`] computed):
+    /// a hit reads the index and the flow's one entry line.
+    #[inline(always)]
+    pub fn lookup4_hashed(&self, t: &Tuple4, hash: u64, now: u32) -> Option<(FlowId, Dir)> {
+        self.find4(t, hash)
+            .filter(|(id, _)| self.flows[id.0 as usize].expires > now)
+    }
+
     /// Finds the indexed flow with this tuple, expired or not.
     fn find(&self, t: &Tuple) -> Option<(FlowId, Dir)> {
         self.find_hashed(t, self.hash(t))
@@ -584,6 +842,9 @@ impl FlowTable {
 
     #[inline]
     fn find_hashed(&self, t: &Tuple, h: u64) -> Option<(FlowId, Dir)> {
+        if let Some(k) = t.to_v4() {
+            return self.find4(&k, h);
+        }
         let tag = Self::tag(h);
         let mut i = self.home(h);
         loop {
@@ -592,8 +853,8 @@ impl FlowTable {
                 return None;
             }
             if v >> 32 == tag {
-                let (id, dir, key) = self.slot_tuple(v);
-                if key == t {
+                let (id, dir) = slot_target(v);
+                if self.get(FlowId(id)).matches(dir, t) {
                     return Some((FlowId(id), dir));
                 }
             }
@@ -601,18 +862,55 @@ impl FlowTable {
         }
     }
 
-    /// The flow behind a handle.
-    pub fn get(&self, id: FlowId) -> &Flow {
-        &self.flows[id.0 as usize]
+    /// Inlined into the burst's lookup pass (a call there cost its register saves on every
+    /// packet; measured with [`FlowTable::on_packet`]'s and the NAT rewrite's inlining).
+    #[inline(always)]
+    fn find4(&self, k: &Tuple4, h: u64) -> Option<(FlowId, Dir)> {
+        let tag = Self::tag(h);
+        let mut i = self.home(h);
+        loop {
+            let v = self.index[i];
+            if v == EMPTY_SLOT {
+                return None;
+            }
+            if v >> 32 == tag {
+                let (id, dir) = slot_target(v);
+                if self.key4_matches(id, dir, k) {
+                    return Some((FlowId(id), dir));
+                }
+            }
+            i = self.next_slot(i);
+        }
     }
 
-    /// The flow behind a handle, mutably (for `generation` and `user_flags`).
+    /// Whether flow `id`'s `dir` tuple is the IPv4 key `k`: in the entry for a narrow
+    /// flow; for a wide one (an IPv6 reply direction, say) through its mapped form.
+    #[inline(always)]
+    fn key4_matches(&self, id: u32, dir: Dir, k: &Tuple4) -> bool {
+        let f = &self.flows[id as usize];
+        f.narrow_matches(dir, k) || (f.wide && self.wide_key4_matches(id, dir, k))
+    }
+
+    #[cold]
+    fn wide_key4_matches(&self, id: u32, dir: Dir, k: &Tuple4) -> bool {
+        self.get(FlowId(id)).matches(dir, &k.to_tuple())
+    }
+
+    /// The flow behind a handle.
+    #[inline]
+    pub fn get(&self, id: FlowId) -> FlowRef<'_> {
+        FlowRef {
+            flow: &self.flows[id.0 as usize],
+            wide: &self.wide[id.0 as usize],
+        }
+    }
+
+    /// The flow's entry behind a handle, mutably (for `generation` and `user_flags`).
     pub fn get_mut(&mut self, id: FlowId) -> &mut Flow {
         &mut self.flows[id.0 as usize]
     }
 
-    fn index_insert(&mut self, t: &Tuple, id: u32, dir: Dir) {
-        let h = self.hash(t);
+    fn index_insert(&mut self, h: u64, id: u32, dir: Dir) {
         let v = Self::tag(h) << 32 | u64::from((id << 1 | u32::from(dir == Dir::Reply)) + 1);
         // At most 2 keys a flow in 3 slots a flow: there is always an empty slot.
         let mut i = self.home(h);
@@ -622,8 +920,8 @@ impl FlowTable {
         self.index[i] = v;
     }
 
-    fn index_remove(&mut self, t: &Tuple, id: u32) {
-        let h = self.hash(t);
+    /// Removes flow `id`'s key of hash `h` from the index.
+    fn index_remove(&mut self, h: u64, id: u32) {
         let tag = Self::tag(h);
         let mut i = self.home(h);
         loop {
@@ -631,7 +929,7 @@ impl FlowTable {
             if v == EMPTY_SLOT {
                 return; // not present
             }
-            if v >> 32 == tag && (((v & 0xffff_ffff) as u32 - 1) >> 1) == id {
+            if v >> 32 == tag && slot_target(v).0 == id {
                 break;
             }
             i = self.next_slot(i);
@@ -648,8 +946,8 @@ impl FlowTable {
             if v == EMPTY_SLOT {
                 break;
             }
-            let (_, _, key) = self.slot_tuple(v);
-            let home = self.home(self.hash(key));
+            let (other, dir) = slot_target(v);
+            let home = self.home(self.key_hash(other, dir));
             if self.distance(home, j) >= self.distance(hole, j) {
                 self.index[hole] = v;
                 hole = j;
@@ -657,6 +955,27 @@ impl FlowTable {
             j = self.next_slot(j);
         }
         self.index[hole] = EMPTY_SLOT;
+    }
+
+    /// Removes both keys of flow `id` (still holding them) from the index.
+    fn index_remove_flow(&mut self, id: u32) {
+        let (ho, hr) = (self.key_hash(id, Dir::Orig), self.key_hash(id, Dir::Reply));
+        self.index_remove(ho, id);
+        self.index_remove(hr, id);
+    }
+
+    /// Writes `orig` and `reply` into entry `id` (the wide area only for a wide flow),
+    /// keeping its list link, state, timer and pipeline fields.
+    fn store_keys(&mut self, id: u32, orig: &Tuple, reply: &Tuple) {
+        let (keyed, w) = Flow::keyed(orig, reply);
+        let f = &mut self.flows[id as usize];
+        f.addrs = keyed.addrs;
+        f.ports = keyed.ports;
+        f.protos = keyed.protos;
+        f.wide = keyed.wide;
+        if keyed.wide {
+            self.wide[id as usize] = w;
+        }
     }
 
     /// Admits a new flow in `state` (`SynSent` for TCP, `UdpUnreplied` otherwise) at
@@ -670,8 +989,9 @@ impl FlowTable {
         generation: u32,
         now: u32,
     ) -> Result<FlowId, InsertError> {
-        for t in [&orig, &reply] {
-            if let Some((id, _)) = self.find(t) {
+        let (ho, hr) = (self.hash(&orig), self.hash(&reply));
+        for (t, h) in [(&orig, ho), (&reply, hr)] {
+            if let Some((id, _)) = self.find_hashed(t, h) {
                 if self.flows[id.0 as usize].expires > now {
                     return Err(InsertError::Exists);
                 }
@@ -685,18 +1005,19 @@ impl FlowTable {
         }
         self.free = self.flows[id as usize].next();
         let expires = now.saturating_add(self.timeouts.for_state(state));
+        let (keyed, w) = Flow::keyed(&orig, &reply);
         self.flows[id as usize] = Flow {
-            orig,
-            reply,
             generation,
             expires,
             link: LIVE | NIL,
             state,
-            user_flags: 0,
-            splice: Splice::NONE,
+            ..keyed
         };
-        self.index_insert(&orig, id, Dir::Orig);
-        self.index_insert(&reply, id, Dir::Reply);
+        if keyed.wide {
+            self.wide[id as usize] = w;
+        }
+        self.index_insert(ho, id, Dir::Orig);
+        self.index_insert(hr, id, Dir::Reply);
         self.file(id, expires);
         self.len += 1;
         self.stats.inserted += 1;
@@ -717,8 +1038,7 @@ impl FlowTable {
         state: TcpState,
         now: u32,
     ) -> Result<(), InsertError> {
-        let f = self.flows[id.0 as usize];
-        if !f.live() {
+        if !self.flows[id.0 as usize].live() {
             return Err(InsertError::Exists);
         }
         if let Some((other, dir)) = self.find(&reply) {
@@ -730,14 +1050,18 @@ impl FlowTable {
                 self.reap(other);
             }
         }
-        self.index_remove(&f.reply, id.0);
+        let orig = self.get(id).orig();
+        let old = self.key_hash(id.0, Dir::Reply);
+        self.index_remove(old, id.0);
+        // The orig key's form may change (narrow <-> wide); its hash does not.
+        self.store_keys(id.0, &orig, &reply);
         let expires = now.saturating_add(self.timeouts.for_state(state));
         let e = &mut self.flows[id.0 as usize];
-        e.reply = reply;
         e.state = state;
         // A later expiry is re-filed lazily when the wheel reaches the entry's slot.
         e.expires = expires;
-        self.index_insert(&reply, id.0, Dir::Reply);
+        let h = self.hash(&reply);
+        self.index_insert(h, id.0, Dir::Reply);
         Ok(())
     }
 
@@ -756,7 +1080,7 @@ impl FlowTable {
     /// Accounts a packet of the flow travelling in `dir` at `now`: advances the TCP
     /// state with the packet's flags (`None` for UDP and other protocols) and pushes the
     /// expiry out. Returns the new state.
-    #[inline]
+    #[inline(always)]
     pub fn on_packet(
         &mut self,
         id: FlowId,
@@ -792,12 +1116,10 @@ impl FlowTable {
 
     /// Unindexes a live flow and marks it dead; the wheel recycles the entry.
     fn reap(&mut self, id: FlowId) -> bool {
-        let f = self.flows[id.0 as usize];
-        if !f.live() {
+        if !self.flows[id.0 as usize].live() {
             return false;
         }
-        self.index_remove(&f.orig, id.0);
-        self.index_remove(&f.reply, id.0);
+        self.index_remove_flow(id.0);
         let flow = &mut self.flows[id.0 as usize];
         flow.set_live(false);
         flow.expires = 0;
@@ -807,7 +1129,7 @@ impl FlowTable {
 
     /// Advances the wheel to `now` (seconds), expiring due flows; calls `on_expire` for
     /// each (before its entry is recycled). Returns how many expired.
-    pub fn expire(&mut self, now: u32, mut on_expire: impl FnMut(&Flow)) -> usize {
+    pub fn expire(&mut self, now: u32, mut on_expire: impl FnMut(FlowRef<'_>)) -> usize {
         let mut expired = 0;
         // Never process more than one turn per call: later slots wait for the next call.
         let end = now.min(self.wheel_now.saturating_add(MAX_TICKS_PER_CALL));
@@ -816,16 +1138,15 @@ impl FlowTable {
             let slot = self.wheel_now as usize & (self.wheel.len() - 1);
             let mut id = std::mem::replace(&mut self.wheel[slot], NIL);
             while id != NIL {
-                let next = self.flows[id as usize].next();
                 let f = self.flows[id as usize];
+                let next = f.next();
                 if !f.live() {
                     self.recycle(id); // removed earlier: recycle now
                 } else if f.expires > self.wheel_now {
                     self.file(id, f.expires); // touched since filed: lazy re-arm
                 } else {
-                    on_expire(&f);
-                    self.index_remove(&f.orig, id);
-                    self.index_remove(&f.reply, id);
+                    on_expire(self.get(FlowId(id)));
+                    self.index_remove_flow(id);
                     self.flows[id as usize].set_live(false);
                     self.recycle(id);
                     self.len -= 1;
@@ -845,19 +1166,18 @@ impl FlowTable {
     }
 
     /// Every live flow (for `sluice ctl flows` and tests).
-    pub fn iter(&self) -> impl Iterator<Item = (FlowId, &Flow)> {
-        self.flows
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| f.live())
-            .map(|(i, f)| (FlowId(i as u32), f))
+    pub fn iter(&self) -> impl Iterator<Item = (FlowId, FlowRef<'_>)> {
+        (0..self.flows.len() as u32)
+            .map(FlowId)
+            .filter(|id| self.flows[id.0 as usize].live())
+            .map(|id| (id, self.get(id)))
     }
 }
 
 /// `len` copies of `value` in memory aligned to 2 MiB and advised for transparent huge
 /// pages when it is big ([`HugeSlice`]): lookups land at random in tables of many MiB
-/// (96 bytes of entry and 24 of index a flow), and with 4 KiB pages each would also miss
-/// the TLB.
+/// (64 bytes of entry, 32 of wide area and 24 of index a flow), and with 4 KiB pages
+/// each would also miss the TLB.
 fn huge_filled<T: Clone>(value: T, len: usize) -> HugeSlice<T> {
     HugeSlice::filled(value, len)
 }

@@ -37,9 +37,11 @@ fn syn_flags() {
 }
 
 #[test]
-fn a_flow_is_two_cache_lines() {
-    assert_eq!(std::mem::size_of::<Flow>(), 96);
-    assert_eq!(std::mem::align_of::<Flow>(), 32);
+fn a_flow_is_one_cache_line_and_a_wide_record_half_of_one() {
+    assert_eq!(std::mem::size_of::<Flow>(), 64);
+    assert_eq!(std::mem::align_of::<Flow>(), 64);
+    assert_eq!(std::mem::size_of::<WideAddrs>(), 32);
+    assert_eq!(std::mem::align_of::<WideAddrs>(), 32);
     assert_eq!(std::mem::size_of::<Splice>(), 6);
 }
 
@@ -61,7 +63,7 @@ fn check(t: &FlowTable) {
             t.flows[id as usize].live(),
             "slot {i}: dead flow {id} indexed"
         );
-        let h = t.hash(key);
+        let h = t.hash(&key);
         assert_eq!(v >> 32, FlowTable::tag(h), "slot {i}: tag");
         let home = t.home(h);
         assert!(home < len);
@@ -73,7 +75,7 @@ fn check(t: &FlowTable) {
             );
             k = t.next_slot(k);
         }
-        assert_eq!(t.find(key), Some((FlowId(id), dir)), "slot {i}");
+        assert_eq!(t.find(&key), Some((FlowId(id), dir)), "slot {i}");
     }
     assert_eq!(keys, 2 * t.len(), "two keys per live flow");
     // Lists: each entry exactly once.
@@ -106,16 +108,155 @@ fn check(t: &FlowTable) {
     assert_eq!(t.iter().count(), t.len());
 }
 
-/// Flow `k` of a family of distinct UDP flows (FullNAT, IPv4 and IPv6 mixed).
+/// Flow `k` of a family of distinct UDP flows (FullNAT), in turn all IPv4 (narrow
+/// entries), IPv4 to an IPv6 backend and all IPv6 (wide entries).
 fn flow_k(k: u32) -> (Tuple, Tuple) {
     let (a, b) = ((k >> 8) as u8, k as u8);
-    nat(
-        &format!("10.{}.{a}.{b}:{}", k % 7, 1024 + k % 50_000),
-        "2.2.2.2:53",
-        &format!("[fd00::{:x}]:53", k % 65_000),
-        &format!("[fd00::1:{:x}]:{}", k >> 16, k as u16),
-        17,
-    )
+    let (hi, lo) = (k >> 16, k & 0xffff);
+    match k % 3 {
+        0 => nat(
+            &format!("10.{}.{a}.{b}:{}", k % 7, 1024 + k % 50_000),
+            "2.2.2.2:53",
+            &format!("10.78.{}.{}:53", (k % 65_000) >> 8, (k % 65_000) & 0xff),
+            &format!("10.79.{}.{}:{}", hi as u8, k >> 24, k as u16),
+            17,
+        ),
+        1 => nat(
+            &format!("10.{}.{a}.{b}:{}", k % 7, 1024 + k % 50_000),
+            "2.2.2.2:53",
+            &format!("[fd00::{:x}]:53", k % 65_000),
+            &format!("[fd00::1:{hi:x}]:{}", k as u16),
+            17,
+        ),
+        _ => nat(
+            &format!("[fd01::{hi:x}:{lo:x}]:{}", 1024 + k % 50_000),
+            "[fd02::53]:53",
+            &format!("[fd00::{:x}]:53", k % 65_000),
+            &format!("[fd00::1:{hi:x}]:{}", k as u16),
+            17,
+        ),
+    }
+}
+
+/// The IPv4 path of the table agrees with the general one: a [`Tuple4`] hashes and
+/// finds what its IPv4-mapped [`Tuple`] does, and an IPv6 tuple has no IPv4 form.
+fn assert_v4_path_agrees(t: &FlowTable, tu: &Tuple, now: u32) {
+    match tu.to_v4() {
+        Some(k) => {
+            assert_eq!(k.to_tuple(), *tu);
+            assert_eq!(t.hash4(&k), t.hash(tu));
+            assert_eq!(
+                t.lookup4_hashed(&k, t.hash4(&k), now),
+                t.lookup(tu, now),
+                "{tu:?}"
+            );
+        }
+        None => assert!(tu.src[..12] != mapped(0)[..12] || tu.dst[..12] != mapped(0)[..12]),
+    }
+}
+
+#[test]
+fn ipv4_flows_are_narrow_and_the_others_wide_and_all_round_trip() {
+    let mut t = FlowTable::new(64, Timeouts::default(), 0, 11);
+    for k in 0..30u32 {
+        let (o, r) = flow_k(k);
+        let id = t.insert(o, r, TcpState::SynSent, 1, 0).expect("insert");
+        let f = t.get(id);
+        assert_eq!(f.is_wide(), k % 3 != 0, "flow {k}");
+        assert_eq!(f.tuple4(Dir::Orig).is_some(), k % 3 == 0);
+        assert_eq!((f.orig(), f.reply()), (o, r), "flow {k}");
+        assert_eq!(f.rewrite(Dir::Orig), (r.destination(), r.source()));
+        assert_eq!(f.rewrite(Dir::Reply), (o.destination(), o.source()));
+        assert_eq!(f.backend(), r.source());
+        if let Some(k4) = f.tuple4(Dir::Reply) {
+            assert_eq!(k4.to_tuple(), r);
+        }
+        for (tu, dir) in [(o, Dir::Orig), (r, Dir::Reply)] {
+            assert_eq!(t.lookup(&tu, 0), Some((id, dir)), "flow {k}");
+            assert_v4_path_agrees(&t, &tu, 0);
+            assert_eq!(t.lookup(&tu.reversed(), 0), None);
+            assert_v4_path_agrees(&t, &tu.reversed(), 0);
+        }
+    }
+    check(&t);
+    // The same addresses under the other protocol, or one port off, are other flows.
+    let (o, _) = flow_k(0);
+    let k = o.to_v4().expect("IPv4");
+    let other_proto = Tuple4 { proto: 6, ..k };
+    assert_eq!(
+        t.lookup4_hashed(&other_proto, t.hash4(&other_proto), 0),
+        None
+    );
+    let other_port = Tuple4 {
+        sport: k.sport + 1,
+        ..k
+    };
+    assert_eq!(t.lookup4_hashed(&other_port, t.hash4(&other_port), 0), None);
+    // The entry's own comparison (a lookup reaches it only on a tag match).
+    let (id, _) = t.lookup(&o, 0).expect("flow 0");
+    let f = &t.flows[id.0 as usize];
+    assert!(f.narrow_matches(Dir::Orig, &k));
+    assert!(!f.narrow_matches(Dir::Reply, &k));
+    assert!(!f.narrow_matches(Dir::Orig, &other_proto));
+    assert!(!f.narrow_matches(Dir::Orig, &other_port));
+    let swapped = Tuple4 {
+        src: k.dst,
+        dst: k.src,
+        ..k
+    };
+    assert!(!f.narrow_matches(Dir::Orig, &swapped));
+    // A wide entry never matches narrowly (its IPv4 keys go through the mapped form).
+    let (o1, _) = flow_k(1);
+    let (id1, _) = t.lookup(&o1, 0).expect("flow 1");
+    let k1 = o1.to_v4().expect("IPv4 client side");
+    assert!(!t.flows[id1.0 as usize].narrow_matches(Dir::Orig, &k1));
+    assert!(t.key4_matches(id1.0, Dir::Orig, &k1));
+}
+
+#[test]
+fn rekeying_moves_a_flow_between_the_narrow_and_the_wide_form() {
+    let to = Timeouts::default();
+    let mut t = FlowTable::new(8, to, 0, 13);
+    let client = Tuple::new(sa("198.51.100.7:40000"), sa("10.77.0.10:443"), 6);
+    let id = t
+        .insert(client, client.reversed(), TcpState::SynRecv, 1, 0)
+        .expect("insert");
+    assert!(!t.get(id).is_wide());
+    let v6 = Tuple::new(sa("[fd78::11]:8443"), sa("[fd78::2]:2000"), 6);
+    t.rekey_reply(id, v6, TcpState::SynSent, 1)
+        .expect("to wide");
+    check(&t);
+    assert!(t.get(id).is_wide());
+    assert_eq!((t.get(id).orig(), t.get(id).reply()), (client, v6));
+    assert_eq!(t.lookup(&client, 1), Some((id, Dir::Orig)));
+    assert_v4_path_agrees(&t, &client, 1);
+    assert_eq!(t.lookup(&v6, 1), Some((id, Dir::Reply)));
+    assert_eq!(t.lookup(&client.reversed(), 1), None);
+    let v4 = Tuple::new(sa("10.78.0.11:8443"), sa("10.78.0.2:2000"), 6);
+    t.rekey_reply(id, v4, TcpState::SynSent, 2)
+        .expect("to narrow");
+    check(&t);
+    assert!(!t.get(id).is_wide());
+    assert_eq!((t.get(id).orig(), t.get(id).reply()), (client, v4));
+    assert_eq!(t.lookup(&v6, 2), None);
+    assert_eq!(t.lookup(&v4, 2), Some((id, Dir::Reply)));
+    assert_v4_path_agrees(&t, &v4, 2);
+    t.remove(id);
+    check(&t);
+    assert_eq!(t.lookup(&client, 2), None);
+}
+
+proptest! {
+    /// Any IPv4 tuple: its IPv4 form and its mapped form hash alike and convert back.
+    #[test]
+    fn tuple4_is_the_mapped_tuple(src in any::<u32>(), dst in any::<u32>(), sport in any::<u16>(), dport in any::<u16>(), proto in any::<u8>(), seed in any::<u64>()) {
+        let k = Tuple4 { src, dst, sport, dport, proto };
+        let tu = k.to_tuple();
+        prop_assert_eq!(tu.to_v4(), Some(k));
+        prop_assert_eq!(k.hash(seed), tu.hash(seed));
+        let t6 = Tuple { src: [0xfd; 16], ..tu };
+        prop_assert_eq!(t6.to_v4(), None);
+    }
 }
 
 #[test]
@@ -133,11 +274,12 @@ fn memory_is_at_most_128_bytes_a_flow_at_every_capacity() {
             worst = (per, cap);
         }
     }
-    // 96-byte entry, 3 slots of 8 bytes, and the wheel (128 slots of 4 bytes from 128 flows).
+    // 64-byte entry, 32-byte wide record, 3 slots of 8 bytes, and the wheel (128 slots of
+    // 4 bytes from 128 flows).
     let t = FlowTable::new(1000, Timeouts::default(), 0, 1);
-    assert_eq!(t.memory_bytes(), 1000 * (96 + 24) + 512);
+    assert_eq!(t.memory_bytes(), 1000 * (64 + 32 + 24) + 512);
     let t = FlowTable::new(100_000, Timeouts::default(), 0, 1);
-    assert_eq!(t.memory_bytes(), 100_000 * (96 + 24) + 512);
+    assert_eq!(t.memory_bytes(), 100_000 * (64 + 32 + 24) + 512);
     assert!(worst.0 <= 128.0, "{worst:?}");
 }
 
@@ -489,7 +631,10 @@ fn tcp_lifecycle_and_timeouts() {
     assert_eq!(t.expire(3 + to.tcp_time_wait - 1, |_| {}), 0);
     assert_eq!(t.len(), 1);
     let mut gone = Vec::new();
-    assert_eq!(t.expire(3 + to.tcp_time_wait + 1, |f| gone.push(f.orig)), 1);
+    assert_eq!(
+        t.expire(3 + to.tcp_time_wait + 1, |f| gone.push(f.orig())),
+        1
+    );
     assert_eq!(gone, [o]);
     assert_eq!(t.lookup(&o, 0), None);
     assert_eq!(t.lookup(&r, 0), None);
@@ -652,14 +797,29 @@ fn run_model(
     let mut t = FlowTable::new(cap, to, 0, seed);
     let mut model: HashMap<u16, (FlowId, u32)> = HashMap::new(); // key -> (id, expires)
     let mut now = 0u32;
-    let tuples = |k: u16| {
-        nat(
+    // All IPv4 (narrow entries), IPv4 to an IPv6 backend, all IPv6 (both wide).
+    let tuples = |k: u16| match k % 3 {
+        0 => nat(
+            &format!("10.0.{}.{}:{}", k % 3, k, 1000 + k),
+            "2.2.2.2:53",
+            &format!("10.1.{}.{}:53", k >> 8, k & 0xff),
+            &format!("10.2.0.1:{}", 2000 + k),
+            17,
+        ),
+        1 => nat(
             &format!("10.0.{}.{}:{}", k % 3, k, 1000 + k),
             "2.2.2.2:53",
             &format!("[fd00::{k:x}]:53"),
             &format!("[fd00::1]:{}", 2000 + k),
             17,
-        )
+        ),
+        _ => nat(
+            &format!("[fd01::{k:x}]:{}", 1000 + k),
+            "[fd02::53]:53",
+            &format!("[fd00::{k:x}]:53"),
+            &format!("[fd00::1]:{}", 2000 + k),
+            17,
+        ),
     };
     for (op, k, dt) in ops {
         let k = k % keys;
@@ -687,7 +847,7 @@ fn run_model(
             _ => {
                 now += dt;
                 let mut gone = Vec::new();
-                t.expire(now, |f| gone.push(f.orig));
+                t.expire(now, |f| gone.push(f.orig()));
                 for g in gone {
                     let key = model
                         .iter()
@@ -713,6 +873,9 @@ fn run_model(
                 Some((id, _)) => {
                     prop_assert_eq!(t.lookup(&o, now), Some((*id, Dir::Orig)));
                     prop_assert_eq!(t.lookup(&r, now), Some((*id, Dir::Reply)));
+                    prop_assert_eq!((t.get(*id).orig(), t.get(*id).reply()), (o, r));
+                    assert_v4_path_agrees(&t, &o, now);
+                    assert_v4_path_agrees(&t, &r, now);
                 }
                 None => {
                     prop_assert_eq!(t.lookup(&o, now), None);

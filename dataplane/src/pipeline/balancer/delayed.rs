@@ -190,7 +190,7 @@ fn recompute_tcp_checksum(pkt: &mut Pkt, l4: &L4) {
     let d = pkt.data_mut();
     let hl = usize::from(d[l4.l4 + 12] >> 4) * 4;
     let end = (l4.l4 + hl + l4.payload as usize).min(d.len());
-    tcp::Packet::new_unchecked(&mut d[l4.l4..end]).fill_checksum(l4.src, l4.dst);
+    tcp::Packet::new_unchecked(&mut d[l4.l4..end]).fill_checksum(l4.src(), l4.dst());
 }
 
 impl State {
@@ -216,7 +216,7 @@ impl State {
             return Verdict::Drop(DropReason::BadPort);
         };
         let src_mac: [u8; 6] = pkt.data()[6..12].try_into().unwrap_or([0; 6]);
-        if src_mac[0] & 1 != 0 || l4.src.is_multicast() || l4.src.is_unspecified() {
+        if src_mac[0] & 1 != 0 || l4.src().is_multicast() || l4.src().is_unspecified() {
             return Verdict::Drop(DropReason::NoFlow);
         }
         let (opts, _, _) = tcp_parts(pkt, l4);
@@ -231,7 +231,7 @@ impl State {
         let isn = self
             .splice
             .cookies
-            .make(&tb, l4.seq, syn, ctx.now_ms / 1000);
+            .make(&tb, l4.seq(), syn, ctx.now_ms / 1000);
         let mut ob = [0u8; 20];
         let n = options::emit_syn(
             &mut ob,
@@ -241,10 +241,10 @@ impl State {
         );
         let window = self.splice.cfg.buffer_bytes.min(0xffff) as u16;
         let seg = Seg {
-            src: SocketAddr::new(l4.dst, l4.dport),
-            dst: SocketAddr::new(l4.src, l4.sport),
+            src: SocketAddr::new(l4.dst(), l4.dport()),
+            dst: SocketAddr::new(l4.src(), l4.sport()),
             seq: isn,
-            ack: l4.seq.wrapping_add(1),
+            ack: l4.seq().wrapping_add(1),
             flags: tcp::flags::SYN | tcp::flags::ACK,
             window,
             options: &ob[..n],
@@ -275,8 +275,8 @@ impl State {
         }
         let t = l4.tuple();
         let tb = cookie::tuple_bytes(&t.src, &t.dst, t.sport, t.dport);
-        let client_isn = l4.seq.wrapping_sub(1);
-        let our_isn = l4.ack.wrapping_sub(1);
+        let client_isn = l4.seq().wrapping_sub(1);
+        let our_isn = l4.ack().wrapping_sub(1);
         let Some(syn) = self
             .splice
             .cookies
@@ -319,7 +319,7 @@ impl State {
     /// now); if so the flow is removed.
     fn embryo_gone(&mut self, id: FlowId, idx: u32) -> bool {
         let gone = !self.splice.embryos.is_open(idx)
-            || self.splice.embryos.get(idx).client != self.flows.get(id).orig;
+            || self.splice.embryos.get(idx).client != self.flows.get(id).orig();
         if gone {
             self.flows.remove(id);
         }
@@ -366,7 +366,7 @@ impl State {
             // client's first byte): anyone who merely knows the four-tuple cannot reset
             // it blind.
             let e = self.splice.embryos.get(idx);
-            let off = l4.seq.wrapping_sub(e.client_isn.wrapping_add(1));
+            let off = l4.seq().wrapping_sub(e.client_isn.wrapping_add(1));
             if off <= self.splice.cfg.buffer_bytes.min(0xffff) as u32 {
                 self.embryo_close(idx, Some(id));
             }
@@ -386,7 +386,7 @@ impl State {
             let (e, buf) = self.splice.embryos.with_buf(idx);
             e.client_win = win;
             let base = e.client_isn.wrapping_add(1);
-            let off = l4.seq.wrapping_sub(base) as i32;
+            let off = l4.seq().wrapping_sub(base) as i32;
             // Bytes before the stream's start (cannot happen after a valid cookie, but a
             // wrapped sequence number must not index the buffer).
             let skip = if off < 0 {
@@ -744,12 +744,12 @@ impl State {
         }
         let expected_ack = e.client_isn.wrapping_add(1);
         if l4.flags & RST != 0 {
-            if l4.flags & ACK != 0 && l4.ack != expected_ack {
+            if l4.flags & ACK != 0 && l4.ack() != expected_ack {
                 return Verdict::Drop(DropReason::SpliceConsumed); // not for our SYN
             }
             return self.failover(pkt, id, idx, snap, generation, ctx);
         }
-        if l4.flags & (SYN | ACK) != SYN | ACK || l4.ack != expected_ack {
+        if l4.flags & (SYN | ACK) != SYN | ACK || l4.ack() != expected_ack {
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
         let (opts, _, _) = tcp_parts(pkt, l4);
@@ -760,7 +760,7 @@ impl State {
             (Some(_), Some(bw)) => (bw, ours, 0),
             (Some(cw), None) => (0, ours, cw),
         };
-        let backend_isn = l4.seq;
+        let backend_isn = l4.seq();
         let now_s = (ctx.now_ms / 1000) as u32;
         let spliced = Splice {
             phase: Splice::SPLICED | (fix << 4),
@@ -917,7 +917,7 @@ impl State {
             }
             let owned = e.replay + u32::from(e.client_fin);
             let acked = l4.flags & ACK != 0
-                && l4.ack.wrapping_sub(e.client_isn.wrapping_add(1)) as i32 >= owned as i32;
+                && l4.ack().wrapping_sub(e.client_isn.wrapping_add(1)) as i32 >= owned as i32;
             if acked || l4.flags & RST != 0 {
                 self.flows.get_mut(id).splice = e.spliced;
                 self.splice.embryos.close(idx);
@@ -1026,13 +1026,13 @@ impl State {
     ) -> Verdict {
         let e = *self.splice.embryos.get(idx);
         let our_fin_acked =
-            l4.flags & ACK != 0 && l4.ack == e.our_isn.wrapping_add(2 + u32::from(e.answer));
+            l4.flags & ACK != 0 && l4.ack() == e.our_isn.wrapping_add(2 + u32::from(e.answer));
         if l4.flags & FIN != 0 {
             let seg = Seg {
                 src: e.client.destination(),
                 dst: e.client.source(),
                 seq: e.our_isn.wrapping_add(2 + u32::from(e.answer)),
-                ack: l4.seq.wrapping_add(payload as u32 + 1),
+                ack: l4.seq().wrapping_add(payload as u32 + 1),
                 flags: tcp::flags::ACK,
                 window: 0,
                 options: &[],
@@ -1087,8 +1087,8 @@ impl State {
         let seg = Seg {
             src,
             dst,
-            seq: l4.ack,
-            ack: l4.seq.wrapping_add(1),
+            seq: l4.ack(),
+            ack: l4.seq().wrapping_add(1),
             flags: tcp::flags::ACK,
             window: 0xffff,
             options: &[],

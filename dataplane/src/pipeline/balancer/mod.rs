@@ -50,7 +50,7 @@
 mod delayed;
 
 use super::{Ctx, Forwarder, Stage, Verdict};
-use crate::flow::{Dir, FlowId, FlowTable, Splice, TcpFlags, TcpState, Timeouts, Tuple};
+use crate::flow::{Dir, FlowId, FlowTable, Splice, TcpFlags, TcpState, Timeouts, Tuple, Tuple4};
 use crate::port::{Pkt, BURST};
 use crate::rcu::Reader;
 use crate::splice::SpliceConfig;
@@ -159,25 +159,117 @@ struct L4 {
     /// Offset of the TCP/UDP header in the frame.
     l4: usize,
     proto: u8,
-    src: IpAddr,
-    dst: IpAddr,
-    sport: u16,
-    dport: u16,
+    /// Source address: IPv4 in the last word (`u32::from(Ipv4Addr)`, the others zero),
+    /// IPv6 as four big-endian words. Plain aligned words, not `IpAddr`: the burst's first
+    /// pass hashes them as soon as `parse` has written them, and `IpAddr`'s one-byte
+    /// alignment had the compiler copy them in odd-sized pieces that the following loads
+    /// could not take from the store buffer.
+    src: [u32; 4],
+    /// Destination address, like `src`.
+    dst: [u32; 4],
+    /// Source port (low half) and destination port (high half): one word, written once
+    /// and read whole by the hash (two `u16` fields were written apart and read as one
+    /// word, which the store buffer could not forward).
+    ports: u32,
     /// TCP flags (low byte), 0 for UDP.
     flags: u8,
-    /// TCP sequence and acknowledgment numbers and payload length (for a RST).
-    seq: u32,
-    ack: u32,
+    /// TCP: the sequence number (low half) and the acknowledgment number (high half), one
+    /// word for the same store-forwarding reason as `ports`.
+    seq_ack: u64,
+    /// TCP payload length (for a RST and delayed binding).
     payload: u32,
 }
 
+/// An address as [`L4`] holds it.
+#[inline(always)]
+fn addr_words(a: IpAddr) -> [u32; 4] {
+    match a {
+        IpAddr::V4(a) => [0, 0, 0, u32::from(a)],
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            let w = |i: usize| u32::from_be_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+            [w(0), w(4), w(8), w(12)]
+        }
+    }
+}
+
 impl L4 {
+    /// A placeholder, overwritten by [`parse`].
+    const EMPTY: L4 = L4 {
+        v6: false,
+        l4: 0,
+        proto: 0,
+        src: [0; 4],
+        dst: [0; 4],
+        ports: 0,
+        flags: 0,
+        seq_ack: 0,
+        payload: 0,
+    };
+
+    /// An address of this packet's family from its [`L4`] words.
+    fn addr(&self, w: [u32; 4]) -> IpAddr {
+        if self.v6 {
+            let mut o = [0u8; 16];
+            for (c, w) in o.chunks_exact_mut(4).zip(w) {
+                c.copy_from_slice(&w.to_be_bytes());
+            }
+            IpAddr::V6(std::net::Ipv6Addr::from(o))
+        } else {
+            IpAddr::V4(Ipv4Addr::from(w[3]))
+        }
+    }
+
+    /// The source port.
+    #[inline(always)]
+    fn sport(&self) -> u16 {
+        self.ports as u16
+    }
+
+    /// The destination port.
+    #[inline(always)]
+    fn dport(&self) -> u16 {
+        (self.ports >> 16) as u16
+    }
+
+    /// The TCP sequence number.
+    fn seq(&self) -> u32 {
+        self.seq_ack as u32
+    }
+
+    /// The TCP acknowledgment number.
+    fn ack(&self) -> u32 {
+        (self.seq_ack >> 32) as u32
+    }
+
+    /// The source address.
+    fn src(&self) -> IpAddr {
+        self.addr(self.src)
+    }
+
+    /// The destination address.
+    fn dst(&self) -> IpAddr {
+        self.addr(self.dst)
+    }
+
     fn tuple(&self) -> Tuple {
         Tuple::new(
-            SocketAddr::new(self.src, self.sport),
-            SocketAddr::new(self.dst, self.dport),
+            SocketAddr::new(self.src(), self.sport()),
+            SocketAddr::new(self.dst(), self.dport()),
             self.proto,
         )
+    }
+
+    /// The IPv4 key (no IPv4-mapped copies), for an IPv4 packet.
+    #[inline]
+    fn tuple4(&self) -> Option<Tuple4> {
+        (!self.v6).then_some(Tuple4 {
+            src: self.src[3],
+            dst: self.dst[3],
+            sport: self.sport(),
+            dport: self.dport(),
+            proto: self.proto,
+        })
     }
 
     fn tcp_flags(&self) -> Option<TcpFlags> {
@@ -185,32 +277,30 @@ impl L4 {
     }
 }
 
-/// A packet of the burst, parsed and hashed ahead of the decision pass.
+/// A packet of the burst, parsed and hashed ahead of the decision pass (its key is
+/// rebuilt from `l4` where needed: for IPv4 that is two words, cheaper than carrying it).
 #[derive(Clone, Copy)]
 struct Ahead {
-    l4: Option<L4>,
-    tuple: Tuple,
+    /// Valid when `is_l4`.
+    l4: L4,
+    is_l4: bool,
     hash: u64,
 }
 
 impl Ahead {
     const NONE: Ahead = Ahead {
-        l4: None,
-        tuple: Tuple {
-            src: [0; 16],
-            dst: [0; 16],
-            sport: 0,
-            dport: 0,
-            proto: 0,
-        },
+        l4: L4::EMPTY,
+        is_l4: false,
         hash: 0,
     };
 }
 
 /// What the parser made of a frame.
 enum Parsed {
-    /// TCP or UDP over IPv4/IPv6.
-    L4(L4),
+    /// TCP or UDP over IPv4/IPv6, written into the caller's [`L4`] (in place: returned,
+    /// it went through the stack in pieces that the burst's next loads could not take
+    /// from the store buffer).
+    L4,
     /// Another IP protocol (or IPv6 with extension headers): policy check if routed.
     OtherIp { src: IpAddr, dst: IpAddr, proto: u8 },
     /// A fragment: sluice does not reassemble.
@@ -219,7 +309,11 @@ enum Parsed {
     Other,
 }
 
-fn parse(d: &[u8], port_mac: &[u8; 6]) -> Parsed {
+// `parse`, its IPv4 fast path and `l4_ports` are inlined into the burst's first pass:
+// called, the result went through memory in pieces and the hash that reads it at once
+// stalled on store forwarding (about 9 cycles a packet in `perf annotate`).
+#[inline(always)]
+fn parse(d: &[u8], port_mac: &[u8; 6], out: &mut L4) -> Parsed {
     let Some(h) = d.get(..ETH) else {
         return Parsed::Other;
     };
@@ -227,13 +321,14 @@ fn parse(d: &[u8], port_mac: &[u8; 6]) -> Parsed {
         return Parsed::Other;
     }
     match u16::from_be_bytes([h[12], h[13]]) {
-        0x0800 => parse_v4(d),
-        0x86dd => parse_v6(d),
+        0x0800 => parse_v4(d, out),
+        0x86dd => parse_v6(d, out),
         _ => Parsed::Other,
     }
 }
 
-fn parse_v4(d: &[u8]) -> Parsed {
+#[inline(always)]
+fn parse_v4(d: &[u8], out: &mut L4) -> Parsed {
     // The common case in one pass over fixed offsets: no options, a sound length, a good
     // header checksum, TCP or UDP, not a fragment. Everything else takes the general path.
     if let Some(h) = d.get(ETH..ETH + ipv4::HEADER_LEN) {
@@ -249,20 +344,28 @@ fn parse_v4(d: &[u8]) -> Parsed {
             // Byte-order independent ones' complement sum (RFC 1071 §2).
             let w = |i: usize| u64::from(u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
             if checksum::fold(w(0) + w(4) + w(8) + w(12) + w(16)) == 0xffff {
-                let src = Ipv4Addr::new(h[12], h[13], h[14], h[15]);
-                let dst = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
+                let src = u32::from_be_bytes([h[12], h[13], h[14], h[15]]);
+                let dst = u32::from_be_bytes([h[16], h[17], h[18], h[19]]);
                 return l4_ports(
                     d,
                     ETH + ipv4::HEADER_LEN,
                     ETH + total,
                     false,
-                    IpAddr::V4(src),
-                    IpAddr::V4(dst),
+                    [0, 0, 0, src],
+                    [0, 0, 0, dst],
                     proto,
+                    out,
                 );
             }
         }
     }
+    parse_v4_general(d, out)
+}
+
+/// IPv4 with options, a bad checksum, fragments or another protocol.
+#[cold]
+#[inline(never)]
+fn parse_v4_general(d: &[u8], out: &mut L4) -> Parsed {
     let Ok(ip) = ipv4::Packet::new_checked(&d[ETH..]) else {
         return Parsed::Other;
     };
@@ -282,10 +385,20 @@ fn parse_v4(d: &[u8]) -> Parsed {
     }
     let l4 = ETH + usize::from(ip.header_len());
     let end = ETH + usize::from(ip.total_len());
-    l4_ports(d, l4, end, false, src, dst, proto)
+    l4_ports(
+        d,
+        l4,
+        end,
+        false,
+        addr_words(src),
+        addr_words(dst),
+        proto,
+        out,
+    )
 }
 
-fn parse_v6(d: &[u8]) -> Parsed {
+#[inline(never)]
+fn parse_v6(d: &[u8], out: &mut L4) -> Parsed {
     let Ok(ip) = ipv6::Packet::new_checked(&d[ETH..]) else {
         return Parsed::Other;
     };
@@ -305,17 +418,29 @@ fn parse_v6(d: &[u8]) -> Parsed {
     }
     let l4 = ETH + ipv6::HEADER_LEN;
     let end = l4 + usize::from(ip.payload_len());
-    l4_ports(d, l4, end, true, src, dst, proto)
+    l4_ports(
+        d,
+        l4,
+        end,
+        true,
+        addr_words(src),
+        addr_words(dst),
+        proto,
+        out,
+    )
 }
 
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn l4_ports(
     d: &[u8],
     l4: usize,
     end: usize,
     v6: bool,
-    src: IpAddr,
-    dst: IpAddr,
+    src: [u32; 4],
+    dst: [u32; 4],
     proto: u8,
+    out: &mut L4,
 ) -> Parsed {
     let Some(seg) = d.get(l4..end) else {
         return Parsed::Other;
@@ -344,25 +469,27 @@ fn l4_ports(
     } else {
         (0, 0, 0, 0)
     };
-    Parsed::L4(L4 {
+    *out = L4 {
         v6,
         l4,
         proto,
         src,
         dst,
-        sport,
-        dport,
+        ports: u32::from(sport) | u32::from(dport) << 16,
         flags,
-        seq,
-        ack,
+        seq_ack: u64::from(seq) | u64::from(ack) << 32,
         payload,
-    })
+    };
+    Parsed::L4
 }
 
 /// The load-balancing stage of one worker (see the [module docs](self)).
 pub struct Balancer {
     state: State,
     snapshot: Reader<Snapshot>,
+    /// The burst's parse results, reused from burst to burst: each burst overwrites the
+    /// entries of its own packets and reads no others, so nothing is cleared.
+    ahead: [Ahead; BURST],
 }
 
 /// Everything but the snapshot reader (so a burst can hold the snapshot while the rest is
@@ -400,6 +527,7 @@ impl Balancer {
                 splice: Splicer::new(cfg.splice.clone()),
             },
             snapshot,
+            ahead: [Ahead::NONE; BURST],
         }
     }
 
@@ -448,34 +576,36 @@ impl Stage for Balancer {
         // they point to; then look up (both now cached) and decide. The lookup itself
         // waits for the last pass, so a flow an earlier packet of the burst created,
         // removed or re-keyed is seen as it is now.
-        let mut ahead = [Ahead::NONE; BURST];
+        let ahead = &mut self.ahead[..n];
+        // `parse` writes the packet's fields straight into its entry: a returned `L4`
+        // (or one `*a = match ...` choosing between it and `NONE`) was copied through the
+        // stack, and that copy waited on store forwarding.
         for (a, p) in ahead.iter_mut().zip(pkts[..n].iter()) {
-            if let Parsed::L4(l4) = parse(p.data(), &mac) {
-                let t = l4.tuple();
-                let h = st.flows.hash(&t);
-                st.flows.prefetch(h);
-                *a = Ahead {
-                    l4: Some(l4),
-                    tuple: t,
-                    hash: h,
+            a.is_l4 = matches!(parse(p.data(), &mac, &mut a.l4), Parsed::L4);
+            if a.is_l4 {
+                let h = match a.l4.tuple4() {
+                    Some(k) => st.flows.hash4(&k),
+                    None => st.flows.hash(&a.l4.tuple()),
                 };
+                st.flows.prefetch(h);
+                a.hash = h;
             }
         }
-        for a in ahead[..n].iter().filter(|a| a.l4.is_some()) {
-            st.flows.prefetch_entry(a.hash);
+        for a in ahead.iter().filter(|a| a.is_l4) {
+            st.flows.prefetch_entry(a.hash, a.l4.v6);
         }
-        for ((a, p), v) in ahead[..n]
-            .iter()
-            .zip(pkts.iter_mut())
-            .zip(verdicts.iter_mut())
-        {
-            *v = match &a.l4 {
-                Some(l4) => match st.flows.lookup_hashed(&a.tuple, a.hash, now_s) {
-                    Some(hit) => {
-                        st.hit(in_port, p, l4, &a.tuple, hit, snap, generation, now_s, ctx)
+        for ((a, p), v) in ahead.iter().zip(pkts.iter_mut()).zip(verdicts.iter_mut()) {
+            *v = match a.is_l4.then_some(&a.l4) {
+                Some(l4) => {
+                    let found = match l4.tuple4() {
+                        Some(k) => st.flows.lookup4_hashed(&k, a.hash, now_s),
+                        None => st.flows.lookup_hashed(&l4.tuple(), a.hash, now_s),
+                    };
+                    match found {
+                        Some(hit) => st.hit(in_port, p, l4, hit, snap, generation, now_s, ctx),
+                        None => st.miss(in_port, p, l4, l4.tuple(), snap, generation, now_s, ctx),
                     }
-                    None => st.miss(in_port, p, l4, a.tuple, snap, generation, now_s, ctx),
-                },
+                }
                 None => st.process(in_port, p, snap, generation, now_s, ctx),
             };
         }
@@ -514,8 +644,9 @@ impl State {
         let Some(mac) = self.macs.get(in_port) else {
             return Verdict::Drop(DropReason::BadPort);
         };
-        match parse(pkt.data(), mac) {
-            Parsed::L4(l4) => self.l4(in_port, pkt, &l4, snap, generation, now_s, ctx),
+        let mut l4 = L4::EMPTY;
+        match parse(pkt.data(), mac, &mut l4) {
+            Parsed::L4 => self.l4(in_port, pkt, &l4, snap, generation, now_s, ctx),
             Parsed::OtherIp { src, dst, proto } => {
                 let ours = self.fwd.config().is_ours(dst);
                 if !ours && !snap.policy.verdict(src, dst, proto, 0).is_allow() {
@@ -537,7 +668,6 @@ impl State {
         in_port: usize,
         pkt: &mut Pkt,
         l4: &L4,
-        t: &Tuple,
         (id, dir): (FlowId, Dir),
         snap: &Snapshot,
         generation: u32,
@@ -579,10 +709,10 @@ impl State {
         if f.generation != generation {
             // A newer snapshot: the verdict source -> what the flow really reaches.
             ctx.counters.event(Event::PolicyRechecked);
-            let to = f.reply.source();
+            let (orig, to) = (f.orig(), f.reply().source());
             if !snap
                 .policy
-                .verdict(f.orig.source().ip(), to.ip(), f.orig.proto, to.port())
+                .verdict(orig.source().ip(), to.ip(), orig.proto, to.port())
                 .is_allow()
             {
                 self.flows.remove(id);
@@ -590,24 +720,31 @@ impl State {
             }
             self.flows.get_mut(id).generation = generation;
         }
-        // The packet leaves as the other direction's tuple, reversed.
-        let other = match dir {
-            Dir::Orig => self.flows.get(id).reply,
-            Dir::Reply => self.flows.get(id).orig,
-        };
         if sp.phase & 0x0f == Splice::SPLICED {
             if dir == Dir::Reply && l4.flags & TcpFlags::SYN != 0 {
                 return self.splice_reack(in_port, pkt, l4, id, ctx);
             }
             delayed::splice_rewrite(pkt, l4, dir, sp);
         }
-        self.flows.on_packet(id, dir, l4.tcp_flags(), now_s);
-        if other.dst != t.src
-            || other.src != t.dst
-            || other.dport != t.sport
-            || other.sport != t.dport
-        {
-            rewrite_raw(pkt, l4, &other.dst, other.dport, &other.src, other.sport);
+        // The packet leaves as the other direction's tuple, reversed.
+        let other_dir = match dir {
+            Dir::Orig => Dir::Reply,
+            Dir::Reply => Dir::Orig,
+        };
+        match (self.flows.get(id).tuple4(other_dir), l4.tuple4()) {
+            (Some(o), Some(k)) => {
+                self.flows.on_packet(id, dir, l4.tcp_flags(), now_s);
+                if o.dst != k.src || o.src != k.dst || o.dport != k.sport || o.sport != k.dport {
+                    rewrite_v4(pkt, l4, o.dst, o.dport, o.src, o.sport);
+                }
+            }
+            _ => {
+                let other = self.flows.get(id).tuple(other_dir);
+                self.flows.on_packet(id, dir, l4.tcp_flags(), now_s);
+                if other != l4.tuple().reversed() {
+                    rewrite_raw(pkt, l4, &other.dst, other.dport, &other.src, other.sport);
+                }
+            }
         }
         self.forward(in_port, pkt, l4, ctx)
     }
@@ -638,17 +775,7 @@ impl State {
     ) -> Verdict {
         let t = l4.tuple();
         if let Some((id, dir)) = self.flows.lookup(&t, now_s) {
-            return self.hit(
-                in_port,
-                pkt,
-                l4,
-                &t,
-                (id, dir),
-                snap,
-                generation,
-                now_s,
-                ctx,
-            );
+            return self.hit(in_port, pkt, l4, (id, dir), snap, generation, now_s, ctx);
         }
         self.miss(in_port, pkt, l4, t, snap, generation, now_s, ctx)
     }
@@ -668,17 +795,17 @@ impl State {
         now_s: u32,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        let ours = self.fwd.config().is_ours(l4.dst);
+        let ours = self.fwd.config().is_ours(l4.dst());
         let listener = if ours {
-            snap.listeners.lookup(l4.dst, l4.dport, l4.proto)
+            snap.listeners.lookup(l4.dst(), l4.dport(), l4.proto)
         } else {
-            snap.listeners.lookup_bound(l4.dst, l4.dport, l4.proto)
+            snap.listeners.lookup_bound(l4.dst(), l4.dport(), l4.proto)
         };
         let Some(listener) = listener else {
             if ours {
                 // A reply to a SNAT port without a flow here: its owner may be another
                 // worker (its port range says which).
-                return match self.snat.owner(l4.dport) {
+                return match self.snat.owner(l4.dport()) {
                     Some(w) if w != self.worker => Verdict::Redirect(w),
                     Some(_) => Verdict::Drop(DropReason::NoFlow),
                     None => self.fwd.process(in_port, pkt, ctx),
@@ -706,15 +833,15 @@ impl State {
         let Some(route) = listener.route(b"").and_then(|i| snap.listeners.route(i)) else {
             return Verdict::Drop(DropReason::NoRouteMatch);
         };
-        if !route.applies_to(l4.dst) {
+        if !route.applies_to(l4.dst()) {
             return Verdict::Drop(DropReason::NoRouteMatch);
         }
-        let client = SocketAddr::new(l4.src, l4.sport);
-        let vip = SocketAddr::new(l4.dst, l4.dport);
+        let client = SocketAddr::new(l4.src(), l4.sport());
+        let vip = SocketAddr::new(l4.dst(), l4.dport());
         let backend = match route.pick(client, vip, l4.proto) {
             // Full NAT keeps the family (NAT64 would need header translation): a backend
             // of the other family is as unreachable as an invalid one.
-            Pick::Backend(b) if b.is_ipv4() == l4.src.is_ipv4() => b,
+            Pick::Backend(b) if b.is_ipv4() == l4.src().is_ipv4() => b,
             Pick::Backend(_) | Pick::Reject => {
                 ctx.counters.drop(DropReason::BackendRejected);
                 let v = self.reject(in_port, pkt, l4);
@@ -726,7 +853,7 @@ impl State {
         };
         if !snap
             .policy
-            .verdict(l4.src, backend.ip(), l4.proto, backend.port())
+            .verdict(l4.src(), backend.ip(), l4.proto, backend.port())
             .is_allow()
         {
             return Verdict::Drop(DropReason::PolicyDenied);
@@ -808,7 +935,7 @@ impl State {
     ) -> Verdict {
         if !snap
             .policy
-            .verdict(l4.src, l4.dst, l4.proto, l4.dport)
+            .verdict(l4.src(), l4.dst(), l4.proto, l4.dport())
             .is_allow()
         {
             return Verdict::Drop(DropReason::PolicyDenied);
@@ -838,7 +965,7 @@ impl State {
             let f = ethernet::Frame::new_unchecked(pkt.data());
             f.src_addr()
         };
-        if !src_mac.is_unicast() || l4.src.is_multicast() || l4.src.is_unspecified() {
+        if !src_mac.is_unicast() || l4.src().is_multicast() || l4.src().is_unspecified() {
             return Verdict::Drop(DropReason::BackendRejected);
         }
         if l4.proto == ip_proto::TCP {
@@ -911,7 +1038,11 @@ fn rewrite_raw(pkt: &mut Pkt, l4: &L4, src: &[u8; 16], sport: u16, dst: &[u8; 16
 
 /// [`rewrite_raw`] for IPv4 on 32-bit words: the same RFC 1624 updates of the header
 /// and transport checksums, without a pass over byte pairs.
-#[inline]
+///
+/// Inlined (with the flow table's IPv4 lookup and `on_packet`) into the hit path: about
+/// 4 cycles a packet less in `bench_balance` at 1k and 100k flows, once [`L4`] no longer
+/// went through the store buffer in pieces (a plain `#[inline]` left all three calls).
+#[inline(always)]
 fn rewrite_v4(pkt: &mut Pkt, l4: &L4, src: u32, sport: u16, dst: u32, dport: u16) {
     // The ones' complement sum of a word's two halves.
     let halves = |w: u32| u64::from(w >> 16) + u64::from(w & 0xffff);
@@ -1005,28 +1136,28 @@ fn tcp_reset(pkt: &mut Pkt, l4: &L4, to_mac: [u8; 6], from_mac: [u8; 6], out: us
         d,
         to_mac,
         from_mac,
-        l4.dst,
-        l4.src,
+        l4.dst(),
+        l4.src(),
         ip_proto::TCP,
         tcp::HEADER_LEN,
     );
     let mut seg = tcp::Packet::new_unchecked(&mut d[ETH + ip_len..]);
-    seg.set_src_port(l4.dport);
-    seg.set_dst_port(l4.sport);
+    seg.set_src_port(l4.dport());
+    seg.set_dst_port(l4.sport());
     if l4.flags & TcpFlags::ACK != 0 {
-        seg.set_seq_number(l4.ack);
+        seg.set_seq_number(l4.ack());
         seg.set_ack_number(0);
         seg.set_header_len_and_flags(tcp::HEADER_LEN as u8, tcp::flags::RST);
     } else {
         let syn = u32::from(l4.flags & TcpFlags::SYN != 0);
         let fin = u32::from(l4.flags & TcpFlags::FIN != 0);
         seg.set_seq_number(0);
-        seg.set_ack_number(l4.seq.wrapping_add(l4.payload + syn + fin));
+        seg.set_ack_number(l4.seq().wrapping_add(l4.payload + syn + fin));
         seg.set_header_len_and_flags(tcp::HEADER_LEN as u8, tcp::flags::RST | tcp::flags::ACK);
     }
     seg.set_window_len(0);
     seg.set_urgent_at(0);
-    seg.fill_checksum(l4.dst, l4.src);
+    seg.fill_checksum(l4.dst(), l4.src());
     Verdict::tx(out)
 }
 
@@ -1061,9 +1192,17 @@ fn port_unreachable(
     } else {
         ip_proto::ICMP
     };
-    reply_headers(d, to_mac, from_mac, l4.dst, l4.src, proto, icmp_len + quote);
+    reply_headers(
+        d,
+        to_mac,
+        from_mac,
+        l4.dst(),
+        l4.src(),
+        proto,
+        icmp_len + quote,
+    );
     let icmp = &mut d[ETH + ip_len..];
-    match (l4.dst, l4.src) {
+    match (l4.dst(), l4.src()) {
         (IpAddr::V4(_), IpAddr::V4(_)) => icmpv4::Repr::DstUnreachable {
             code: 3,
             data_len: quote,
