@@ -14,11 +14,20 @@
 //!    100k or 1M distinct flows does not fit. The flow-count series therefore runs on an
 //!    in-process replay queue that does what `infinite_rx` does (per packet: take a
 //!    buffer from a pool and copy the next 60-byte frame of an in-memory capture) on the
-//!    worker's own core, with a sink like `net_null` on the other port. To tie the two
-//!    sources together, the same run also measures the balancer at 1k flows on the real
-//!    vdevs (`net_pcap` infinite_rx -> `net_null`, the capture testpmd replays) and
-//!    sluice's macswap stage on the replay queue. Ratios: balancer / testpmd for every
-//!    flow count (`goal: >= 0.5 at 100k`).
+//!    worker's own core, with a sink like `net_null` on the other port. The replay's own
+//!    cost is counted in the balancer's figure and grows with the flow count (at 100k
+//!    flows the capture is 6 MB, read cold, while testpmd replays 4000 frames that stay
+//!    cached), so every flow count is measured from two sources that produce the same
+//!    frames (checked when the source is built): `capture`, the next 60-byte frame of an
+//!    in-memory capture per packet, and `template`, the way a traffic generator such as
+//!    TRex makes many flows: one 60-byte template copied per packet, with the flow's
+//!    source address and port written in from a compact tuple list (8 bytes per flow)
+//!    and both checksums adjusted incrementally. For each source and flow count the same
+//!    run also measures sluice's macswap stage on that replay (the harness alone; the
+//!    balancer minus it is printed), and the balancer at 1k flows on the real vdevs
+//!    (`net_pcap` infinite_rx -> `net_null`, the capture testpmd replays) ties the
+//!    replay to the vdevs. Ratios: balancer / testpmd for every flow count and source
+//!    (`goal: >= 0.5 at 100k`; both sources' ratios are printed).
 //! 2. **New connections per second per core**: SYNs from 2M distinct client 5-tuples
 //!    (replayed; a SYN whose earlier flow is still alive would be a flow hit, which is why
 //!    the rate is counted from `flow_created`), each creating a flow (listener, Maglev,
@@ -40,9 +49,10 @@
 //!    allowed; its policy is re-checked once per swap).
 //!
 //! Usage: `bench_balance [--duration SECS] [--runs N] [--no-testpmd] [--quick]
-//! [--swap-interval-ms MS] [--swap-maglev SLOTS] [--out FILE] [--only-flows N]` (`--quick`:
-//! 1k and 100k flows only; `--only-flows N`: only the balancer with N established flows on
-//! the replay, for `perf record`). Medians over `--runs` runs; each figure is added to `--out` (if given) as
+//! [--swap-interval-ms MS] [--swap-maglev SLOTS] [--out FILE] [--only-flows N]
+//! [--source capture|template]` (`--quick`: 1k and 100k flows only; `--only-flows N`:
+//! only the balancer with N established flows on the replay, for `perf record`, from
+//! `--source`, `capture` by default). Medians over `--runs` runs; each figure is added to `--out` (if given) as
 //! soon as it is measured.
 
 use serde_json::{json, Value};
@@ -91,6 +101,8 @@ struct Opts {
     out: Option<PathBuf>,
     /// Only the balancer on the replay with this many established flows (for profiling).
     only_flows: Option<usize>,
+    /// The replay's source with `--only-flows`.
+    source: SourceKind,
 }
 
 fn opts() -> Opts {
@@ -103,6 +115,7 @@ fn opts() -> Opts {
         swap_maglev: 1021,
         out: None,
         only_flows: None,
+        source: SourceKind::Capture,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -116,6 +129,16 @@ fn opts() -> Opts {
             "--quick" => o.quick = true,
             "--out" => o.out = it.next().map(PathBuf::from),
             "--only-flows" => o.only_flows = Some(num(1000.0) as usize),
+            "--source" => {
+                o.source = match it.next().as_deref() {
+                    Some("capture") => SourceKind::Capture,
+                    Some("template") => SourceKind::Template,
+                    _ => {
+                        eprintln!("bench_balance: --source capture|template");
+                        std::process::exit(2);
+                    }
+                }
+            }
             other => {
                 eprintln!("bench_balance: unknown argument {other}");
                 std::process::exit(2);
@@ -240,6 +263,11 @@ fn client(i: usize) -> (Ipv4Addr, u16) {
 /// A 60-byte TCP segment from client `i` to the VIP with `flags`.
 fn segment(i: usize, flags: u16, out: &mut [u8]) {
     let (src, sport) = client(i);
+    segment_from(src, sport, flags, out);
+}
+
+/// A 60-byte TCP segment from `src:sport` to the VIP with `flags`.
+fn segment_from(src: Ipv4Addr, sport: u16, flags: u16, out: &mut [u8]) {
     ethernet::Repr {
         dst_addr: SLUICE_MAC,
         src_addr: CLIENT_MAC,
@@ -294,13 +322,127 @@ fn shuffled(n: usize) -> Vec<usize> {
     v
 }
 
-/// An rx queue that plays `warmup` once, then `frames` forever: what `net_pcap`'s
-/// `infinite_rx` does (a pool buffer and a copy per packet), without keeping the capture
-/// in the pool. Its tx side frees what it is given (like `net_null`).
+/// ACK segments of established flows, in the order they are replayed.
+enum Source {
+    /// A capture in memory: the next 60-byte frame is copied per packet (what
+    /// `net_pcap`'s `infinite_rx` does; 60 bytes of capture per flow, so 6 MB at 100k
+    /// flows and 60 MB at 1M, read cold).
+    Capture(Frames),
+    /// A traffic generator's way (TRex's field engine): one 60-byte template (the ACK
+    /// of a client 0.0.0.0:0) copied per packet, then the flow's source address and port
+    /// from a compact tuple list (8 bytes per flow) written into it, both checksums
+    /// adjusted incrementally (RFC 1624). The frames are byte for byte those of
+    /// [`Source::Capture`] (checked when the list is built).
+    Template {
+        frame: [u8; FRAME],
+        /// Source address (high 32 bits) and port (low 16) of each flow in order.
+        tuples: Vec<u64>,
+    },
+}
+
+impl Source {
+    /// The ACKs of clients `0..n` in the bench's shuffled order, as `kind`.
+    fn acks(n: usize, kind: SourceKind) -> Source {
+        match kind {
+            SourceKind::Capture => {
+                Source::Capture(frames(shuffled(n).into_iter(), tcp::flags::ACK))
+            }
+            SourceKind::Template => {
+                let mut frame = [0u8; FRAME];
+                segment_from(Ipv4Addr::UNSPECIFIED, 0, tcp::flags::ACK, &mut frame);
+                let order = shuffled(n);
+                let tuples: Vec<u64> = order
+                    .iter()
+                    .map(|&i| {
+                        let (a, port) = client(i);
+                        u64::from(u32::from(a)) << 32 | u64::from(port)
+                    })
+                    .collect();
+                let s = Source::Template { frame, tuples };
+                // The generated frames are the capture's.
+                let (mut want, mut got) = ([0u8; FRAME], [0u8; FRAME]);
+                for (k, &i) in order.iter().enumerate() {
+                    segment(i, tcp::flags::ACK, &mut want);
+                    s.frame(k, &mut got);
+                    assert_eq!(want, got, "template frame {k} differs from the capture's");
+                }
+                s
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Source::Capture(f) => f.len(),
+            Source::Template { tuples, .. } => tuples.len(),
+        }
+    }
+
+    /// Writes frame `k` of a template source into `out` (setup check only).
+    fn frame(&self, k: usize, out: &mut [u8; FRAME]) {
+        if let Source::Template { frame, tuples } = self {
+            *out = *frame;
+            stamp(out, tuples[k]);
+        }
+    }
+}
+
+/// Which [`Source`] the flow-count series replays.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum SourceKind {
+    Capture,
+    Template,
+}
+
+impl SourceKind {
+    fn name(self) -> &'static str {
+        match self {
+            SourceKind::Capture => "capture",
+            SourceKind::Template => "template",
+        }
+    }
+}
+
+/// One's-complement sum of `x`'s two 16-bit halves added to `sum` (not folded).
+#[inline(always)]
+fn add32(sum: u32, x: u32) -> u32 {
+    sum + (x >> 16) + (x & 0xffff)
+}
+
+#[inline(always)]
+fn fold(mut s: u32) -> u16 {
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    s as u16
+}
+
+/// Writes a flow's source address and port (`tuple`, as in [`Source::Template`]) into a
+/// copy of the template (whose source is 0.0.0.0:0), adjusting the IPv4 and TCP
+/// checksums: adding a field's words to the sum the checksum complements (RFC 1624,
+/// eqn. 3, with the old value 0).
+#[inline(always)]
+fn stamp(d: &mut [u8], tuple: u64) {
+    let Some(d) = d.get_mut(..FRAME) else {
+        return;
+    };
+    let src = (tuple >> 32) as u32;
+    let sport = tuple as u16;
+    let ip_sum = add32(u32::from(!u16::from_be_bytes([d[24], d[25]])), src);
+    let tcp_sum = add32(u32::from(!u16::from_be_bytes([d[50], d[51]])), src) + u32::from(sport);
+    d[24..26].copy_from_slice(&(!fold(ip_sum)).to_be_bytes());
+    d[26..30].copy_from_slice(&src.to_be_bytes());
+    d[34..36].copy_from_slice(&sport.to_be_bytes());
+    d[50..52].copy_from_slice(&(!fold(tcp_sum)).to_be_bytes());
+}
+
+/// An rx queue that plays `warmup` once, then `frames` forever: per packet a pool buffer
+/// and the next frame of the [`Source`] (what `net_pcap`'s `infinite_rx` does, without
+/// keeping the capture in the pool). Its tx side frees what it is given (like
+/// `net_null`).
 struct Replay {
     pool: Pool,
     warmup: Option<Arc<Frames>>,
-    frames: Arc<Frames>,
+    frames: Arc<Source>,
     pos: usize,
     warm_done: Arc<AtomicBool>,
 }
@@ -309,8 +451,8 @@ impl Queue for Replay {
     fn rx_burst(&mut self, out: &mut Burst) -> usize {
         let mut n = 0;
         while !out.is_full() {
-            let f = match &self.warmup {
-                Some(w) if self.pos < w.len() => w.get(self.pos),
+            let p = match &self.warmup {
+                Some(w) if self.pos < w.len() => self.pool.alloc_copy(w.get(self.pos)),
                 Some(_) => {
                     self.warmup = None;
                     self.pos = 0;
@@ -321,10 +463,18 @@ impl Queue for Replay {
                     if self.pos >= self.frames.len() {
                         self.pos = 0;
                     }
-                    self.frames.get(self.pos)
+                    match &*self.frames {
+                        Source::Capture(f) => self.pool.alloc_copy(f.get(self.pos)),
+                        Source::Template { frame, tuples } => {
+                            self.pool.alloc_copy(frame).map(|mut p| {
+                                stamp(p.data_mut(), tuples[self.pos]);
+                                p
+                            })
+                        }
+                    }
                 }
             };
-            let Some(p) = self.pool.alloc_copy(f) else {
+            let Some(p) = p else {
                 break;
             };
             self.pos += 1;
@@ -472,9 +622,13 @@ fn drops_json(c: &Counters) -> Value {
 
 /// A worker running the balancer over the replay of `n` flows (SYNs first, then shuffled
 /// ACKs), warmed up; `snap` is its first snapshot.
-fn established(n: usize, snap: Snapshot) -> Result<(Running, Publisher<Snapshot>), String> {
+fn established(
+    n: usize,
+    snap: Snapshot,
+    kind: SourceKind,
+) -> Result<(Running, Publisher<Snapshot>), String> {
     let warm = Arc::new(frames(0..n, tcp::flags::SYN));
-    let acks = Arc::new(frames(shuffled(n).into_iter(), tcp::flags::ACK));
+    let acks = Arc::new(Source::acks(n, kind));
     let publisher = Publisher::new(snap, 1);
     let stage = balancer(
         forwarder(INSIDE_MAC)?,
@@ -498,15 +652,16 @@ fn established(n: usize, snap: Snapshot) -> Result<(Running, Publisher<Snapshot>
     Ok((r, publisher))
 }
 
-fn established_run(n: usize, ir: &Ir, secs: f64) -> Result<(Run, Value), String> {
-    let (r, _publisher) = established(n, build(ir)?)?;
+fn established_run(n: usize, ir: &Ir, secs: f64, kind: SourceKind) -> Result<(Run, Value), String> {
+    let (r, _publisher) = established(n, build(ir)?, kind)?;
     let run = measure_worker(&r.shared, 0, 1, Duration::from_millis(200), secs);
     let c = r.finish()?;
     Ok((run, drops_json(&c)))
 }
 
-fn macswap_replay_run(secs: f64) -> Result<Run, String> {
-    let acks = Arc::new(frames(shuffled(1000).into_iter(), tcp::flags::ACK));
+/// Sluice's macswap stage on the replay of `n` flows' ACKs: the harness's own cost.
+fn macswap_replay_run(n: usize, secs: f64, kind: SourceKind) -> Result<Run, String> {
+    let acks = Arc::new(Source::acks(n, kind));
     let replay = Replay {
         pool: Pool::new(4096),
         warmup: None,
@@ -518,6 +673,11 @@ fn macswap_replay_run(secs: f64) -> Result<Run, String> {
     let run = measure_worker(&r.shared, 0, 1, Duration::from_millis(200), secs);
     r.finish()?;
     Ok(run)
+}
+
+/// A [`summary`]'s median cycles per packet.
+fn cycles(v: &Value) -> f64 {
+    v["cycles_per_packet"].as_f64().unwrap_or(0.0)
 }
 
 fn vdevs(capture: &Path) -> [String; 2] {
@@ -575,23 +735,28 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
     } else {
         &[1_000, 100_000, 1_000_000]
     };
-    let mut series: Vec<Vec<Run>> = vec![vec![]; counts.len()];
-    let mut drops: Vec<Value> = vec![json!({}); counts.len()];
-    let (mut tp, mut vd, mut ms) = (vec![], vec![], vec![]);
+    const KINDS: [SourceKind; 2] = [SourceKind::Capture, SourceKind::Template];
+    // [source][flow count]
+    let mut series: Vec<Vec<Vec<Run>>> = vec![vec![vec![]; counts.len()]; 2];
+    let mut ms: Vec<Vec<Vec<Run>>> = vec![vec![vec![]; counts.len()]; 2];
+    let mut drops: Vec<Vec<Value>> = vec![vec![json!({}); counts.len()]; 2];
+    let (mut tp, mut vd) = (vec![], vec![]);
     let mut vd_drops = json!({});
     for _ in 0..o.runs {
         for (k, &n) in counts.iter().enumerate() {
-            match established_run(n, ir, o.duration) {
-                Ok((r, d)) => {
-                    series[k].push(r);
-                    drops[k] = d;
+            for (s, &kind) in KINDS.iter().enumerate() {
+                match established_run(n, ir, o.duration, kind) {
+                    Ok((r, d)) => {
+                        series[s][k].push(r);
+                        drops[s][k] = d;
+                    }
+                    Err(e) => errors.push(format!("balancer {n} flows, {kind:?}: {e}")),
                 }
-                Err(e) => errors.push(format!("balancer {n} flows: {e}")),
+                match macswap_replay_run(n, o.duration, kind) {
+                    Ok(r) => ms[s][k].push(r),
+                    Err(e) => errors.push(format!("macswap replay {n} flows, {kind:?}: {e}")),
+                }
             }
-        }
-        match macswap_replay_run(o.duration) {
-            Ok(r) => ms.push(r),
-            Err(e) => errors.push(format!("macswap replay: {e}")),
         }
         if dpdk_ok {
             match vdev_run(&capture, ir, o.duration) {
@@ -610,54 +775,64 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
         }
     }
     let t_sum = summary(&tp);
-    let mut flows = serde_json::Map::new();
-    for (k, &n) in counts.iter().enumerate() {
-        let s = summary(&series[k]);
-        flows.insert(
-            n.to_string(),
-            json!({
-                "balancer": s,
-                "ratio_to_testpmd": ratio(&s, &t_sum, "mpps_per_core"),
-                "ratio_to_testpmd_cpu_normalized": ratio(&s, &t_sum, "mpps_per_cpu_second"),
-                "drops_last_run": drops[k],
-            }),
-        );
+    let mut by_source = serde_json::Map::new();
+    let mut at_100k = [0.0; 2];
+    for (s, kind) in KINDS.iter().enumerate() {
+        let mut flows = serde_json::Map::new();
+        for (k, &n) in counts.iter().enumerate() {
+            let b = summary(&series[s][k]);
+            let m = summary(&ms[s][k]);
+            flows.insert(
+                n.to_string(),
+                json!({
+                    "balancer": b,
+                    "ratio_to_testpmd": ratio(&b, &t_sum, "mpps_per_core"),
+                    "ratio_to_testpmd_cpu_normalized": ratio(&b, &t_sum, "mpps_per_cpu_second"),
+                    "sluice_macswap_stage_on_replay": m,
+                    "balancer_minus_macswap_cycles_per_packet": cycles(&b) - cycles(&m),
+                    "drops_last_run": drops[s][k],
+                }),
+            );
+        }
+        at_100k[s] = flows
+            .get("100000")
+            .map_or(0.0, |v| v["ratio_to_testpmd"].as_f64().unwrap_or(0.0));
+        by_source.insert(kind.name().to_string(), Value::Object(flows));
     }
-    let at_100k = flows
-        .get("100000")
-        .map_or(0.0, |v| v["ratio_to_testpmd"].as_f64().unwrap_or(0.0));
     let vd_sum = summary(&vd);
     report.set(
         "established_flows",
         json!({
             "setup": {
-                "balancer_source": "in-process replay queue (pool buffer + copy of a 60-byte frame per packet, like net_pcap infinite_rx) -> sink (like net_null)",
+                "balancer_source": {
+                    "capture": "in-process replay queue (pool buffer + copy of the next 60-byte frame of an in-memory capture per packet, like net_pcap infinite_rx; 60 bytes per flow, read cold at 100k and 1M flows) -> sink (like net_null)",
+                    "template": "in-process replay queue (pool buffer + copy of one 60-byte template, then the flow's source address and port from an 8-byte-per-flow tuple list written in with incrementally adjusted checksums, like a TRex field engine; the same frames) -> sink (like net_null)",
+                },
                 "testpmd": "dpdk-testpmd --forward-mode=macswap, net_pcap infinite_rx (1k-flow capture, 4000 frames) -> net_null, one forwarding core",
                 "forwarding_core": FWD_CORE,
                 "duration_s": o.duration,
                 "runs": o.runs,
                 "traffic": "TCP ACK segments (60 bytes) of N established flows in a shuffled order, after each flow's SYN; NAT to 256 backends, NetworkPolicy on",
             },
-            "flows": flows,
+            "flows": by_source,
             "testpmd_macswap": t_sum,
             "balancer_on_vdevs_1k_flows": {
                 "run": vd_sum,
                 "ratio_to_testpmd": ratio(&vd_sum, &t_sum, "mpps_per_core"),
                 "drops_last_run": vd_drops,
             },
-            "sluice_macswap_stage_on_replay": summary(&ms),
             "goal": "balancer >= 0.5x testpmd macswap at 100k flows",
-            "ratio_to_testpmd_at_100k": at_100k,
+            "ratio_to_testpmd_at_100k": {"capture": at_100k[0], "template": at_100k[1]},
             "errors": errors,
         }),
     );
 }
 
 fn fig_new_connections(o: &Opts, ir: &Ir, report: &mut Report) {
-    let syns = Arc::new(frames(
+    let syns = Arc::new(Source::Capture(frames(
         shuffled(NEW_CONN_FRAMES).into_iter(),
         tcp::flags::SYN,
-    ));
+    )));
     let (mut rates, mut cpu_rates, mut cycles, mut errors) = (vec![], vec![], vec![], vec![]);
     let mut last = json!({});
     for _ in 0..o.runs {
@@ -865,7 +1040,7 @@ fn fig_swap(o: &Opts, base: &Ir, report: &mut Report) {
         (vec![], vec![], vec![], vec![], vec![]);
     let mut traffic = json!({});
     let res = (|| -> Result<(), String> {
-        let (r, mut publisher) = established(flows, build(base)?)?;
+        let (r, mut publisher) = established(flows, build(base)?, SourceKind::Capture)?;
         std::thread::sleep(Duration::from_millis(200));
         let mut stuck = 0;
         // The 10k-route snapshots, one at a time.
@@ -976,7 +1151,7 @@ fn main() {
     };
     if let Some(n) = o.only_flows {
         let res = compile(&manifests(0, 65537))
-            .and_then(|ir| established_run(n, &ir, o.duration))
+            .and_then(|ir| established_run(n, &ir, o.duration, o.source))
             .map(|(run, drops)| json!({"flows": n, "balancer": summary(&[run]), "drops": drops}));
         match res {
             Ok(v) => report.set("only_flows", v),
