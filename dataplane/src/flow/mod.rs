@@ -845,27 +845,21 @@ impl FlowTable {
         if let Some(k) = t.to_v4() {
             return self.find4(&k, h);
         }
-        let tag = Self::tag(h);
-        let mut i = self.home(h);
-        loop {
-            let v = self.index[i];
-            if v == EMPTY_SLOT {
-                return None;
-            }
-            if v >> 32 == tag {
-                let (id, dir) = slot_target(v);
-                if self.get(FlowId(id)).matches(dir, t) {
-                    return Some((FlowId(id), dir));
-                }
-            }
-            i = self.next_slot(i);
-        }
+        self.probe(h, |id, dir| self.get(FlowId(id)).matches(dir, t))
     }
 
     /// Inlined into the burst's lookup pass (a call there cost its register saves on every
     /// packet; measured with [`FlowTable::on_packet`]'s and the NAT rewrite's inlining).
     #[inline(always)]
     fn find4(&self, k: &Tuple4, h: u64) -> Option<(FlowId, Dir)> {
+        self.probe(h, |id, dir| self.key4_matches(id, dir, k))
+    }
+
+    /// Walks the index from the home slot of hash `h` to the first empty slot, and returns
+    /// the first entry whose tag matches and that `matches` (given its id and direction)
+    /// accepts.
+    #[inline(always)]
+    fn probe(&self, h: u64, matches: impl Fn(u32, Dir) -> bool) -> Option<(FlowId, Dir)> {
         let tag = Self::tag(h);
         let mut i = self.home(h);
         loop {
@@ -875,7 +869,7 @@ impl FlowTable {
             }
             if v >> 32 == tag {
                 let (id, dir) = slot_target(v);
-                if self.key4_matches(id, dir, k) {
+                if matches(id, dir) {
                     return Some((FlowId(id), dir));
                 }
             }
