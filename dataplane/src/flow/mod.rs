@@ -99,8 +99,7 @@ fn mapped(a: u32) -> [u8; 16] {
 
 /// The IPv4 address (as a `u32`) of an IPv4-mapped 16-byte address.
 fn unmapped(o: &[u8; 16]) -> Option<u32> {
-    (o[..10] == [0; 10] && o[10] == 0xff && o[11] == 0xff)
-        .then(|| u32::from_be_bytes([o[12], o[13], o[14], o[15]]))
+    std::net::Ipv6Addr::from(*o).to_ipv4_mapped().map(u32::from)
 }
 
 /// A 16-byte address as four big-endian words (how the wide form stores it).
