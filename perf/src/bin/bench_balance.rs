@@ -8,7 +8,9 @@
 //!
 //! 1. **Established flows**: Mpps per core and TSC cycles per packet with 1k, 100k and 1M
 //!    established flows (each flow's SYN first, then ACK segments of all flows in a
-//!    shuffled order, forever), side by side with `dpdk-testpmd --forward-mode=macswap`.
+//!    shuffled order, forever; the original direction, client to virtual address), side
+//!    by side with `dpdk-testpmd --forward-mode=macswap`. The flow table has the default
+//!    capacity (1M flows per worker; at 1M flows it is full).
 //!    *Traffic source*: `net_pcap` with `infinite_rx=1` keeps the whole capture in mbufs
 //!    of the port's pool (16383 mbufs under `-m 512` without hugepages), so a capture of
 //!    100k or 1M distinct flows does not fit. The flow-count series therefore runs on an
@@ -620,6 +622,12 @@ fn drops_json(c: &Counters) -> Value {
     Value::Object(m)
 }
 
+/// The flow table's capacity with `n` established flows: the default (1M flows per
+/// worker, what a deployment runs unless it sets `flowsPerWorker`), or `n` if more.
+fn established_capacity(n: usize) -> usize {
+    BalancerConfig::default().flow_capacity.max(n)
+}
+
 /// A worker running the balancer over the replay of `n` flows (SYNs first, then shuffled
 /// ACKs), warmed up; `snap` is its first snapshot.
 fn established(
@@ -633,7 +641,7 @@ fn established(
     let stage = balancer(
         forwarder(INSIDE_MAC)?,
         &publisher,
-        n.max(1024),
+        established_capacity(n),
         Timeouts::default(),
     )?;
     let done = Arc::new(AtomicBool::new(false));
@@ -813,6 +821,8 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
                 "duration_s": o.duration,
                 "runs": o.runs,
                 "traffic": "TCP ACK segments (60 bytes) of N established flows in a shuffled order, after each flow's SYN; NAT to 256 backends, NetworkPolicy on",
+                "direction": "original (client -> virtual address) only: its lookups start at the key's home entry; replies (to a SNAT port) go through the index",
+                "flow_capacity": counts.iter().map(|&n| (n.to_string(), json!(established_capacity(n)))).collect::<serde_json::Map<_, _>>(),
             },
             "flows": by_source,
             "testpmd_macswap": t_sum,
