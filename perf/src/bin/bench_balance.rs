@@ -10,7 +10,10 @@
 //!    established flows (each flow's SYN first, then ACK segments of all flows in a
 //!    shuffled order, forever; the original direction, client to virtual address), side
 //!    by side with `dpdk-testpmd --forward-mode=macswap`. The flow table has the default
-//!    capacity (1M flows per worker; at 1M flows it is full).
+//!    capacity (1M flows per worker; at 1M flows it is full). The same run also measures
+//!    both directions at every flow count (`both_directions`): the client ACKs plus, on
+//!    the inside port, an ACK from each flow's backend to its SNAT port (learnt from the
+//!    NATed SYNs), half the packets each.
 //!    *Traffic source*: `net_pcap` with `infinite_rx=1` keeps the whole capture in mbufs
 //!    of the port's pool (16383 mbufs under `-m 512` without hugepages), so a capture of
 //!    100k or 1M distinct flows does not fit. The flow-count series therefore runs on an
@@ -52,7 +55,7 @@
 //!
 //! Usage: `bench_balance [--duration SECS] [--runs N] [--no-testpmd] [--quick]
 //! [--swap-interval-ms MS] [--swap-maglev SLOTS] [--out FILE] [--only-flows N]
-//! [--source capture|template]` (`--quick`: 1k and 100k flows only; `--only-flows N`:
+//! [--source capture|template] [--both-directions]` (`--quick`: 1k and 100k flows only; `--only-flows N`:
 //! only the balancer with N established flows on the replay, for `perf record`, from
 //! `--source`, `capture` by default). Medians over `--runs` runs; each figure is added to `--out` (if given) as
 //! soon as it is measured.
@@ -105,6 +108,8 @@ struct Opts {
     only_flows: Option<usize>,
     /// The replay's source with `--only-flows`.
     source: SourceKind,
+    /// With `--only-flows`: the backends' replies too (`--both-directions`).
+    both: bool,
 }
 
 fn opts() -> Opts {
@@ -118,6 +123,7 @@ fn opts() -> Opts {
         out: None,
         only_flows: None,
         source: SourceKind::Capture,
+        both: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -131,6 +137,7 @@ fn opts() -> Opts {
             "--quick" => o.quick = true,
             "--out" => o.out = it.next().map(PathBuf::from),
             "--only-flows" => o.only_flows = Some(num(1000.0) as usize),
+            "--both-directions" => o.both = true,
             "--source" => {
                 o.source = match it.next().as_deref() {
                     Some("capture") => SourceKind::Capture,
@@ -270,16 +277,29 @@ fn segment(i: usize, flags: u16, out: &mut [u8]) {
 
 /// A 60-byte TCP segment from `src:sport` to the VIP with `flags`.
 fn segment_from(src: Ipv4Addr, sport: u16, flags: u16, out: &mut [u8]) {
+    let eth = (CLIENT_MAC, SLUICE_MAC);
+    tcp_frame(eth, (src, sport), (VIP, VIP_PORT), flags, out);
+}
+
+/// A 60-byte TCP segment with `flags` between the Ethernet addresses `(src, dst)`, from
+/// `src` to `dst`.
+fn tcp_frame(
+    (src_mac, dst_mac): (MacAddr, MacAddr),
+    (src, sport): (Ipv4Addr, u16),
+    (dst, dport): (Ipv4Addr, u16),
+    flags: u16,
+    out: &mut [u8],
+) {
     ethernet::Repr {
-        dst_addr: SLUICE_MAC,
-        src_addr: CLIENT_MAC,
+        dst_addr: dst_mac,
+        src_addr: src_mac,
         ethertype: EtherType::Ipv4,
     }
     .emit(&mut ethernet::Frame::new_unchecked(&mut out[..]));
     let mut ip = ipv4::Packet::new_unchecked(&mut out[14..14 + 40]);
     ipv4::Repr {
         src_addr: src,
-        dst_addr: VIP,
+        dst_addr: dst,
         protocol: ip_proto::TCP,
         payload_len: 20,
         ttl: 64,
@@ -288,7 +308,7 @@ fn segment_from(src: Ipv4Addr, sport: u16, flags: u16, out: &mut [u8]) {
     let syn = flags == tcp::flags::SYN;
     tcp::Repr {
         src_port: sport,
-        dst_port: VIP_PORT,
+        dst_port: dport,
         seq_number: 1000 + u32::from(!syn),
         ack_number: if syn { 0 } else { 5000 },
         flags,
@@ -298,7 +318,7 @@ fn segment_from(src: Ipv4Addr, sport: u16, flags: u16, out: &mut [u8]) {
     .emit(
         &mut tcp::Packet::new_unchecked(ip.payload_mut()),
         IpAddr::V4(src),
-        IpAddr::V4(VIP),
+        IpAddr::V4(dst),
     );
 }
 
@@ -492,6 +512,90 @@ impl Queue for Replay {
     }
 }
 
+/// The backends' side for traffic in both directions: records the first `flows`
+/// segments sluice sends there (each flow's SYN, NATed: backend <- SNAT address and
+/// port), then replays an ACK from each backend back to that SNAT port, the flows in a
+/// shuffled order, forever (as [`Replay`] does on the client side); frees what it sends.
+struct Backends {
+    pool: Pool,
+    flows: usize,
+    /// The NATed SYNs' addresses and ports (SNAT address, SNAT port, backend, port).
+    seen: Vec<(Ipv4Addr, u16, Ipv4Addr, u16)>,
+    replies: Option<Frames>,
+    pos: usize,
+}
+
+impl Backends {
+    /// Replies of `flows` flows, in buffers from `pool` (the client side's: one pool
+    /// cycles through fewer cold buffers than two).
+    fn new(flows: usize, pool: Pool) -> Backends {
+        Backends {
+            pool,
+            flows,
+            seen: Vec::with_capacity(flows),
+            replies: None,
+            pos: 0,
+        }
+    }
+}
+
+impl Queue for Backends {
+    fn rx_burst(&mut self, out: &mut Burst) -> usize {
+        if self.replies.is_none() {
+            if self.seen.len() < self.flows {
+                return 0;
+            }
+            // Built once, on the worker, when the last SYN has gone out.
+            let order = shuffled(self.flows);
+            let mut data = vec![0u8; order.len() * STRIDE];
+            for (k, &i) in order.iter().enumerate() {
+                let (snat, snat_port, backend, port) = self.seen[i];
+                let eth = (BACKEND_MAC, INSIDE_MAC);
+                let out = &mut data[k * STRIDE..k * STRIDE + FRAME];
+                tcp_frame(
+                    eth,
+                    (backend, port),
+                    (snat, snat_port),
+                    tcp::flags::ACK,
+                    out,
+                );
+            }
+            self.replies = Some(Frames { data });
+        }
+        let Some(f) = &self.replies else {
+            return 0;
+        };
+        let mut n = 0;
+        while !out.is_full() {
+            if self.pos >= f.len() {
+                self.pos = 0;
+            }
+            let Some(p) = self.pool.alloc_copy(f.get(self.pos)) else {
+                break;
+            };
+            self.pos += 1;
+            let _ = out.push(p);
+            n += 1;
+        }
+        n
+    }
+
+    fn tx_burst(&mut self, pkts: &mut Burst) -> usize {
+        for p in pkts.as_slice() {
+            if self.seen.len() >= self.flows {
+                break;
+            }
+            let d = p.data();
+            if d.len() >= 14 + 40 && d[14 + 9] == ip_proto::TCP {
+                let a = |i: usize| Ipv4Addr::new(d[i], d[i + 1], d[i + 2], d[i + 3]);
+                let port = |i: usize| u16::from_be_bytes([d[i], d[i + 1]]);
+                self.seen.push((a(14 + 12), port(34), a(14 + 16), port(36)));
+            }
+        }
+        pkts.clear()
+    }
+}
+
 /// A port that receives nothing and frees what it sends (`net_null,no-rx=1`).
 struct Sink;
 
@@ -530,6 +634,10 @@ fn forwarder(inside_mac: MacAddr) -> Result<Forwarder, String> {
     let neigh = Arc::new(NeighbourCache::new(16 * BACKENDS));
     for i in 0..BACKENDS {
         neigh.learn(IpAddr::V4(backend_ip(i)), BACKEND_MAC, 0);
+    }
+    // The clients' addresses (50,000 flows each), for replies in both directions.
+    for i in (0..=1_000_000).step_by(50_000) {
+        neigh.learn(IpAddr::V4(client(i).0), CLIENT_MAC, 0);
     }
     Ok(Forwarder::new(Arc::new(conf), neigh))
 }
@@ -634,6 +742,7 @@ fn established(
     n: usize,
     snap: Snapshot,
     kind: SourceKind,
+    both: bool,
 ) -> Result<(Running, Publisher<Snapshot>), String> {
     let warm = Arc::new(frames(0..n, tcp::flags::SYN));
     let acks = Arc::new(Source::acks(n, kind));
@@ -645,14 +754,20 @@ fn established(
         Timeouts::default(),
     )?;
     let done = Arc::new(AtomicBool::new(false));
+    let pool = Pool::new(4096);
     let replay = Replay {
-        pool: Pool::new(4096),
+        pool: pool.clone(),
         warmup: Some(warm),
         frames: acks,
         pos: 0,
         warm_done: done.clone(),
     };
-    let r = start(vec![Box::new(replay), Box::new(Sink)], stage)?;
+    let backends: Box<dyn Queue> = if both {
+        Box::new(Backends::new(n, pool))
+    } else {
+        Box::new(Sink)
+    };
+    let r = start(vec![Box::new(replay), backends], stage)?;
     if let Err(e) = wait_warm(&r, &done, n as u64, Duration::from_secs(60)) {
         let _ = r.finish();
         return Err(e);
@@ -660,8 +775,14 @@ fn established(
     Ok((r, publisher))
 }
 
-fn established_run(n: usize, ir: &Ir, secs: f64, kind: SourceKind) -> Result<(Run, Value), String> {
-    let (r, _publisher) = established(n, build(ir)?, kind)?;
+fn established_run(
+    n: usize,
+    ir: &Ir,
+    secs: f64,
+    kind: SourceKind,
+    both: bool,
+) -> Result<(Run, Value), String> {
+    let (r, _publisher) = established(n, build(ir)?, kind, both)?;
     let run = measure_worker(&r.shared, 0, 1, Duration::from_millis(200), secs);
     let c = r.finish()?;
     Ok((run, drops_json(&c)))
@@ -748,12 +869,15 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
     let mut series: Vec<Vec<Vec<Run>>> = vec![vec![vec![]; counts.len()]; 2];
     let mut ms: Vec<Vec<Vec<Run>>> = vec![vec![vec![]; counts.len()]; 2];
     let mut drops: Vec<Vec<Value>> = vec![vec![json!({}); counts.len()]; 2];
+    // Both directions (capture source): [flow count]
+    let mut both: Vec<Vec<Run>> = vec![vec![]; counts.len()];
+    let mut both_drops: Vec<Value> = vec![json!({}); counts.len()];
     let (mut tp, mut vd) = (vec![], vec![]);
     let mut vd_drops = json!({});
     for _ in 0..o.runs {
         for (k, &n) in counts.iter().enumerate() {
             for (s, &kind) in KINDS.iter().enumerate() {
-                match established_run(n, ir, o.duration, kind) {
+                match established_run(n, ir, o.duration, kind, false) {
                     Ok((r, d)) => {
                         series[s][k].push(r);
                         drops[s][k] = d;
@@ -764,6 +888,13 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
                     Ok(r) => ms[s][k].push(r),
                     Err(e) => errors.push(format!("macswap replay {n} flows, {kind:?}: {e}")),
                 }
+            }
+            match established_run(n, ir, o.duration, SourceKind::Capture, true) {
+                Ok((r, d)) => {
+                    both[k].push(r);
+                    both_drops[k] = d;
+                }
+                Err(e) => errors.push(format!("balancer {n} flows, both directions: {e}")),
             }
         }
         if dpdk_ok {
@@ -807,6 +938,18 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
             .map_or(0.0, |v| v["ratio_to_testpmd"].as_f64().unwrap_or(0.0));
         by_source.insert(kind.name().to_string(), Value::Object(flows));
     }
+    let mut both_json = serde_json::Map::new();
+    for (k, &n) in counts.iter().enumerate() {
+        let b = summary(&both[k]);
+        both_json.insert(
+            n.to_string(),
+            json!({
+                "balancer": b,
+                "ratio_to_testpmd": ratio(&b, &t_sum, "mpps_per_core"),
+                "drops_last_run": both_drops[k],
+            }),
+        );
+    }
     let vd_sum = summary(&vd);
     report.set(
         "established_flows",
@@ -825,6 +968,10 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
                 "flow_capacity": counts.iter().map(|&n| (n.to_string(), json!(established_capacity(n)))).collect::<serde_json::Map<_, _>>(),
             },
             "flows": by_source,
+            "both_directions": {
+                "traffic": "the capture source's client ACKs on the outside port and, on the inside port, an ACK from each flow's backend to its SNAT address and port (learnt from the NATed SYNs), the flows in a shuffled order: half the packets are replies, looked up through the index",
+                "flows": both_json,
+            },
             "testpmd_macswap": t_sum,
             "balancer_on_vdevs_1k_flows": {
                 "run": vd_sum,
@@ -1050,7 +1197,7 @@ fn fig_swap(o: &Opts, base: &Ir, report: &mut Report) {
         (vec![], vec![], vec![], vec![], vec![]);
     let mut traffic = json!({});
     let res = (|| -> Result<(), String> {
-        let (r, mut publisher) = established(flows, build(base)?, SourceKind::Capture)?;
+        let (r, mut publisher) = established(flows, build(base)?, SourceKind::Capture, false)?;
         std::thread::sleep(Duration::from_millis(200));
         let mut stuck = 0;
         // The 10k-route snapshots, one at a time.
@@ -1161,7 +1308,7 @@ fn main() {
     };
     if let Some(n) = o.only_flows {
         let res = compile(&manifests(0, 65537))
-            .and_then(|ir| established_run(n, &ir, o.duration, o.source))
+            .and_then(|ir| established_run(n, &ir, o.duration, o.source, o.both))
             .map(|(run, drops)| json!({"flows": n, "balancer": summary(&[run]), "drops": drops}));
         match res {
             Ok(v) => report.set("only_flows", v),
