@@ -55,7 +55,7 @@
 //!
 //! Usage: `bench_balance [--duration SECS] [--runs N] [--no-testpmd] [--quick]
 //! [--swap-interval-ms MS] [--swap-maglev SLOTS] [--out FILE] [--only-flows N]
-//! [--source capture|template] [--both-directions]` (`--quick`: 1k and 100k flows only; `--only-flows N`:
+//! [--source capture|template] [--both-directions] [--only-new-connections]` (`--quick`: 1k and 100k flows only; `--only-flows N`:
 //! only the balancer with N established flows on the replay, for `perf record`, from
 //! `--source`, `capture` by default). Medians over `--runs` runs; each figure is added to `--out` (if given) as
 //! soon as it is measured.
@@ -110,6 +110,8 @@ struct Opts {
     source: SourceKind,
     /// With `--only-flows`: the backends' replies too (`--both-directions`).
     both: bool,
+    /// Only the new-connections figure (`--only-new-connections`, for profiling).
+    only_new: bool,
 }
 
 fn opts() -> Opts {
@@ -124,6 +126,7 @@ fn opts() -> Opts {
         only_flows: None,
         source: SourceKind::Capture,
         both: false,
+        only_new: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -138,6 +141,7 @@ fn opts() -> Opts {
             "--out" => o.out = it.next().map(PathBuf::from),
             "--only-flows" => o.only_flows = Some(num(1000.0) as usize),
             "--both-directions" => o.both = true,
+            "--only-new-connections" => o.only_new = true,
             "--source" => {
                 o.source = match it.next().as_deref() {
                     Some("capture") => SourceKind::Capture,
@@ -1320,8 +1324,11 @@ fn main() {
         );
         return;
     }
-    fig_bytes_per_flow(&mut report);
+    if !o.only_new {
+        fig_bytes_per_flow(&mut report);
+    }
     match compile(&manifests(0, 65537)) {
+        Ok(ir) if o.only_new => fig_new_connections(&o, &ir, &mut report),
         Ok(ir) => {
             fig_established(&o, &ir, &dir, &mut report);
             fig_new_connections(&o, &ir, &mut report);
