@@ -15,7 +15,7 @@
 //!   ([`Flow`], 6 bytes of it for delayed binding, [`Splice`]). An IPv4 flow (both
 //!   tuples IPv4, the common case) lives in it whole (*narrow* form: both directions'
 //!   addresses as 32-bit words), so a lookup that hits reads the index line and one entry
-//!   line, or the entry line alone (see *home entries*). A flow with an IPv6 address (*wide* form) keeps its original direction's
+//!   line. A flow with an IPv6 address (*wide* form) keeps its original direction's
 //!   16-byte addresses in the entry and its reply direction's in a 32-byte record at the
 //!   same position in a second array, the wide area (no allocator of its own, no second
 //!   capacity: every entry has its record, and IPv6 flows may fill the whole table); a
@@ -37,17 +37,6 @@
 //!   and 8.5; at 7/8: 4.5 and 32.5); sparser spends the 128-byte budget (4 slots a flow
 //!   is 128 bytes before the wheel). A table is only this full at capacity: at half
 //!   capacity the load is 1/3 (1.25 and 1.6 probes).
-//! - **Home entries**: a new flow takes the entry its original key hashes to (its
-//!   *home*, `(h × capacity) >> 64`) when that entry is free, else the free list's first
-//!   (the free list is doubly linked, so any free entry can be taken). A lookup of a key
-//!   likely of the original direction ([`FlowTable::lookup4_likely`]; a burst decides
-//!   "likely" from the packet, e.g. not addressed to a SNAT port) first checks the
-//!   key's home entry: a live flow there whose original key it is, is the answer, and
-//!   the index is not read; a hit reads one random line instead of two. The index still
-//!   holds every key, so the shortcut never changes an answer (the keys of live flows
-//!   are unique). A new flow finds its home free with probability about `1 - load`: 95%
-//!   of flows are at home in a table a tenth full, half of them in a full one. A likely
-//!   reply goes to the index at once (replies are never at home).
 //! - **Full**: [`FlowTable::insert`] fails with [`InsertError::Full`]; existing flows are
 //!   untouched (the caller drops the packet and counts it).
 //! - **Timers**: a hashed timing wheel of one-second ticks with lazy re-arming: a packet
@@ -337,10 +326,7 @@ impl Timeouts {
 /// `link` links the entry into exactly one list at a time: the timer-wheel slot it is
 /// filed in (live flows, and removed or expired-at-lookup flows awaiting recycling), or,
 /// once the wheel has recycled it, the table's free list. Its top bit (`LIVE`) says
-/// whether the flow is live (indexed), the next (`FREE`) whether the entry is on the free
-/// list; the low 30 bits are the next entry (or `NIL`). The free list is doubly linked
-/// (so [`FlowTable::insert`] can take any free entry, its key's home): a free entry's
-/// `expires` holds the previous free entry (or `NIL`).
+/// whether the flow is live (indexed); the low 31 bits are the next entry (or `NIL`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C, align(64))]
 pub struct Flow {
@@ -491,12 +477,6 @@ impl Flow {
         self.link & LIVE != 0
     }
 
-    /// Whether the entry is on the free list.
-    #[inline]
-    fn is_free(&self) -> bool {
-        self.link & FREE != 0
-    }
-
     /// Marks the flow live or dead, keeping its list link.
     #[inline]
     fn set_live(&mut self, live: bool) {
@@ -506,13 +486,13 @@ impl Flow {
     /// The next entry on the entry's list ([`NIL`]: the last).
     #[inline]
     fn next(&self) -> u32 {
-        self.link & NIL
+        self.link & !LIVE
     }
 
-    /// Links the entry to `next`, keeping its liveness (and whether it is free).
+    /// Links the entry to `next`, keeping its liveness.
     #[inline]
     fn set_next(&mut self, next: u32) {
-        self.link = self.link & (LIVE | FREE) | next;
+        self.link = self.link & LIVE | next;
     }
 }
 
@@ -607,11 +587,8 @@ pub struct FlowStats {
 
 /// The top bit of [`Flow::link`]: the flow is live.
 const LIVE: u32 = 1 << 31;
-/// [`Flow::link`]'s free-list bit.
-const FREE: u32 = 1 << 30;
-/// The end of a list (in [`Flow::link`], the wheel and the free list's head), and the
-/// mask of a link's entry number.
-const NIL: u32 = FREE - 1;
+/// The end of a list (in [`Flow::link`], the wheel and the free list's head).
+const NIL: u32 = LIVE - 1;
 /// Wheel slots (one-second ticks) of a table of at least 128 flows; smaller tables get
 /// the largest power of two up to one slot a flow, which keeps them within
 /// 128 bytes a flow too.
@@ -637,8 +614,7 @@ pub struct FlowTable {
     /// Open-addressing index of `SLOTS_PER_FLOW × capacity` slots: `0` empty, else
     /// `tag << 32 | (id << 1 | reply) + 1`.
     index: HugeSlice<u64>,
-    /// Head of the free entries, chained through `Flow::link` and back through a free
-    /// entry's `expires` (`NIL`: full).
+    /// Head of the free entries, chained through `Flow::link` (`NIL`: full).
     free: u32,
     /// Heads of the wheel slots' lists (a power of two, at most `WHEEL_SLOTS`).
     wheel: Box<[u32]>,
@@ -676,11 +652,9 @@ impl FlowTable {
     pub fn new(capacity: usize, timeouts: Timeouts, now: u32, seed: u64) -> FlowTable {
         let capacity = capacity.clamp(1, (NIL >> 2) as usize);
         let mut flows = huge_filled(EMPTY_FLOW, capacity);
-        // The free list runs 0, 1, 2, ... (entries whose key's home is taken are handed
-        // out in that order).
+        // The free list runs 0, 1, 2, ...: entries are handed out in order.
         for (i, f) in flows.iter_mut().enumerate() {
-            f.link = FREE | if i + 1 < capacity { i as u32 + 1 } else { NIL };
-            f.expires = if i == 0 { NIL } else { i as u32 - 1 };
+            f.set_next(if i + 1 < capacity { i as u32 + 1 } else { NIL });
         }
         // Entry, wide area and index take 120 bytes a flow, leaving 8 for the wheel: one
         // slot a flow in small tables (rounded down to a power of two).
@@ -744,14 +718,6 @@ impl FlowTable {
         ((u128::from(h) * self.index.len() as u128) >> 64) as usize
     }
 
-    /// The home entry of a hash: where [`FlowTable::insert`] puts a flow whose original
-    /// key has this hash when that entry is free, so that a lookup of the key finds it
-    /// there without the index (multiply-shift range reduction over the entries).
-    #[inline]
-    fn home_entry(&self, h: u64) -> usize {
-        ((u128::from(h) * self.flows.len() as u128) >> 64) as usize
-    }
-
     /// The slot after `i`, wrapping at the end of the index.
     #[inline]
     fn next_slot(&self, i: usize) -> usize {
@@ -790,43 +756,6 @@ impl FlowTable {
     #[inline]
     pub fn prefetch(&self, hash: u64) {
         crate::port::prefetch_read(&self.index[self.home(hash)]);
-    }
-
-    /// Prefetches the home entry of `hash`, where a key of the original direction
-    /// usually is ([`FlowTable::lookup4_likely`] with [`Dir::Orig`]).
-    #[inline]
-    pub fn prefetch_home(&self, hash: u64) {
-        crate::port::prefetch_read(&self.flows[self.home_entry(hash)]);
-    }
-
-    /// Whether the home entry of `hash` (which [`FlowTable::prefetch_home`] brought in)
-    /// is the live flow whose original key is `k`: then a lookup needs no index line. A
-    /// burst prefetches the index for the keys that are not.
-    #[inline]
-    pub fn at_home4(&self, k: &Tuple4, hash: u64) -> bool {
-        let f = &self.flows[self.home_entry(hash)];
-        f.live() && f.narrow_matches(Dir::Orig, k)
-    }
-
-    /// [`FlowTable::at_home4`] of any key. (An IPv4 key of a wide flow, one with an IPv6
-    /// reply, is never at home: it is looked up through the index.)
-    #[inline]
-    pub fn at_home(&self, t: &Tuple, hash: u64) -> bool {
-        self.home_flow(t, hash).is_some()
-    }
-
-    /// The flow in the home entry of `hash` if it is live and its original key is `t`
-    /// (its tuple in the entry itself, in either form).
-    #[inline]
-    fn home_flow(&self, t: &Tuple, hash: u64) -> Option<FlowId> {
-        if let Some(k) = t.to_v4() {
-            return self
-                .at_home4(&k, hash)
-                .then_some(FlowId(self.home_entry(hash) as u32));
-        }
-        let id = self.home_entry(hash) as u32;
-        let f = &self.flows[id as usize];
-        (f.live() && f.wide && self.get(FlowId(id)).matches(Dir::Orig, t)).then_some(FlowId(id))
     }
 
     /// Prefetches a flow's entry (e.g. between the lookup and the packet's rewrite).
@@ -903,44 +832,6 @@ impl FlowTable {
     pub fn lookup4_hashed(&self, t: &Tuple4, hash: u64, now: u32) -> Option<(FlowId, Dir)> {
         self.find4(t, hash)
             .filter(|(id, _)| self.flows[id.0 as usize].expires > now)
-    }
-
-    /// [`FlowTable::lookup4_hashed`] of a key `likely` of that direction: a key likely of
-    /// the original direction is first looked for in its home entry, where most flows'
-    /// original keys are (a hit there reads that one line and no index), then in the
-    /// index; a likely reply goes to the index at once (its home entry would be one
-    /// wasted line). The answer is the same either way: the index holds every key, the
-    /// home entry is a shortcut to the same flow.
-    #[inline(always)]
-    pub fn lookup4_likely(
-        &self,
-        t: &Tuple4,
-        hash: u64,
-        now: u32,
-        likely: Dir,
-    ) -> Option<(FlowId, Dir)> {
-        if likely == Dir::Orig && self.at_home4(t, hash) {
-            let id = self.home_entry(hash);
-            return (self.flows[id].expires > now).then_some((FlowId(id as u32), Dir::Orig));
-        }
-        self.lookup4_hashed(t, hash, now)
-    }
-
-    /// [`FlowTable::lookup4_likely`] of any key.
-    #[inline]
-    pub fn lookup_likely(
-        &self,
-        t: &Tuple,
-        hash: u64,
-        now: u32,
-        likely: Dir,
-    ) -> Option<(FlowId, Dir)> {
-        if likely == Dir::Orig {
-            if let Some(id) = self.home_flow(t, hash) {
-                return (self.flows[id.0 as usize].expires > now).then_some((id, Dir::Orig));
-            }
-        }
-        self.lookup_hashed(t, hash, now)
     }
 
     /// Finds the indexed flow with this tuple, expired or not.
@@ -1100,19 +991,12 @@ impl FlowTable {
                 self.reap(id); // expired, not yet reaped: its tuples may be reused now
             }
         }
-        // The original key's home entry if it is free (a lookup then finds the flow
-        // without the index), else the free list's first.
-        let home = self.home_entry(ho);
-        let id = if self.flows[home].is_free() {
-            home as u32
-        } else {
-            self.free
-        };
+        let id = self.free;
         if id == NIL {
             self.stats.full += 1;
             return Err(InsertError::Full);
         }
-        self.unlink_free(id);
+        self.free = self.flows[id as usize].next();
         let expires = now.saturating_add(self.timeouts.for_state(state));
         let (keyed, w) = Flow::keyed(&orig, &reply);
         self.flows[id as usize] = Flow {
@@ -1268,31 +1152,10 @@ impl FlowTable {
         expired
     }
 
-    /// Puts an entry the wheel has just unlinked on the free list (at its head).
+    /// Puts an entry the wheel has just unlinked on the free list.
     fn recycle(&mut self, id: u32) {
-        let head = self.free;
-        if head != NIL {
-            self.flows[head as usize].expires = id;
-        }
-        let f = &mut self.flows[id as usize];
-        f.link = FREE | head;
-        f.expires = NIL;
+        self.flows[id as usize].set_next(self.free);
         self.free = id;
-    }
-
-    /// Takes free entry `id` off the free list (wherever it is on it).
-    fn unlink_free(&mut self, id: u32) {
-        let f = &mut self.flows[id as usize];
-        let (prev, next) = (f.expires, f.next());
-        f.link = NIL;
-        if prev == NIL {
-            self.free = next;
-        } else {
-            self.flows[prev as usize].set_next(next);
-        }
-        if next != NIL {
-            self.flows[next as usize].expires = prev;
-        }
     }
 
     /// Every live flow (for `sluice ctl flows` and tests).

@@ -10,10 +10,11 @@
 //!    established flows (each flow's SYN first, then ACK segments of all flows in a
 //!    shuffled order, forever; the original direction, client to virtual address), side
 //!    by side with `dpdk-testpmd --forward-mode=macswap`. The flow table has the default
-//!    capacity (1M flows per worker; at 1M flows it is full). The same run also measures
-//!    both directions at every flow count (`both_directions`): the client ACKs plus, on
-//!    the inside port, an ACK from each flow's backend to its SNAT port (learnt from the
-//!    NATed SYNs), half the packets each.
+//!    capacity (1M flows per worker; at 1M flows it is full). The same run also measures,
+//!    at every flow count, both directions (`both_directions`: the client ACKs plus, on
+//!    the inside port, an ACK from each flow's backend to its SNAT port, learnt from the
+//!    NATed SYNs; half the packets each) and a table only as big as the flows
+//!    (`full_table`: capacity N, the index at its fullest).
 //!    *Traffic source*: `net_pcap` with `infinite_rx=1` keeps the whole capture in mbufs
 //!    of the port's pool (16383 mbufs under `-m 512` without hugepages), so a capture of
 //!    100k or 1M distinct flows does not fit. The flow-count series therefore runs on an
@@ -55,7 +56,7 @@
 //!
 //! Usage: `bench_balance [--duration SECS] [--runs N] [--no-testpmd] [--quick]
 //! [--swap-interval-ms MS] [--swap-maglev SLOTS] [--out FILE] [--only-flows N]
-//! [--source capture|template] [--both-directions] [--only-new-connections]` (`--quick`: 1k and 100k flows only; `--only-flows N`:
+//! [--source capture|template] [--both-directions] [--capacity N] [--only-new-connections]` (`--quick`: 1k and 100k flows only; `--only-flows N`:
 //! only the balancer with N established flows on the replay, for `perf record`, from
 //! `--source`, `capture` by default). Medians over `--runs` runs; each figure is added to `--out` (if given) as
 //! soon as it is measured.
@@ -112,6 +113,9 @@ struct Opts {
     both: bool,
     /// Only the new-connections figure (`--only-new-connections`, for profiling).
     only_new: bool,
+    /// With `--only-flows`: the flow table's capacity (`--capacity N`; default: the
+    /// default capacity, or N flows if more).
+    capacity: Option<usize>,
 }
 
 fn opts() -> Opts {
@@ -127,6 +131,7 @@ fn opts() -> Opts {
         source: SourceKind::Capture,
         both: false,
         only_new: false,
+        capacity: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -142,6 +147,7 @@ fn opts() -> Opts {
             "--only-flows" => o.only_flows = Some(num(1000.0) as usize),
             "--both-directions" => o.both = true,
             "--only-new-connections" => o.only_new = true,
+            "--capacity" => o.capacity = Some((num(1024.0) as usize).max(1)),
             "--source" => {
                 o.source = match it.next().as_deref() {
                     Some("capture") => SourceKind::Capture,
@@ -740,6 +746,11 @@ fn established_capacity(n: usize) -> usize {
     BalancerConfig::default().flow_capacity.max(n)
 }
 
+/// A flow table only as big as `n` flows (at least 1024): full.
+fn full_capacity(n: usize) -> usize {
+    n.max(1024)
+}
+
 /// A worker running the balancer over the replay of `n` flows (SYNs first, then shuffled
 /// ACKs), warmed up; `snap` is its first snapshot.
 fn established(
@@ -747,6 +758,7 @@ fn established(
     snap: Snapshot,
     kind: SourceKind,
     both: bool,
+    capacity: usize,
 ) -> Result<(Running, Publisher<Snapshot>), String> {
     let warm = Arc::new(frames(0..n, tcp::flags::SYN));
     let acks = Arc::new(Source::acks(n, kind));
@@ -754,7 +766,7 @@ fn established(
     let stage = balancer(
         forwarder(INSIDE_MAC)?,
         &publisher,
-        established_capacity(n),
+        capacity,
         Timeouts::default(),
     )?;
     let done = Arc::new(AtomicBool::new(false));
@@ -785,8 +797,9 @@ fn established_run(
     secs: f64,
     kind: SourceKind,
     both: bool,
+    capacity: usize,
 ) -> Result<(Run, Value), String> {
-    let (r, _publisher) = established(n, build(ir)?, kind, both)?;
+    let (r, _publisher) = established(n, build(ir)?, kind, both, capacity)?;
     let run = measure_worker(&r.shared, 0, 1, Duration::from_millis(200), secs);
     let c = r.finish()?;
     Ok((run, drops_json(&c)))
@@ -876,12 +889,15 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
     // Both directions (capture source): [flow count]
     let mut both: Vec<Vec<Run>> = vec![vec![]; counts.len()];
     let mut both_drops: Vec<Value> = vec![json!({}); counts.len()];
+    // A table only as big as the flows (capture source): [flow count]
+    let mut full: Vec<Vec<Run>> = vec![vec![]; counts.len()];
+    let mut full_drops: Vec<Value> = vec![json!({}); counts.len()];
     let (mut tp, mut vd) = (vec![], vec![]);
     let mut vd_drops = json!({});
     for _ in 0..o.runs {
         for (k, &n) in counts.iter().enumerate() {
             for (s, &kind) in KINDS.iter().enumerate() {
-                match established_run(n, ir, o.duration, kind, false) {
+                match established_run(n, ir, o.duration, kind, false, established_capacity(n)) {
                     Ok((r, d)) => {
                         series[s][k].push(r);
                         drops[s][k] = d;
@@ -893,12 +909,21 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
                     Err(e) => errors.push(format!("macswap replay {n} flows, {kind:?}: {e}")),
                 }
             }
-            match established_run(n, ir, o.duration, SourceKind::Capture, true) {
+            let cap = established_capacity(n);
+            match established_run(n, ir, o.duration, SourceKind::Capture, true, cap) {
                 Ok((r, d)) => {
                     both[k].push(r);
                     both_drops[k] = d;
                 }
                 Err(e) => errors.push(format!("balancer {n} flows, both directions: {e}")),
+            }
+            let cap = full_capacity(n);
+            match established_run(n, ir, o.duration, SourceKind::Capture, false, cap) {
+                Ok((r, d)) => {
+                    full[k].push(r);
+                    full_drops[k] = d;
+                }
+                Err(e) => errors.push(format!("balancer {n} flows, full table: {e}")),
             }
         }
         if dpdk_ok {
@@ -942,18 +967,23 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
             .map_or(0.0, |v| v["ratio_to_testpmd"].as_f64().unwrap_or(0.0));
         by_source.insert(kind.name().to_string(), Value::Object(flows));
     }
-    let mut both_json = serde_json::Map::new();
-    for (k, &n) in counts.iter().enumerate() {
-        let b = summary(&both[k]);
-        both_json.insert(
-            n.to_string(),
-            json!({
-                "balancer": b,
-                "ratio_to_testpmd": ratio(&b, &t_sum, "mpps_per_core"),
-                "drops_last_run": both_drops[k],
-            }),
-        );
-    }
+    let series_json = |runs: &[Vec<Run>], drops: &[Value]| {
+        let mut m = serde_json::Map::new();
+        for (k, &n) in counts.iter().enumerate() {
+            let b = summary(&runs[k]);
+            m.insert(
+                n.to_string(),
+                json!({
+                    "balancer": b,
+                    "ratio_to_testpmd": ratio(&b, &t_sum, "mpps_per_core"),
+                    "drops_last_run": drops[k],
+                }),
+            );
+        }
+        Value::Object(m)
+    };
+    let both_json = series_json(&both, &both_drops);
+    let full_json = series_json(&full, &full_drops);
     let vd_sum = summary(&vd);
     report.set(
         "established_flows",
@@ -968,13 +998,18 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
                 "duration_s": o.duration,
                 "runs": o.runs,
                 "traffic": "TCP ACK segments (60 bytes) of N established flows in a shuffled order, after each flow's SYN; NAT to 256 backends, NetworkPolicy on",
-                "direction": "original (client -> virtual address) only: its lookups start at the key's home entry; replies (to a SNAT port) go through the index",
+                "direction": "original (client -> virtual address) only; both_directions adds the replies",
                 "flow_capacity": counts.iter().map(|&n| (n.to_string(), json!(established_capacity(n)))).collect::<serde_json::Map<_, _>>(),
             },
             "flows": by_source,
             "both_directions": {
                 "traffic": "the capture source's client ACKs on the outside port and, on the inside port, an ACK from each flow's backend to its SNAT address and port (learnt from the NATed SYNs), the flows in a shuffled order: half the packets are replies, looked up through the index",
                 "flows": both_json,
+            },
+            "full_table": {
+                "traffic": "the capture source with a flow table only as big as the flows (capacity N, at least 1024): the index at its fullest (2/3), longer probe runs",
+                "flow_capacity": counts.iter().map(|&n| (n.to_string(), json!(full_capacity(n)))).collect::<serde_json::Map<_, _>>(),
+                "flows": full_json,
             },
             "testpmd_macswap": t_sum,
             "balancer_on_vdevs_1k_flows": {
@@ -1201,7 +1236,8 @@ fn fig_swap(o: &Opts, base: &Ir, report: &mut Report) {
         (vec![], vec![], vec![], vec![], vec![]);
     let mut traffic = json!({});
     let res = (|| -> Result<(), String> {
-        let (r, mut publisher) = established(flows, build(base)?, SourceKind::Capture, false)?;
+        let cap = established_capacity(flows);
+        let (r, mut publisher) = established(flows, build(base)?, SourceKind::Capture, false, cap)?;
         std::thread::sleep(Duration::from_millis(200));
         let mut stuck = 0;
         // The 10k-route snapshots, one at a time.
@@ -1312,7 +1348,10 @@ fn main() {
     };
     if let Some(n) = o.only_flows {
         let res = compile(&manifests(0, 65537))
-            .and_then(|ir| established_run(n, &ir, o.duration, o.source, o.both))
+            .and_then(|ir| {
+                let cap = o.capacity.unwrap_or(established_capacity(n));
+                established_run(n, &ir, o.duration, o.source, o.both, cap)
+            })
             .map(|(run, drops)| json!({"flows": n, "balancer": summary(&[run]), "drops": drops}));
         match res {
             Ok(v) => report.set("only_flows", v),

@@ -285,8 +285,6 @@ struct Ahead {
     l4: L4,
     is_l4: bool,
     hash: u64,
-    /// Where its flow is looked for.
-    via: Via,
 }
 
 impl Ahead {
@@ -294,21 +292,7 @@ impl Ahead {
         l4: L4::EMPTY,
         is_l4: false,
         hash: 0,
-        via: Via::Index,
     };
-}
-
-/// Where a burst looks for a packet's flow (see [`Balancer::process_burst`]).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Via {
-    /// The key's home entry (a likely original-direction key, found there): one line.
-    Home,
-    /// The index (a likely reply, addressed to a SNAT port of ours): its slot is
-    /// prefetched in the first pass and the entry it points to in the second.
-    Index,
-    /// The index, after the home entry did not hold the key (a new flow, or one whose
-    /// home was taken): slot prefetched in the second pass, entry in the third.
-    IndexLate,
 }
 
 /// What the parser made of a frame.
@@ -516,9 +500,6 @@ struct State {
     snat: SnatPorts,
     worker: u32,
     macs: Box<[[u8; 6]]>,
-    /// The ports' own addresses (as [`L4`] holds them), the ones SNAT uses: a packet to
-    /// one of them at one of this worker's SNAT ports is likely a reply.
-    snat_addrs: Box<[[u32; 4]]>,
     splice: Splicer,
 }
 
@@ -536,12 +517,6 @@ impl Balancer {
     /// `snapshot`. Allocates the flow table here.
     pub fn new(fwd: Forwarder, snapshot: Reader<Snapshot>, cfg: BalancerConfig) -> Balancer {
         let macs = fwd.config().ports.iter().map(|p| p.mac.0).collect();
-        let snat_addrs = fwd
-            .config()
-            .ports
-            .iter()
-            .flat_map(|p| p.addrs.iter().map(|a| addr_words(a.addr)))
-            .collect();
         Balancer {
             state: State {
                 flows: FlowTable::new(cfg.flow_capacity, cfg.timeouts, 0, cfg.seed),
@@ -549,7 +524,6 @@ impl Balancer {
                 worker: cfg.worker as u32,
                 fwd,
                 macs,
-                snat_addrs,
                 splice: Splicer::new(cfg.splice.clone()),
             },
             snapshot,
@@ -596,17 +570,12 @@ impl Stage for Balancer {
             verdicts[..n].fill(Verdict::Drop(DropReason::BadPort));
             return;
         };
-        // Passes over the burst so that the flow table's cache misses overlap (as VPP and
-        // DPDK's hash library do). A packet likely of a flow's original direction (not
-        // addressed to one of our SNAT ports) is looked for in its key's home entry,
-        // where the flow table puts most flows: one line, no index. Others go through the
-        // index: slot, then the entry it points to. So: parse and hash every packet and
-        // prefetch its home entry or its index slot; then check the home entries (now
-        // cached), prefetching the index slot of the keys not there, and read the early
-        // index slots, prefetching their entries; then the late ones' entries; then look
-        // up (all cached now) and decide. The lookup itself waits for the last pass, so
-        // a flow an earlier packet of the burst created, removed or re-keyed is seen as
-        // it is now (the earlier passes only choose what to prefetch).
+        // Three passes over the burst so that the flow table's cache misses overlap
+        // (as VPP and DPDK's hash library do): parse and hash every packet and prefetch
+        // its index slot; read the index slots (now cached) and prefetch the flow entries
+        // they point to; then look up (both now cached) and decide. The lookup itself
+        // waits for the last pass, so a flow an earlier packet of the burst created,
+        // removed or re-keyed is seen as it is now.
         let ahead = &mut self.ahead[..n];
         // `parse` writes the packet's fields straight into its entry: a returned `L4`
         // (or one `*a = match ...` choosing between it and `NONE`) was copied through the
@@ -618,48 +587,19 @@ impl Stage for Balancer {
                     Some(k) => st.flows.hash4(&k),
                     None => st.flows.hash(&a.l4.tuple()),
                 };
-                a.via = if st.reply_likely(&a.l4) {
-                    st.flows.prefetch(h);
-                    Via::Index
-                } else {
-                    st.flows.prefetch_home(h);
-                    Via::Home
-                };
+                st.flows.prefetch(h);
                 a.hash = h;
             }
         }
-        let mut late = false;
-        for a in ahead.iter_mut().filter(|a| a.is_l4) {
-            if a.via == Via::Index {
-                st.flows.prefetch_entry(a.hash, a.l4.v6);
-                continue;
-            }
-            let home = match a.l4.tuple4() {
-                Some(k) => st.flows.at_home4(&k, a.hash),
-                None => st.flows.at_home(&a.l4.tuple(), a.hash),
-            };
-            if !home {
-                st.flows.prefetch(a.hash);
-                a.via = Via::IndexLate;
-                late = true;
-            }
-        }
-        if late {
-            for a in ahead.iter().filter(|a| a.is_l4 && a.via == Via::IndexLate) {
-                st.flows.prefetch_entry(a.hash, a.l4.v6);
-            }
+        for a in ahead.iter().filter(|a| a.is_l4) {
+            st.flows.prefetch_entry(a.hash, a.l4.v6);
         }
         for ((a, p), v) in ahead.iter().zip(pkts.iter_mut()).zip(verdicts.iter_mut()) {
             *v = match a.is_l4.then_some(&a.l4) {
                 Some(l4) => {
-                    let likely = if a.via == Via::Home {
-                        Dir::Orig
-                    } else {
-                        Dir::Reply
-                    };
                     let found = match l4.tuple4() {
-                        Some(k) => st.flows.lookup4_likely(&k, a.hash, now_s, likely),
-                        None => st.flows.lookup_likely(&l4.tuple(), a.hash, now_s, likely),
+                        Some(k) => st.flows.lookup4_hashed(&k, a.hash, now_s),
+                        None => st.flows.lookup_hashed(&l4.tuple(), a.hash, now_s),
                     };
                     match found {
                         Some(hit) => st.hit(in_port, p, l4, hit, snap, generation, now_s, ctx),
@@ -691,26 +631,6 @@ impl Stage for Balancer {
 }
 
 impl State {
-    /// Whether a packet is likely a reply of a SNAT flow: addressed to one of this
-    /// worker's SNAT ports on one of our own addresses. Only a hint for where the burst
-    /// looks first (a transparent flow's or a routed flow's replies are not recognised,
-    /// and cost one line more).
-    #[inline(always)]
-    fn reply_likely(&self, l4: &L4) -> bool {
-        if !(self.snat.lo..=self.snat.hi).contains(&l4.dport()) {
-            return false;
-        }
-        // IPv4 compares the one word `parse` has just written: reading the address as
-        // wider words would wait on store forwarding (measured: a fifth of the pass).
-        if l4.v6 {
-            self.snat_addrs.contains(&l4.dst)
-        } else {
-            self.snat_addrs
-                .iter()
-                .any(|a| a[..3] == [0; 3] && a[3] == l4.dst[3])
-        }
-    }
-
     #[inline]
     fn process(
         &mut self,
