@@ -674,7 +674,7 @@ impl State {
         now_s: u32,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        let f = self.flows.get(id);
+        let f = self.flows.entry(id);
         if dir == Dir::Orig
             && matches!(f.state, TcpState::TimeWait | TcpState::Close)
             && l4.tcp_flags().is_some_and(TcpFlags::is_syn_only)
@@ -705,10 +705,10 @@ impl State {
                 Err(v) => return v,
             }
         }
-        let f = self.flows.get(id);
-        if f.generation != generation {
+        if self.flows.entry(id).generation != generation {
             // A newer snapshot: the verdict source -> what the flow really reaches.
             ctx.counters.event(Event::PolicyRechecked);
+            let f = self.flows.get(id);
             let (orig, to) = (f.orig(), f.reply().source());
             if !snap
                 .policy
@@ -731,7 +731,7 @@ impl State {
             Dir::Orig => Dir::Reply,
             Dir::Reply => Dir::Orig,
         };
-        match (self.flows.get(id).tuple4(other_dir), l4.tuple4()) {
+        match (self.flows.entry(id).tuple4(other_dir), l4.tuple4()) {
             (Some(o), Some(k)) => {
                 self.flows.on_packet(id, dir, l4.tcp_flags(), now_s);
                 if o.dst != k.src || o.src != k.dst || o.dport != k.sport || o.sport != k.dport {
@@ -1056,7 +1056,7 @@ fn rewrite_v4(pkt: &mut Pkt, l4: &L4, src: u32, sport: u16, dst: u32, dport: u16
     ip[12..16].copy_from_slice(&src.to_be_bytes());
     ip[16..20].copy_from_slice(&dst.to_be_bytes());
     let hc = u16::from_be_bytes([ip[10], ip[11]]);
-    let hc = !checksum::fold(u64::from(!hc) + fold_not(old) + new);
+    let hc = !checksum::fold(u64::from(!hc) + sum_not(old, 4) + new);
     ip[10..12].copy_from_slice(&hc.to_be_bytes());
     let at = if l4.proto == ip_proto::TCP { 16 } else { 6 };
     let Some(seg) = d.get_mut(l4.l4..l4.l4 + at + 2) else {
@@ -1070,11 +1070,20 @@ fn rewrite_v4(pkt: &mut Pkt, l4: &L4, src: u32, sport: u16, dst: u32, dport: u16
     if l4.proto == ip_proto::UDP && old_check == 0 {
         return; // IPv4 UDP without a checksum stays without one.
     }
-    let mut c = !checksum::fold(u64::from(!old_check) + fold_not(old_sum) + new_sum);
+    let mut c = !checksum::fold(u64::from(!old_check) + sum_not(old_sum, 6) + new_sum);
     if l4.proto == ip_proto::UDP && c == 0 {
         c = 0xffff; // RFC 768: a computed zero is sent as all ones.
     }
     seg[at..at + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+/// `~m` of RFC 1624's `~HC + ~m + m'` for `m`, the unfolded sum of `words` 16-bit
+/// words, without folding it first: the words' complements `0xffff - w` add up to
+/// `words × 0xffff - m`, which is congruent to the folded complement modulo `0xffff`, so
+/// the one fold at the end gives the same checksum (two folds less a packet).
+#[inline(always)]
+fn sum_not(sum: u64, words: u64) -> u64 {
+    words * 0xffff - sum
 }
 
 /// The ones' complement of a wide sum, folded (`~m` in RFC 1624's `~HC + ~m + m'`).
