@@ -883,48 +883,43 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
     };
     const KINDS: [SourceKind; 2] = [SourceKind::Capture, SourceKind::Template];
     // [source][flow count]
-    let mut series: Vec<Vec<Vec<Run>>> = vec![vec![vec![]; counts.len()]; 2];
+    // Each series: the runs and the last run's drops, per flow count.
+    type Series = Vec<(Vec<Run>, Value)>;
+    let series_of = || -> Series { vec![(vec![], json!({})); counts.len()] };
+    let mut series: Vec<Series> = vec![series_of(); 2];
     let mut ms: Vec<Vec<Vec<Run>>> = vec![vec![vec![]; counts.len()]; 2];
-    let mut drops: Vec<Vec<Value>> = vec![vec![json!({}); counts.len()]; 2];
     // Both directions (capture source): [flow count]
-    let mut both: Vec<Vec<Run>> = vec![vec![]; counts.len()];
-    let mut both_drops: Vec<Value> = vec![json!({}); counts.len()];
+    let mut both = series_of();
     // A table only as big as the flows (capture source): [flow count]
-    let mut full: Vec<Vec<Run>> = vec![vec![]; counts.len()];
-    let mut full_drops: Vec<Value> = vec![json!({}); counts.len()];
+    let mut full = series_of();
     let (mut tp, mut vd) = (vec![], vec![]);
     let mut vd_drops = json!({});
     for _ in 0..o.runs {
         for (k, &n) in counts.iter().enumerate() {
-            for (s, &kind) in KINDS.iter().enumerate() {
-                match established_run(n, ir, o.duration, kind, false, established_capacity(n)) {
+            // One balancer run into its series (the run and the last drops), or an error.
+            let run =
+                |what: &str, kind, both, cap, into: &mut (Vec<Run>, Value)| match established_run(
+                    n, ir, o.duration, kind, both, cap,
+                ) {
                     Ok((r, d)) => {
-                        series[s][k].push(r);
-                        drops[s][k] = d;
+                        into.0.push(r);
+                        into.1 = d;
+                        None
                     }
-                    Err(e) => errors.push(format!("balancer {n} flows, {kind:?}: {e}")),
-                }
+                    Err(e) => Some(format!("balancer {n} flows, {what}: {e}")),
+                };
+            let cap = established_capacity(n);
+            for (s, &kind) in KINDS.iter().enumerate() {
+                errors.extend(run(kind.name(), kind, false, cap, &mut series[s][k]));
                 match macswap_replay_run(n, o.duration, kind) {
                     Ok(r) => ms[s][k].push(r),
                     Err(e) => errors.push(format!("macswap replay {n} flows, {kind:?}: {e}")),
                 }
             }
-            let cap = established_capacity(n);
-            match established_run(n, ir, o.duration, SourceKind::Capture, true, cap) {
-                Ok((r, d)) => {
-                    both[k].push(r);
-                    both_drops[k] = d;
-                }
-                Err(e) => errors.push(format!("balancer {n} flows, both directions: {e}")),
-            }
-            let cap = full_capacity(n);
-            match established_run(n, ir, o.duration, SourceKind::Capture, false, cap) {
-                Ok((r, d)) => {
-                    full[k].push(r);
-                    full_drops[k] = d;
-                }
-                Err(e) => errors.push(format!("balancer {n} flows, full table: {e}")),
-            }
+            let src = SourceKind::Capture;
+            errors.extend(run("both directions", src, true, cap, &mut both[k]));
+            let full_cap = full_capacity(n);
+            errors.extend(run("full table", src, false, full_cap, &mut full[k]));
         }
         if dpdk_ok {
             match vdev_run(&capture, ir, o.duration) {
@@ -948,7 +943,7 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
     for (s, kind) in KINDS.iter().enumerate() {
         let mut flows = serde_json::Map::new();
         for (k, &n) in counts.iter().enumerate() {
-            let b = summary(&series[s][k]);
+            let b = summary(&series[s][k].0);
             let m = summary(&ms[s][k]);
             flows.insert(
                 n.to_string(),
@@ -958,7 +953,7 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
                     "ratio_to_testpmd_cpu_normalized": ratio(&b, &t_sum, "mpps_per_cpu_second"),
                     "sluice_macswap_stage_on_replay": m,
                     "balancer_minus_macswap_cycles_per_packet": cycles(&b) - cycles(&m),
-                    "drops_last_run": drops[s][k],
+                    "drops_last_run": series[s][k].1,
                 }),
             );
         }
@@ -967,23 +962,23 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
             .map_or(0.0, |v| v["ratio_to_testpmd"].as_f64().unwrap_or(0.0));
         by_source.insert(kind.name().to_string(), Value::Object(flows));
     }
-    let series_json = |runs: &[Vec<Run>], drops: &[Value]| {
+    let series_json = |runs: &Series| {
         let mut m = serde_json::Map::new();
         for (k, &n) in counts.iter().enumerate() {
-            let b = summary(&runs[k]);
+            let b = summary(&runs[k].0);
             m.insert(
                 n.to_string(),
                 json!({
                     "balancer": b,
                     "ratio_to_testpmd": ratio(&b, &t_sum, "mpps_per_core"),
-                    "drops_last_run": drops[k],
+                    "drops_last_run": runs[k].1,
                 }),
             );
         }
         Value::Object(m)
     };
-    let both_json = series_json(&both, &both_drops);
-    let full_json = series_json(&full, &full_drops);
+    let both_json = series_json(&both);
+    let full_json = series_json(&full);
     let vd_sum = summary(&vd);
     report.set(
         "established_flows",
