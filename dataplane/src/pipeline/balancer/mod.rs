@@ -994,31 +994,18 @@ fn rewrite_raw(pkt: &mut Pkt, l4: &L4, src: &[u8; 16], sport: u16, dst: &[u8; 16
         return rewrite_v4(pkt, l4, v4(src), sport, v4(dst), dport);
     }
     let d = pkt.data_mut();
-    // Ones' complement sums of the old and new words the transport checksum covers.
-    let (mut old_sum, mut new_sum) = (0u64, 0u64);
+    // Ones' complement sums of the old and new words the transport checksum covers (IPv6
+    // has no header checksum; IPv4 went to `rewrite_v4` above).
     let sum = |b: &[u8]| -> u64 {
         b.chunks_exact(2)
             .map(|w| u64::from(u16::from_be_bytes([w[0], w[1]])))
             .sum()
     };
-    if l4.v6 {
-        let ip = &mut d[ETH..ETH + ipv6::HEADER_LEN];
-        old_sum += sum(&ip[8..40]);
-        ip[8..24].copy_from_slice(src);
-        ip[24..40].copy_from_slice(dst);
-        new_sum += sum(&ip[8..40]);
-    } else {
-        let ip = &mut d[ETH..ETH + ipv4::HEADER_LEN];
-        let old = sum(&ip[12..20]);
-        ip[12..16].copy_from_slice(&src[12..]);
-        ip[16..20].copy_from_slice(&dst[12..]);
-        let new = sum(&ip[12..20]);
-        let hc = u16::from_be_bytes([ip[10], ip[11]]);
-        let hc = !checksum::fold(u64::from(!hc) + fold_not(old) + new);
-        ip[10..12].copy_from_slice(&hc.to_be_bytes());
-        old_sum += old;
-        new_sum += new;
-    }
+    let ip = &mut d[ETH..ETH + ipv6::HEADER_LEN];
+    let mut old_sum = sum(&ip[8..40]);
+    ip[8..24].copy_from_slice(src);
+    ip[24..40].copy_from_slice(dst);
+    let mut new_sum = sum(&ip[8..40]);
     let seg = &mut d[l4.l4..];
     old_sum += sum(&seg[0..4]);
     seg[0..2].copy_from_slice(&sport.to_be_bytes());
@@ -1026,9 +1013,6 @@ fn rewrite_raw(pkt: &mut Pkt, l4: &L4, src: &[u8; 16], sport: u16, dst: &[u8; 16
     new_sum += sum(&seg[0..4]);
     let at = if l4.proto == ip_proto::TCP { 16 } else { 6 };
     let old_check = u16::from_be_bytes([seg[at], seg[at + 1]]);
-    if l4.proto == ip_proto::UDP && old_check == 0 && !l4.v6 {
-        return; // IPv4 UDP without a checksum stays without one.
-    }
     let mut c = !checksum::fold(u64::from(!old_check) + fold_not(old_sum) + new_sum);
     if l4.proto == ip_proto::UDP && c == 0 {
         c = 0xffff; // RFC 768: a computed zero is sent as all ones.
@@ -1086,7 +1070,8 @@ fn sum_not(sum: u64, words: u64) -> u64 {
     words * 0xffff - sum
 }
 
-/// The ones' complement of a wide sum, folded (`~m` in RFC 1624's `~HC + ~m + m'`).
+/// The ones' complement of a wide sum, folded (`~m` in RFC 1624's `~HC + ~m + m'`), for
+/// sums of any number of words ([`sum_not`] when the count is known).
 #[inline(always)]
 fn fold_not(sum: u64) -> u64 {
     u64::from(!checksum::fold(sum))
