@@ -104,18 +104,18 @@ pub fn ratio(a: &Value, b: &Value, key: &str) -> f64 {
 }
 
 /// Measures a running worker (thread `sluice-w<id>`, publishing to `shared`): waits
-/// `warmup`, then counts packets sent on port `out_port` over `secs` seconds, with the
-/// worker thread's CPU time over the same window.
+/// `warmup`, then counts the packets it sent over `secs` seconds, on every port (traffic
+/// in both directions leaves by both ports), with the worker thread's CPU time over the
+/// same window.
 pub fn measure_worker(
     shared: &SharedCounters,
     worker_id: usize,
-    out_port: usize,
     warmup: Duration,
     secs: f64,
 ) -> Run {
     let comm = format!("sluice-w{worker_id}");
     std::thread::sleep(warmup);
-    let tx = |s: &SharedCounters| s.snapshot().ports.get(out_port).map_or(0, |p| p.tx_packets);
+    let tx = |s: &SharedCounters| -> u64 { s.snapshot().ports.iter().map(|p| p.tx_packets).sum() };
     let (p0, c0, t0) = (tx(shared), thread_cpu_ns("self", &comm), Instant::now());
     std::thread::sleep(Duration::from_secs_f64(secs));
     let (p1, c1, wall) = (tx(shared), thread_cpu_ns("self", &comm), t0.elapsed());

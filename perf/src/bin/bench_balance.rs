@@ -800,7 +800,7 @@ fn established_run(
     capacity: usize,
 ) -> Result<(Run, Value), String> {
     let (r, _publisher) = established(n, build(ir)?, kind, both, capacity)?;
-    let run = measure_worker(&r.shared, 0, 1, Duration::from_millis(200), secs);
+    let run = measure_worker(&r.shared, 0, Duration::from_millis(200), secs);
     let c = r.finish()?;
     Ok((run, drops_json(&c)))
 }
@@ -816,7 +816,7 @@ fn macswap_replay_run(n: usize, secs: f64, kind: SourceKind) -> Result<Run, Stri
         warm_done: Arc::new(AtomicBool::new(true)),
     };
     let r = start(vec![Box::new(replay), Box::new(Sink)], MacSwap)?;
-    let run = measure_worker(&r.shared, 0, 1, Duration::from_millis(200), secs);
+    let run = measure_worker(&r.shared, 0, Duration::from_millis(200), secs);
     r.finish()?;
     Ok(run)
 }
@@ -850,7 +850,7 @@ fn vdev_run(capture: &Path, ir: &Ir, secs: f64) -> Result<(Run, Value), String> 
     queues.extend(a.queues);
     queues.extend(b.queues);
     let r = start(queues, stage)?;
-    let run = measure_worker(&r.shared, 0, 1, Duration::from_millis(300), secs);
+    let run = measure_worker(&r.shared, 0, Duration::from_millis(300), secs);
     let c = r.finish()?;
     drop((a.port, b.port));
     Ok((run, drops_json(&c)))
@@ -998,7 +998,7 @@ fn fig_established(o: &Opts, ir: &Ir, dir: &Path, report: &mut Report) {
             },
             "flows": by_source,
             "both_directions": {
-                "traffic": "the capture source's client ACKs on the outside port and, on the inside port, an ACK from each flow's backend to its SNAT address and port (learnt from the NATed SYNs), the flows in a shuffled order: half the packets are replies, looked up through the index",
+                "traffic": "the capture source's client ACKs on the outside port and, on the inside port, an ACK from each flow's backend to its SNAT address and port (learnt from the NATed SYNs), the flows in a shuffled order: half the packets are replies, looked up through the index; packets are counted as they leave, by either port",
                 "flows": both_json,
             },
             "full_table": {

@@ -186,7 +186,7 @@ fn sluice_run(capture: &Path, secs: f64, macswap: bool) -> Result<Run, String> {
         )
     };
     let h = h.map_err(|e| e.to_string())?;
-    let run = measure_worker(&shared, 0, 1, Duration::from_millis(300), secs);
+    let run = measure_worker(&shared, 0, Duration::from_millis(300), secs);
     stop.store(true, Ordering::Relaxed);
     let c = h.join().map_err(|_| "worker panicked".to_string())?;
     if c.total_drops() > 0 {
