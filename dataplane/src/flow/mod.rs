@@ -775,10 +775,13 @@ impl FlowTable {
     /// `PREFETCHT0`: the entry is written by the packet that reads it (state, expiry), and
     /// on a Zen 4 virtual machine a prefetched entry was still missing at the lookup
     /// even 580 ns later (a spin between the stages did not help), while a loaded one was
-    /// there. `bench_balance`, medians of alternating runs: 100k flows 348 -> 250 cycles a
-    /// packet, both directions at 100k 259 -> 214, 1k and 1M flows unchanged (`PREFETCHW`:
-    /// no better than `PREFETCHT0`). The loads of a burst overlap as prefetches would,
-    /// up to the core's reorder window; the wide record, only ever read, is prefetched.
+    /// there. `bench_balance`, medians of alternating runs: 100k flows in the default
+    /// 1M-flow table 348 -> 250 cycles a packet, both directions 259 -> 214, in a 200k
+    /// table 260 -> 229; 1k and 1M flows unchanged; the one loss, 100k flows in a table of
+    /// exactly 100k (the index at its fullest), 220 -> 250 (`PREFETCHW`: no better than
+    /// `PREFETCHT0`). The loads of a burst overlap as prefetches would, up to the core's
+    /// reorder window, and the figures vary less run to run; the wide record, only ever
+    /// read, is prefetched.
     #[inline]
     pub fn prefetch_entry(&self, hash: u64, wide: bool) {
         let tag = Self::tag(hash);
