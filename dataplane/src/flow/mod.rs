@@ -752,10 +752,11 @@ impl FlowTable {
         t.hash(self.seed)
     }
 
-    /// Prefetches the index slot where a lookup of `hash` starts.
+    /// Prefetches the index slot where a lookup of `hash` starts (into L2; see
+    /// [`FlowTable::prefetch_entry`]).
     #[inline]
     pub fn prefetch(&self, hash: u64) {
-        crate::port::prefetch_read(&self.index[self.home(hash)]);
+        crate::port::prefetch_l2(&self.index[self.home(hash)]);
     }
 
     /// Prefetches a flow's entry (e.g. between the lookup and the packet's rewrite).
@@ -771,17 +772,16 @@ impl FlowTable {
     /// hint: a false tag match or a change to the table in between costs a miss, never a
     /// wrong answer.
     ///
-    /// The entry is *loaded* (one word of it, the value discarded), not prefetched with
-    /// `PREFETCHT0`: the entry is written by the packet that reads it (state, expiry), and
-    /// on a Zen 4 virtual machine a prefetched entry was still missing at the lookup
-    /// even 580 ns later (a spin between the stages did not help), while a loaded one was
-    /// there. `bench_balance`, medians of alternating runs: 100k flows in the default
-    /// 1M-flow table 348 -> 250 cycles a packet, both directions 259 -> 214, in a 200k
-    /// table 260 -> 229; 1k and 1M flows unchanged; the one loss, 100k flows in a table of
-    /// exactly 100k (the index at its fullest), 220 -> 250 (`PREFETCHW`: no better than
-    /// `PREFETCHT0`). The loads of a burst overlap as prefetches would, up to the core's
-    /// reorder window, and the figures vary less run to run; the wide record, only ever
-    /// read, is prefetched.
+    /// The entry is prefetched into the core's L2 ([`crate::port::prefetch_l2`],
+    /// `PREFETCHT1`), not its L1: an entry is written by the packet that reads it (state, expiry), and on
+    /// the Zen 4 machine the benchmarks run on, entries fetched into L1 (`PREFETCHT0`)
+    /// were still missing when the lookup came to them, even 580 ns later. Medians of
+    /// alternating `bench_balance` runs, cycles a packet, `T0` -> `T1`: 100k flows in the
+    /// default 1M-flow table 311 -> 200, both directions at 100k 259 -> 206, 100k flows
+    /// in a 100k table 250 -> 228, 1M flows 296 -> 260, 1k flows unchanged (`PREFETCHW`:
+    /// no better than `T0`; a plain load of one word of the entry: 244 at 100k, worse
+    /// than `T1` wherever the table is out of cache). The index line of [`FlowTable::prefetch`] goes to L2 too
+    /// (2-4 % fewer cycles at 100k and 1M); the wide record, only ever read, to L1.
     #[inline]
     pub fn prefetch_entry(&self, hash: u64, wide: bool) {
         let tag = Self::tag(hash);
@@ -795,7 +795,7 @@ impl FlowTable {
             if v >> 32 == tag {
                 let (id, _) = slot_target(v);
                 if let Some(f) = self.flows.get(id as usize) {
-                    std::hint::black_box(f.expires);
+                    crate::port::prefetch_l2(f);
                 }
                 if wide {
                     if let Some(w) = self.wide.get(id as usize) {

@@ -572,11 +572,11 @@ impl Stage for Balancer {
         };
         // Three passes over the burst so that the flow table's cache misses overlap
         // (as VPP and DPDK's hash library do): parse and hash every packet and prefetch
-        // its index slot; read the index slots (now cached) and load the flow entries
-        // they point to (`FlowTable::prefetch_entry` says why a load, not a prefetch);
-        // then look up (both now cached) and decide. The lookup itself waits for the
-        // last pass, so a flow an earlier packet of the burst created, removed or
-        // re-keyed is seen as it is now.
+        // its index slot; read the index slots (now cached) and prefetch the flow entries
+        // they point to (into L2: `FlowTable::prefetch_entry` says why); then look up
+        // (both now cached) and decide. The lookup itself waits for the last pass, so a
+        // flow an earlier packet of the burst created, removed or re-keyed is seen as it
+        // is now.
         let ahead = &mut self.ahead[..n];
         // `parse` writes the packet's fields straight into its entry: a returned `L4`
         // (or one `*a = match ...` choosing between it and `NONE`) was copied through the
