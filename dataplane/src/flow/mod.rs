@@ -29,8 +29,8 @@
 //! - **Index sizing**: a hash is mapped onto the `3 × capacity` slots with Lemire's
 //!   multiply-shift range reduction (`(h × len) >> 64`, one multiplication, no power of
 //!   two needed: rounding `4 × capacity` up to a power of two made the index 32 to 64
-//!   bytes a flow, and the table 129 to 138 bytes a flow at most capacities). Knuth's expected probes for linear probing at load `a` are
-//!   `(1 + 1/(1-a)) / 2` for a hit and `(1 + 1/(1-a)^2) / 2` for a miss: at the bound
+//!   bytes a flow, and the table 129 to 138 bytes a flow at most capacities). Knuth's
+//!   expected probes for linear probing at load `a` are `(1 + 1/(1-a)) / 2` for a hit and `(1 + 1/(1-a)^2) / 2` for a miss: at the bound
 //!   `a = 2/3`, 2 and 5 slots, which with 8 slots to a cache line is still mostly one
 //!   line (a slot holds a 32-bit tag, so the flow entry itself is only read for the
 //!   flow that matches, bar a 2^-31 false tag match). Denser would grow fast (at 3/4: 2.5
@@ -773,15 +773,16 @@ impl FlowTable {
     /// wrong answer.
     ///
     /// The entry is prefetched into the core's L2 ([`crate::port::prefetch_l2`],
-    /// `PREFETCHT1`), not its L1: an entry is written by the packet that reads it (state, expiry), and on
-    /// the Zen 4 machine the benchmarks run on, entries fetched into L1 (`PREFETCHT0`)
-    /// were still missing when the lookup came to them, even 580 ns later. Medians of
-    /// alternating `bench_balance` runs, cycles a packet, `T0` -> `T1`: 100k flows in the
-    /// default 1M-flow table 311 -> 200, both directions at 100k 259 -> 206, 100k flows
-    /// in a 100k table 250 -> 228, 1M flows 296 -> 260, 1k flows unchanged (`PREFETCHW`:
-    /// no better than `T0`; a plain load of one word of the entry: 244 at 100k, worse
-    /// than `T1` wherever the table is out of cache). The index line of [`FlowTable::prefetch`] goes to L2 too
-    /// (2-4 % fewer cycles at 100k and 1M); the wide record, only ever read, to L1.
+    /// `PREFETCHT1`), not its L1: an entry is written by the packet that reads it (state,
+    /// expiry), and on the Zen 4 machine the benchmarks run on, entries fetched into L1
+    /// (`PREFETCHT0`) were still missing when the lookup came to them, even 580 ns later.
+    /// Medians of alternating `bench_balance` runs, cycles a packet, `T0` -> `T1`: 100k
+    /// flows in the default 1M-flow table 311 -> 200, both directions at 100k 259 -> 206,
+    /// 100k flows in a 100k table 250 -> 228, 1M flows 296 -> 260, 1k flows unchanged.
+    /// `PREFETCHW` was no better than `T0`; a plain load of one word of the entry (244 at
+    /// 100k) was worse than `T1` wherever the table is out of cache. The index line of
+    /// [`FlowTable::prefetch`] goes to L2 too (2-4 % fewer cycles at 100k and 1M); the
+    /// wide record, only ever read, to L1.
     #[inline]
     pub fn prefetch_entry(&self, hash: u64, wide: bool) {
         let tag = Self::tag(hash);
