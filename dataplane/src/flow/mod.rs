@@ -32,12 +32,12 @@
 //!   bytes a flow, and the table 129 to 138 bytes a flow at most capacities). Knuth's
 //!   expected probes for linear probing at load `a` are `(1 + 1/(1-a)) / 2` for a hit
 //!   and `(1 + 1/(1-a)^2) / 2` for a miss: at the bound `a = 2/3`, 2 and 5 slots,
-//!   which with 8 slots to a cache line is still mostly one
-//!   line (a slot holds a 32-bit tag, so the flow entry itself is only read for the
-//!   flow that matches, bar a 2^-31 false tag match). Denser would grow fast (at 3/4: 2.5
-//!   and 8.5; at 7/8: 4.5 and 32.5); sparser spends the 128-byte budget (4 slots a flow
-//!   is 128 bytes before the wheel). A table is only this full at capacity: at half
-//!   capacity the load is 1/3 (1.25 and 1.6 probes).
+//!   which with 8 slots to a cache line is still mostly one line (a slot holds a 32-bit
+//!   tag, so the flow entry itself is only read for the flow that matches, bar a 2^-31
+//!   false tag match). Denser would grow fast (at 3/4: 2.5 and 8.5; at 7/8: 4.5 and
+//!   32.5); sparser spends the 128-byte budget (4 slots a flow is 128 bytes before the
+//!   wheel). A table is only this full at capacity: at half capacity the load is 1/3
+//!   (1.25 and 1.6 probes).
 //! - **Full**: [`FlowTable::insert`] fails with [`InsertError::Full`]; existing flows are
 //!   untouched (the caller drops the packet and counts it).
 //! - **Timers**: a hashed timing wheel of one-second ticks with lazy re-arming: a packet

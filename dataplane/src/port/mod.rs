@@ -304,24 +304,14 @@ pub fn prefetch_read<T: ?Sized>(p: &T) {
 
 /// Prefetches the cache line holding the start of `*p` into the core's L2, not its L1
 /// (`PREFETCHT1`): for a line that a later stage of a burst reads *and writes*, such as a
-/// flow entry. On the Zen 4 machine the benchmarks run on, flow entries fetched with
-/// `PREFETCHT0` were still missing when their packets came to them, even 580 ns later,
-/// while entries fetched into L2 were there; see [`crate::flow::FlowTable::prefetch_entry`]
-/// for the figures.
+/// flow entry, which on the Zen 4 machine the benchmarks run on was still missing when
+/// fetched into L1 (see [`crate::flow::FlowTable::prefetch_entry`] for the figures).
 #[inline(always)]
 pub fn prefetch_l2<T>(p: &T) {
     #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-        // SAFETY: PREFETCHT1 is a hint that never faults and neither reads nor writes
-        // program-visible memory; the address comes from a valid reference and is never
-        // dereferenced.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>((p as *const T).cast::<i8>()) };
-    }
+    prefetch_hint::<{ core::arch::x86_64::_MM_HINT_T1 }, T>(p);
     #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = p;
-    }
+    let _ = p;
 }
 
 /// Like [`prefetch_read`], for the one cache line that holds the start of `*p` (a table
@@ -329,17 +319,19 @@ pub fn prefetch_l2<T>(p: &T) {
 #[inline]
 pub fn prefetch_line<T>(p: &T) {
     #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: PREFETCHT0 is a hint that never faults and neither reads nor writes
-        // program-visible memory; the address comes from a valid reference and is never
-        // dereferenced.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>((p as *const T).cast::<i8>()) };
-    }
+    prefetch_hint::<{ core::arch::x86_64::_MM_HINT_T0 }, T>(p);
     #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = p;
-    }
+    let _ = p;
+}
+
+/// One `PREFETCHh` of the line holding the start of `*p`, `HINT` saying which cache.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_hint<const HINT: i32, T>(p: &T) {
+    // SAFETY: PREFETCHh is a hint that never faults and neither reads nor writes
+    // program-visible memory; the address comes from a valid reference and is never
+    // dereferenced.
+    unsafe { core::arch::x86_64::_mm_prefetch::<HINT>((p as *const T).cast::<i8>()) };
 }
 
 /// Asks the kernel to back the memory of `buf` with transparent huge pages (2 MiB on
