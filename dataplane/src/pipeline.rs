@@ -342,9 +342,10 @@ pub struct Forwarder {
     memo: Option<Memo>,
     /// The same for the IPv4 fast path, keyed by the next hop as a word.
     memo4: Option<Memo4>,
-    /// Memos of many IPv4 next hops, direct-mapped by the next hop's low bits, for
-    /// [`Forwarder::forward_checked_v4`]: a balancer's flows alternate between many
-    /// backends, which would defeat a one-entry memo.
+    /// Memos of many IPv4 destinations (out port and next hop's MAC), direct-mapped by
+    /// the destination's low bits, for [`Forwarder::forward_checked_v4`]: a balancer's
+    /// flows alternate between many backends, which would defeat a one-entry memo, and a
+    /// hit skips the route lookup too.
     hops4: Box<[Hop4]>,
     /// sluice's MAC per port (a copy of the configuration's, for the fast path).
     macs: Box<[MacAddr]>,
@@ -376,29 +377,36 @@ struct Memo4 {
     mac: MacAddr,
 }
 
-/// A memoised IPv4 next hop of [`Forwarder`]'s table: valid while the neighbour cache's
-/// epoch is unchanged (no entry written since it was read) and the entry is Reachable.
+/// A memoised IPv4 destination of [`Forwarder`]'s table: its out port and its next hop's
+/// MAC. The route part never goes stale (a forwarder's [`ForwarderConfig`] is fixed for
+/// its life); the MAC is valid while the neighbour cache's epoch is unchanged (no entry
+/// written since it was read) and the entry is Reachable.
 #[derive(Debug, Clone, Copy)]
 struct Hop4 {
-    nh: u32,
+    dst: u32,
     /// [`NeighbourCache::epoch`] read before the lookup.
     epoch: u32,
     /// The entry is Reachable before this time (ms).
     until: u64,
     mac: MacAddr,
+    /// The out port (fits the padding after `mac`).
+    out: u16,
 }
 
 impl Hop4 {
     /// Matches nothing: `until` 0 is never in the future.
     const EMPTY: Hop4 = Hop4 {
-        nh: 0,
+        dst: 0,
         epoch: 0,
         until: 0,
         mac: MacAddr([0; 6]),
+        out: 0,
     };
 }
 
-/// Entries of [`Forwarder`]'s next-hop memo table (a power of two; 24 KiB).
+const _: () = assert!(std::mem::size_of::<Hop4>() == 24);
+
+/// Entries of [`Forwarder`]'s destination memo table (a power of two; 24 KiB).
 const HOPS4: usize = 1024;
 
 fn empty_hops4() -> Box<[Hop4]> {
@@ -600,9 +608,9 @@ impl Forwarder {
     /// Forwards an IPv4 packet that the caller has just validated and rewritten (the
     /// balancer's NAT, which updated the checksums incrementally): Ethernet addressed to
     /// this port, IPv4 without options, total length within the frame, header checksum
-    /// correct. Skips what [`Forwarder::process`] would check again and looks the next
-    /// hop up in a memo table of many next hops (a balancer's flows alternate between
-    /// backends). Anything out of the ordinary (TTL exhausted, a local, broadcast or
+    /// correct. Skips what [`Forwarder::process`] would check again and looks the
+    /// destination up in a memo table of many destinations, route and next hop's MAC
+    /// together (a balancer's flows alternate between backends). Anything out of the ordinary (TTL exhausted, a local, broadcast or
     /// multicast destination, no route, a next hop not memoised as Reachable while packets
     /// are parked, or not Reachable at all) goes to [`Forwarder::process`], which decides
     /// it from scratch; so a caller that breaks the promise gets the general path, never
@@ -634,29 +642,30 @@ impl Forwarder {
             }
             (total, dst)
         };
-        let (out, nh) = self.conf.fib.lookup_v4_word(dst)?;
-        let slot = nh as usize & (HOPS4 - 1);
+        let slot = dst as usize & (HOPS4 - 1);
         // Read before any lookup, so that a change after it invalidates what it finds.
         let epoch = self.neigh.epoch();
         let m = self.hops4.get(slot)?;
-        let mac = if m.nh == nh && now < m.until && m.epoch == epoch {
-            m.mac
+        let (out, mac) = if m.dst == dst && now < m.until && m.epoch == epoch {
+            (usize::from(m.out), m.mac)
         } else {
             if !self.lot.is_empty() {
                 return None;
             }
+            let (out, nh) = self.conf.fib.lookup_v4_word(dst)?;
             match self
                 .neigh
                 .lookup_pinned(IpAddr::V4(Ipv4Addr::from(nh)), now)
             {
                 (Neighbour::Reachable(mac), Some(p)) => {
                     self.hops4[slot] = Hop4 {
-                        nh,
+                        dst,
                         epoch,
                         until: p.fresh_until,
                         mac,
+                        out: u16::try_from(out).ok()?,
                     };
-                    mac
+                    (out, mac)
                 }
                 _ => return None,
             }

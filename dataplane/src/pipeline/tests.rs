@@ -704,3 +704,48 @@ fn checked_v4_memo_follows_neighbour_changes() {
     assert_eq!(out[14 + 9], ip_proto::ICMP);
     assert_eq!(pool.in_use(), 0);
 }
+
+/// The memo is keyed by destination (route and MAC together): two destinations sharing a
+/// memo slot, one on the link of port 0 and one routed through port 1's gateway, each
+/// keep their own port and MAC however they alternate, as the general path decides.
+#[test]
+fn checked_v4_memo_slot_shared_by_two_routes() {
+    let mut fw = forwarder();
+    let pool = Pool::new(8);
+    let on_link = MacAddr([0x02, 0, 0, 0, 0, 0x09]);
+    fw.neighbours().learn(ip("10.78.0.1"), GW1, 0);
+    fw.neighbours().learn(ip("10.77.0.9"), on_link, 0);
+    // 10.77.0.9 and 192.168.8.9 have the same low ten bits (0x009).
+    let near = ipv4_frame(
+        US0,
+        "10.77.0.1",
+        "10.77.0.9",
+        64,
+        ip_proto::TCP,
+        &tcp_segment(),
+    );
+    let far = ipv4_frame(
+        US0,
+        "10.77.0.1",
+        "192.168.8.9",
+        64,
+        ip_proto::TCP,
+        &tcp_segment(),
+    );
+    for (i, (frame, port, mac)) in [(&near, 0, on_link), (&far, 1, GW1)]
+        .into_iter()
+        .cycle()
+        .take(6)
+        .enumerate()
+    {
+        let now = 10 + i as u64;
+        let mut c = Counters::new(2);
+        let mut p = pool.alloc_copy(frame).unwrap();
+        let v = fw.forward_checked_v4(0, &mut p, &mut Ctx::new(now, &mut c));
+        assert_eq!(v, Verdict::Tx(port), "packet {i}");
+        assert_eq!(&p.data()[..6], &mac.0, "packet {i}");
+        let (v2, out2, _) = run(&mut fw.clone(), &pool, 0, frame, now);
+        assert_eq!((v, p.data().to_vec()), (v2, out2), "packet {i}");
+    }
+    assert_eq!(pool.in_use(), 0);
+}
