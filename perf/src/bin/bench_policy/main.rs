@@ -171,36 +171,36 @@ fn time_trace(n: usize, mut f: impl FnMut() -> u64) -> Timing {
     }
 }
 
-/// A trace's IPv4 connections as the burst API takes them.
-fn conns4(trace: &[gen::Probe]) -> Vec<Conn4> {
-    trace
-        .iter()
-        .map(|p| match (p.src, p.dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => Conn4 {
-                src: u32::from(s),
-                dst: u32::from(d),
-                proto: p.proto,
-                dst_port: p.dport,
-            },
-            _ => Conn4::default(),
-        })
-        .collect()
+/// A trace's connections as a burst API takes them: `conn` makes one from a probe, or
+/// `None` for a probe of the other family (which becomes `C::default()`).
+fn conns<C: Default>(trace: &[gen::Probe], conn: impl Fn(&gen::Probe) -> Option<C>) -> Vec<C> {
+    trace.iter().map(|p| conn(p).unwrap_or_default()).collect()
 }
 
-/// A trace's IPv6 connections as the burst API takes them.
+/// A trace's IPv4 connections.
+fn conns4(trace: &[gen::Probe]) -> Vec<Conn4> {
+    conns(trace, |p| match (p.src, p.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => Some(Conn4 {
+            src: u32::from(s),
+            dst: u32::from(d),
+            proto: p.proto,
+            dst_port: p.dport,
+        }),
+        _ => None,
+    })
+}
+
+/// A trace's IPv6 connections.
 fn conns6(trace: &[gen::Probe]) -> Vec<Conn6> {
-    trace
-        .iter()
-        .map(|p| match (p.src, p.dst) {
-            (IpAddr::V6(s), IpAddr::V6(d)) => Conn6 {
-                src: u128::from(s),
-                dst: u128::from(d),
-                proto: p.proto,
-                dst_port: p.dport,
-            },
-            _ => Conn6::default(),
-        })
-        .collect()
+    conns(trace, |p| match (p.src, p.dst) {
+        (IpAddr::V6(s), IpAddr::V6(d)) => Some(Conn6 {
+            src: u128::from(s),
+            dst: u128::from(d),
+            proto: p.proto,
+            dst_port: p.dport,
+        }),
+        _ => None,
+    })
 }
 
 /// One scenario's tables and traces, kept for [`interleaved_growth`].
