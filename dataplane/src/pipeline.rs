@@ -610,11 +610,11 @@ impl Forwarder {
     /// this port, IPv4 without options, total length within the frame, header checksum
     /// correct. Skips what [`Forwarder::process`] would check again and looks the
     /// destination up in a memo table of many destinations, route and next hop's MAC
-    /// together (a balancer's flows alternate between backends). Anything out of the ordinary (TTL exhausted, a local, broadcast or
-    /// multicast destination, no route, a next hop not memoised as Reachable while packets
-    /// are parked, or not Reachable at all) goes to [`Forwarder::process`], which decides
-    /// it from scratch; so a caller that breaks the promise gets the general path, never
-    /// a wrong packet.
+    /// together (a balancer's flows alternate between backends). Anything out of the
+    /// ordinary (TTL exhausted, a local, broadcast or multicast destination, no route, a
+    /// next hop not memoised as Reachable while packets are parked, or not Reachable at
+    /// all) goes to [`Forwarder::process`], which decides it from scratch; so a caller
+    /// that breaks the promise gets the general path, never a wrong packet.
     #[inline]
     pub fn forward_checked_v4(
         &mut self,
