@@ -580,9 +580,9 @@ impl Stage for Balancer {
         // (as VPP and DPDK's hash library do): parse and hash every packet and prefetch
         // its index slot; read the index slots (now cached) and prefetch the flow entries
         // they point to (into L2: `FlowTable::prefetch_entry` says why); then look up
-        // (both now cached, each entry moved into L1 a little ahead: `L1_LEAD`) and decide. The lookup itself waits for the last pass, so a
-        // flow an earlier packet of the burst created, removed or re-keyed is seen as it
-        // is now.
+        // (both now cached, each entry moved into L1 a little ahead: `L1_LEAD`) and
+        // decide. The lookup itself waits for the last pass, so a flow an earlier packet
+        // of the burst created, removed or re-keyed is seen as it is now.
         let ahead = &mut self.ahead[..n];
         // `parse` writes the packet's fields straight into its entry: a returned `L4`
         // (or one `*a = match ...` choosing between it and `NONE`) was copied through the
