@@ -181,7 +181,7 @@ pub fn measure_worker(
         }
         last = at;
     }
-    let (p1, c1, wall) = (last.0, thread_cpu_ns("self", &comm), t0.elapsed());
+    let (p1, c1, wall) = (last.0, thread_cpu_ns("self", &comm), last.1 - t0);
     let cpu = c0.zip(c1).map(|(a, b)| b.saturating_sub(a));
     Run::new(p1.saturating_sub(p0) as f64, wall.as_secs_f64(), cpu).with_windows(&windows)
 }
