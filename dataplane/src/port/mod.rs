@@ -324,6 +324,41 @@ pub fn prefetch_line<T>(p: &T) {
     let _ = p;
 }
 
+/// Which of 32 16-bit lanes (one 64-byte line of them) equal `value`, as a bit mask (bit
+/// `i`: lane `i`): the fingerprint compare of a hash table whose groups keep their
+/// fingerprints in one line. On x86-64, four SSE2 compares and two byte masks (about a
+/// dozen instructions, where a plain loop compiles to about sixty).
+#[inline]
+pub fn eq_lanes_u16x32(lanes: &[u16; 32], value: u16) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi16, _mm_loadu_si128, _mm_movemask_epi8, _mm_packs_epi16,
+            _mm_set1_epi16,
+        };
+        let base = lanes.as_ptr().cast::<__m128i>();
+        // SAFETY: SSE2 is part of x86-64, so its intrinsics run on every CPU this code
+        // can run on; `lanes` is 64 readable bytes, so the four unaligned 16-byte loads at
+        // offsets 0, 16, 32 and 48 stay inside it. Equal lanes compare to 0xffff (-1),
+        // the others to 0; packing to bytes keeps both, and each byte mask then has one
+        // bit per lane.
+        unsafe {
+            let [a, b, c, d] = [0, 1, 2, 3].map(|k| _mm_loadu_si128(base.add(k)));
+            let v = _mm_set1_epi16(value as i16);
+            let low = _mm_packs_epi16(_mm_cmpeq_epi16(a, v), _mm_cmpeq_epi16(b, v));
+            let high = _mm_packs_epi16(_mm_cmpeq_epi16(c, v), _mm_cmpeq_epi16(d, v));
+            (_mm_movemask_epi8(low) as u32 & 0xffff) | ((_mm_movemask_epi8(high) as u32) << 16)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        lanes
+            .iter()
+            .enumerate()
+            .fold(0, |m, (i, &l)| m | (u32::from(l == value) << i))
+    }
+}
+
 /// One `PREFETCHh` of the line holding the start of `*p`, `HINT` saying which cache.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
