@@ -109,8 +109,15 @@ fn listener_json(l: &Listener) -> Value {
 /// The most specific binding of a listener for a name (exact, then the longest wildcard
 /// suffix, then `*`), found with the dataplane's own compiled host matcher.
 pub fn pick_binding<'a>(l: &'a Listener, name: Option<&str>) -> Option<&'a Binding> {
-    let matcher = HostMatcher::from_strs(l.bindings.iter().map(|b| (b.host.as_str(), b))).ok()?;
-    matcher.lookup(name.unwrap_or("").as_bytes()).copied()
+    // Each pattern's value is its binding's position.
+    let patterns = l
+        .bindings
+        .iter()
+        .zip(0..)
+        .map(|(b, i)| (b.host.as_str(), i));
+    let matcher = HostMatcher::from_strs(patterns).ok()?;
+    let at = matcher.lookup(name.unwrap_or("").as_bytes())?;
+    l.bindings.get(at as usize)
 }
 
 fn backends_json(backends: &[crate::compile::ir::Backend]) -> Value {

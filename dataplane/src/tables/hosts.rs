@@ -1,5 +1,5 @@
-//! The host matcher: a compiled, immutable map from host-name patterns to values (a
-//! listener's routes), looked up with the SNI or `Host` of a connection.
+//! The host matcher: a compiled, immutable map from host-name patterns to `u32` values (a
+//! listener's route indices), looked up with the SNI or `Host` of a connection.
 //!
 //! ## Semantics
 //!
@@ -60,7 +60,7 @@
 //!   is its own: for a key, exactly its slot, one cache line; for a name that is not a key,
 //!   almost never any (one chance in about four thousand);
 //! - a slot is one cache line (64 bytes) and holds a 24-bit hash tag with the key's
-//!   length, both values, and the key itself when it is at most 52 bytes (else its first
+//!   length, both values (so no other line is read for them), and the key itself when it is at most 52 bytes (else its first
 //!   48 bytes and where the rest lies in an arena), so a hit on any but a very long name
 //!   is verified within that one line;
 //! - the big arrays are advised for transparent huge pages
@@ -69,14 +69,16 @@
 //!   need 65.
 //!
 //! Beyond that, a big table costs what the memory system charges: a cache miss for the
-//! slot and one for the value, and the fingerprint lines' trips to the last-level cache,
-//! where a small table has none of these. [`HostMatcher::lookup`] pays them one after
+//! slot, and the fingerprint lines' trips to the last-level cache, where a small table
+//! has neither. [`HostMatcher::lookup`] pays them one after
 //! the other (it only fetches the slots of all its candidates at once).
 //! [`HostMatcher::lookup_burst`] is the dataplane's way (DPDK's `rte_hash_lookup_bulk`,
 //! VPP): a burst of names goes through each step together — hash all and prefetch their
 //! fingerprint lines, match all and prefetch the slots that matched, probe and resolve
 //! all — so the misses of 32 names overlap instead of adding up, and its answers are
-//! `lookup`'s, name by name.
+//! `lookup`'s, name by name. (It reads a name's wildcard candidates only when the whole
+//! name's fingerprint is not in the table: an exact hit, the commonest answer, then
+//! costs one fingerprint line, not one per label.)
 //!
 //! Building may allocate and fails on duplicate patterns ([`BuildError`]): the control
 //! plane decides which of two claims on a name wins, never this table.
@@ -230,6 +232,12 @@ pub enum BuildError {
     },
     /// More patterns than the table can index (2^31), or more than 4 GiB of names.
     TooMany,
+    /// A pattern with the value [`NONE`] (`u32::MAX`), which marks "no pattern" in the
+    /// table; holds the pattern's position in the input.
+    ReservedValue {
+        /// Position of the pattern in the input.
+        index: usize,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -245,6 +253,9 @@ impl fmt::Display for BuildError {
                 write!(f, "host pattern #{index}: {error}")
             }
             BuildError::TooMany => f.write_str("too many host patterns"),
+            BuildError::ReservedValue { index } => {
+                write!(f, "host pattern #{index}: value {NONE} is reserved")
+            }
         }
     }
 }
@@ -267,17 +278,15 @@ pub enum MatchKind {
 
 /// The result of [`HostMatcher::find`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Match<'m, V> {
+pub struct Match {
     /// The matched pattern's value.
-    pub value: &'m V,
+    pub value: u32,
     /// What matched.
     pub kind: MatchKind,
-    /// The matched pattern's position in the build input.
-    pub index: usize,
 }
 
-/// No value in this half of a slot.
-const NONE: u32 = u32::MAX;
+/// No value in this half of a slot; the one value a pattern cannot have.
+pub const NONE: u32 = u32::MAX;
 
 /// Key bytes kept in the slot itself: keys up to this long (nearly every real host name)
 /// are compared without leaving the slot's cache line. Longer keys keep a [`PREFIX`]-byte
@@ -290,7 +299,7 @@ const PREFIX: usize = INLINE - 4;
 /// boundaries (with a non-empty part before them) take the slow path.
 const KEPT: usize = 16;
 
-/// Tables (with their values) from this size up are prefetched for in a burst (and in a
+/// Tables from this size up are prefetched for in a burst (and in a
 /// single lookup, the candidates' slots); smaller ones stay in the core's caches (a
 /// server core's L2 is 1-2 MiB), where prefetching costs instructions and buys little:
 /// measured with `bench_inspect`, bursts over the 10k-name table (2 MiB) were no faster
@@ -300,6 +309,10 @@ const PREFETCH_MIN: usize = 4 << 20;
 /// How many names [`HostMatcher::lookup_burst`] works on at once (a dataplane burst):
 /// longer inputs are taken in chunks of this size.
 pub const BURST: usize = 32;
+
+/// In a burst's candidate masks: the wildcard candidates are yet to be matched (pass 2b).
+/// (A mask's other bits go up to bit `KEPT`.)
+const SUFFIXES_LATER: u32 = 1 << 31;
 
 /// Slots per group. A key lives in the group its hash picks (or, when that group is
 /// full, in the first later one with room), in any of the group's slots; the group's
@@ -320,9 +333,9 @@ struct Prints([u16; GROUP]);
 #[repr(C, align(64))]
 struct Slot {
     tag: u32,
-    /// Value index of the exact pattern with this name, or [`NONE`].
+    /// Value of the exact pattern with this name, or [`NONE`].
     exact: u32,
-    /// Value index of the wildcard pattern with this suffix, or [`NONE`].
+    /// Value of the wildcard pattern with this suffix, or [`NONE`].
     wild: u32,
     /// The key (lowercase, zero-padded) if it is at most [`INLINE`] bytes; else its first
     /// [`PREFIX`] bytes and the little-endian arena offset of the remaining bytes.
@@ -337,7 +350,7 @@ const EMPTY: Slot = Slot {
 };
 
 /// The compiled host matcher (see the [module docs](self)).
-pub struct HostMatcher<V> {
+pub struct HostMatcher {
     /// `GROUP` slots per group, group after group.
     slots: Box<[Slot]>,
     /// One line of fingerprints per group (2 bytes a slot, 1/32 of the slots' size, so it
@@ -352,8 +365,9 @@ pub struct HostMatcher<V> {
     group_mask: usize,
     /// Tails (past [`PREFIX`]) of keys longer than [`INLINE`].
     arena: Box<[u8]>,
-    /// Values, in input order (so a value's index is its pattern's input position).
-    values: Box<[V]>,
+    /// How many patterns the matcher was built from.
+    patterns: usize,
+    /// The catch-all's value, or [`NONE`].
     any: u32,
     seed: u64,
     /// Whether the table is big enough for [`HostMatcher::lookup_burst`] to prefetch.
@@ -521,17 +535,6 @@ fn huge_filled<T: Clone>(value: T, len: usize) -> Box<[T]> {
     v.into_boxed_slice()
 }
 
-/// `items` moved into memory advised for huge pages when they are big.
-fn huge_moved<T>(mut items: Vec<T>) -> Box<[T]> {
-    if core::mem::size_of_val(&items[..]) < 2 << 20 {
-        return items.into_boxed_slice();
-    }
-    let mut v = Vec::with_capacity(items.len());
-    crate::port::advise_huge_pages(v.spare_capacity_mut());
-    v.append(&mut items);
-    v.into_boxed_slice()
-}
-
 /// A name's hashes, from the one right-to-left pass of [`HostMatcher::prepare`].
 #[derive(Clone, Copy)]
 struct Prep {
@@ -564,11 +567,12 @@ enum Plan {
     Slow,
 }
 
-impl<V> HostMatcher<V> {
-    /// Compiles `(pattern, value)` pairs. Fails on a pattern given twice.
-    pub fn build<I>(patterns: I) -> Result<HostMatcher<V>, BuildError>
+impl HostMatcher {
+    /// Compiles `(pattern, value)` pairs. Fails on a pattern given twice, or on the value
+    /// [`NONE`].
+    pub fn build<I>(patterns: I) -> Result<HostMatcher, BuildError>
     where
-        I: IntoIterator<Item = (HostPattern, V)>,
+        I: IntoIterator<Item = (HostPattern, u32)>,
     {
         // At most half the slots taken: a group of 32 then holds 8 to 16 keys on average,
         // and at most about one group in 7,500 spills.
@@ -580,9 +584,9 @@ impl<V> HostMatcher<V> {
     fn build_sized<I>(
         patterns: I,
         slots_for: impl Fn(usize) -> usize,
-    ) -> Result<HostMatcher<V>, BuildError>
+    ) -> Result<HostMatcher, BuildError>
     where
-        I: IntoIterator<Item = (HostPattern, V)>,
+        I: IntoIterator<Item = (HostPattern, u32)>,
     {
         let mut values = Vec::new();
         let mut any = NONE;
@@ -595,12 +599,15 @@ impl<V> HostMatcher<V> {
                 .ok()
                 .filter(|&i| i < NONE >> 1)
                 .ok_or(BuildError::TooMany)?;
+            if value == NONE {
+                return Err(BuildError::ReservedValue { index });
+            }
             match pattern {
                 HostPattern::Any => {
                     if any != NONE && duplicate_at.is_none() {
                         duplicate_at = Some((index, "*".to_string()));
                     }
-                    any = id;
+                    any = value;
                 }
                 HostPattern::Exact(mut name) => {
                     name.make_ascii_lowercase();
@@ -695,10 +702,12 @@ impl<V> HostMatcher<V> {
                     i
                 }
             };
+            // `id` indexes `values` (one value per input pattern).
+            let value = values[*id as usize];
             if *wild {
-                slots[i].wild = *id;
+                slots[i].wild = value;
             } else {
-                slots[i].exact = *id;
+                slots[i].exact = value;
             }
             last = Some((key.as_str(), i));
         }
@@ -708,7 +717,7 @@ impl<V> HostMatcher<V> {
             spilled,
             group_mask,
             arena: arena.into_boxed_slice(),
-            values: huge_moved(values),
+            patterns: values.len(),
             any,
             seed,
             prefetch: false,
@@ -716,15 +725,14 @@ impl<V> HostMatcher<V> {
             wildcard_count,
             wild_labels,
         };
-        matcher.prefetch =
-            matcher.table_bytes() + core::mem::size_of_val(&matcher.values[..]) >= PREFETCH_MIN;
+        matcher.prefetch = matcher.table_bytes() >= PREFETCH_MIN;
         Ok(matcher)
     }
 
     /// Compiles `(pattern text, value)` pairs, parsing each with [`HostPattern::parse`].
-    pub fn from_strs<'s, I>(patterns: I) -> Result<HostMatcher<V>, BuildError>
+    pub fn from_strs<'s, I>(patterns: I) -> Result<HostMatcher, BuildError>
     where
-        I: IntoIterator<Item = (&'s str, V)>,
+        I: IntoIterator<Item = (&'s str, u32)>,
     {
         let mut parsed = Vec::new();
         for (index, (p, v)) in patterns.into_iter().enumerate() {
@@ -737,12 +745,12 @@ impl<V> HostMatcher<V> {
 
     /// The value of the most specific pattern matching `name` (see the
     /// [module docs](self)). `name` may be in any case. No allocation.
-    pub fn lookup(&self, name: &[u8]) -> Option<&V> {
+    pub fn lookup(&self, name: &[u8]) -> Option<u32> {
         self.find(name).map(|m| m.value)
     }
 
     /// Like [`HostMatcher::lookup`], and says what matched.
-    pub fn find(&self, name: &[u8]) -> Option<Match<'_, V>> {
+    pub fn find(&self, name: &[u8]) -> Option<Match> {
         let mut prep = PREP;
         let found = match self.prepare(name, &mut prep) {
             Plan::CatchAll => None,
@@ -768,7 +776,7 @@ impl<V> HostMatcher<V> {
     /// probes and resolves exact, longest wildcard, catch-all. So the cache
     /// and TLB misses of a big table overlap across the burst instead of following one
     /// another, name after name.
-    pub fn lookup_burst<'m>(&'m self, names: &[&[u8]], out: &mut [Option<&'m V>]) {
+    pub fn lookup_burst(&self, names: &[&[u8]], out: &mut [Option<u32>]) {
         let n = names.len().min(out.len());
         self.burst(&names[..n], |i, m| {
             if let Some(o) = out.get_mut(i) {
@@ -779,7 +787,7 @@ impl<V> HostMatcher<V> {
 
     /// Like [`HostMatcher::lookup_burst`], and says what matched: `out[i]` gets what
     /// [`HostMatcher::find`] returns for `names[i]`.
-    pub fn find_burst<'m>(&'m self, names: &[&[u8]], out: &mut [Option<Match<'m, V>>]) {
+    pub fn find_burst(&self, names: &[&[u8]], out: &mut [Option<Match>]) {
         let n = names.len().min(out.len());
         self.burst(&names[..n], |i, m| {
             if let Some(o) = out.get_mut(i) {
@@ -792,7 +800,7 @@ impl<V> HostMatcher<V> {
     /// answer to `emit` with its index. A table small enough to stay in cache has no
     /// misses to hide: its names are simply looked up one after the other (prefetching
     /// there costs instructions and buys nothing).
-    fn burst<'m>(&'m self, names: &[&[u8]], mut emit: impl FnMut(usize, Option<Match<'m, V>>)) {
+    fn burst(&self, names: &[&[u8]], mut emit: impl FnMut(usize, Option<Match>)) {
         if !self.prefetch {
             for (i, name) in names.iter().enumerate() {
                 emit(i, self.find(name));
@@ -811,21 +819,45 @@ impl<V> HostMatcher<V> {
                     crate::port::prefetch_line(last);
                 }
             }
-            // Pass 1: hash, and prefetch the fingerprint line of every candidate key.
+            let exact = self.exact_count > 0;
+            // Pass 1: hash, and prefetch the fingerprint line of the whole name (or, in a
+            // table of wildcards only, of every wildcard candidate).
             for ((name, prep), plan) in chunk.iter().zip(&mut preps).zip(&mut plans) {
                 *plan = self.prepare(name, prep);
                 if *plan == Plan::Fast {
-                    self.prefetch_prints(prep);
+                    if exact {
+                        self.prefetch_print(prep.full);
+                    } else {
+                        self.prefetch_suffix_prints(prep);
+                    }
                 }
             }
-            // Pass 2: match fingerprints, and prefetch the slots that matched.
+            // Pass 2: match the whole name's fingerprint and prefetch the slot it names:
+            // that is almost surely an exact hit, and its suffixes are not looked at
+            // before pass 3 finds it is not (then the suffixes are probed there, and
+            // their misses are paid, in the rare case that the slot holds only a
+            // wildcard or the fingerprint matched by chance). A name whose fingerprint
+            // did not match has its wildcard candidates' lines prefetched instead.
             for ((prep, plan), mask) in preps.iter().zip(&plans).zip(&mut masks) {
                 if *plan == Plan::Fast {
-                    *mask = self.candidates(prep, true);
+                    if !exact {
+                        *mask = self.suffix_candidates(prep, true);
+                    } else if self.matching_slots(prep.full, true).1 != 0 {
+                        *mask = 1 | (self.wild_suffixes(prep) << 1);
+                    } else {
+                        *mask = u32::from(self.may_hold(prep.full, false)) | SUFFIXES_LATER;
+                        self.prefetch_suffix_prints(prep);
+                    }
                 }
             }
-            // Pass 3: probe and resolve, exact -> longest wildcard -> catch-all, and
-            // prefetch the value for the caller.
+            // Pass 2b: match the wildcard candidates of the names that need it, and
+            // prefetch the slots that matched.
+            for ((prep, plan), mask) in preps.iter().zip(&plans).zip(&mut masks) {
+                if *plan == Plan::Fast && *mask & SUFFIXES_LATER != 0 {
+                    *mask = (*mask & 1) | self.suffix_candidates(prep, true);
+                }
+            }
+            // Pass 3: probe and resolve, exact -> longest wildcard -> catch-all.
             for (k, ((name, prep), (plan, mask))) in chunk
                 .iter()
                 .zip(&preps)
@@ -837,11 +869,7 @@ impl<V> HostMatcher<V> {
                     Plan::Fast => self.resolve(name, prep, *mask),
                     Plan::Slow => self.find_slow(name, prep),
                 };
-                let found = found.or_else(|| self.catch_all());
-                if let Some(m) = &found {
-                    crate::port::prefetch_line(m.value);
-                }
-                emit(c * BURST + k, found);
+                emit(c * BURST + k, found.or_else(|| self.catch_all()));
             }
         }
     }
@@ -850,15 +878,13 @@ impl<V> HostMatcher<V> {
         self.exact_count + self.wildcard_count > 0
     }
 
-    fn value(&self, id: u32, kind: MatchKind) -> Option<Match<'_, V>> {
-        let index = id as usize;
-        self.values
-            .get(index)
-            .map(|value| Match { value, kind, index })
+    /// A match of `kind` with `value`, unless `value` is [`NONE`] (no pattern).
+    fn value(value: u32, kind: MatchKind) -> Option<Match> {
+        (value != NONE).then_some(Match { value, kind })
     }
 
-    fn catch_all(&self) -> Option<Match<'_, V>> {
-        self.value(self.any, MatchKind::Any)
+    fn catch_all(&self) -> Option<Match> {
+        HostMatcher::value(self.any, MatchKind::Any)
     }
 
     /// One right-to-left pass over `name`: the hash of every suffix that starts at a label
@@ -902,21 +928,7 @@ impl<V> HostMatcher<V> {
     /// fingerprint matched.
     #[inline]
     fn may_hold(&self, hash: u64, prefetch: bool) -> bool {
-        let g = group_of(hash, self.group_mask);
-        let Some(prints) = self.prints.get(g) else {
-            return false;
-        };
-        let hits = lanes(prints, fingerprint(hash));
-        if prefetch {
-            let mut rest = hits;
-            while rest != 0 {
-                let lane = rest.trailing_zeros() as usize;
-                rest &= rest - 1;
-                if let Some(slot) = self.slots.get(g * GROUP + lane) {
-                    crate::port::prefetch_line(slot);
-                }
-            }
-        }
+        let (g, hits) = self.matching_slots(hash, prefetch);
         hits != 0 || self.spilled(g)
     }
 
@@ -929,16 +941,7 @@ impl<V> HostMatcher<V> {
         if self.exact_count > 0 && self.may_hold(prep.full, prefetch) {
             mask |= 1;
         }
-        let mut rest = self.wild_suffixes(prep);
-        while rest != 0 {
-            let k = rest.trailing_zeros() as usize;
-            rest &= rest - 1;
-            let h = prep.hashes.get(k).copied().unwrap_or_default();
-            if self.may_hold(h, prefetch) {
-                mask |= 2 << k;
-            }
-        }
-        mask
+        mask | self.suffix_candidates(prep, prefetch)
     }
 
     /// The suffixes of a prepared name (bit `k`: suffix `k`, which has `k + 1` labels)
@@ -951,33 +954,74 @@ impl<V> HostMatcher<V> {
         self.wild_labels & ((1u32 << prep.count.min(KEPT)) - 1)
     }
 
-    /// Prefetches the fingerprint lines of a prepared name's candidates.
+    /// Prefetches the fingerprint line of the group of a key with hash `h`.
     #[inline]
-    fn prefetch_prints(&self, prep: &Prep) {
-        let line = |h: u64| self.prints.get(group_of(h, self.group_mask));
-        if self.exact_count > 0 {
-            if let Some(l) = line(prep.full) {
-                crate::port::prefetch_line(l);
-            }
+    fn prefetch_print(&self, h: u64) {
+        if let Some(l) = self.prints.get(group_of(h, self.group_mask)) {
+            crate::port::prefetch_line(l);
         }
+    }
+
+    /// Prefetches the fingerprint lines of a prepared name's wildcard candidates.
+    #[inline]
+    fn prefetch_suffix_prints(&self, prep: &Prep) {
         let mut rest = self.wild_suffixes(prep);
         while rest != 0 {
             let k = rest.trailing_zeros() as usize;
             rest &= rest - 1;
-            if let Some(l) = prep.hashes.get(k).and_then(|&h| line(h)) {
-                crate::port::prefetch_line(l);
+            if let Some(&h) = prep.hashes.get(k) {
+                self.prefetch_print(h);
             }
         }
+    }
+
+    /// The slots of its own group whose fingerprint is that of a key with this hash (bit
+    /// `i`: slot `i` of the group, which is `group`); with `prefetch`, prefetches them.
+    #[inline]
+    fn matching_slots(&self, hash: u64, prefetch: bool) -> (usize, u32) {
+        let g = group_of(hash, self.group_mask);
+        let hits = self
+            .prints
+            .get(g)
+            .map_or(0, |p| lanes(p, fingerprint(hash)));
+        if prefetch {
+            let mut rest = hits;
+            while rest != 0 {
+                let lane = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                if let Some(slot) = self.slots.get(g * GROUP + lane) {
+                    crate::port::prefetch_line(slot);
+                }
+            }
+        }
+        (g, hits)
+    }
+
+    /// The wildcard candidates of a prepared name that may be keys, as bits `k + 1` of
+    /// [`HostMatcher::candidates`]; with `prefetch`, prefetches their slots.
+    #[inline]
+    fn suffix_candidates(&self, prep: &Prep, prefetch: bool) -> u32 {
+        let mut mask = 0;
+        let mut rest = self.wild_suffixes(prep);
+        while rest != 0 {
+            let k = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            let h = prep.hashes.get(k).copied().unwrap_or_default();
+            if self.may_hold(h, prefetch) {
+                mask |= 2 << k;
+            }
+        }
+        mask
     }
 
     /// Probes the candidates in `mask`: the exact name, then the suffixes longest first;
     /// the first that holds a pattern of its kind wins.
     #[inline]
-    fn resolve(&self, name: &[u8], prep: &Prep, mask: u32) -> Option<Match<'_, V>> {
+    fn resolve(&self, name: &[u8], prep: &Prep, mask: u32) -> Option<Match> {
         if mask & 1 != 0 {
             if let Some(slot) = self.probe(prep.full, name) {
                 if slot.exact != NONE {
-                    return self.value(slot.exact, MatchKind::Exact);
+                    return HostMatcher::value(slot.exact, MatchKind::Exact);
                 }
             }
         }
@@ -994,7 +1038,7 @@ impl<V> HostMatcher<V> {
                     let kind = MatchKind::Wildcard {
                         suffix_len: suffix.len(),
                     };
-                    return self.value(slot.wild, kind);
+                    return HostMatcher::value(slot.wild, kind);
                 }
             }
         }
@@ -1005,11 +1049,11 @@ impl<V> HostMatcher<V> {
     /// keeps hashes for (only possible with many tiny or empty labels): each suffix is
     /// hashed on its own. Slower, same answer.
     #[cold]
-    fn find_slow(&self, name: &[u8], prep: &Prep) -> Option<Match<'_, V>> {
+    fn find_slow(&self, name: &[u8], prep: &Prep) -> Option<Match> {
         if self.exact_count > 0 {
             if let Some(slot) = self.probe(prep.full, name) {
                 if slot.exact != NONE {
-                    return self.value(slot.exact, MatchKind::Exact);
+                    return HostMatcher::value(slot.exact, MatchKind::Exact);
                 }
             }
         }
@@ -1028,7 +1072,7 @@ impl<V> HostMatcher<V> {
                 let kind = MatchKind::Wildcard {
                     suffix_len: suffix.len(),
                 };
-                (slot.wild != NONE).then(|| self.value(slot.wild, kind))?
+                HostMatcher::value(slot.wild, kind)
             })
     }
 
@@ -1082,21 +1126,16 @@ impl<V> HostMatcher<V> {
 
     /// How many patterns (exact, wildcard and catch-all) the matcher holds.
     pub fn len(&self) -> usize {
-        self.values.len()
+        self.patterns
     }
 
     /// Whether the matcher holds no pattern at all.
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        self.patterns == 0
     }
 
-    /// The values, in build-input order.
-    pub fn values(&self) -> &[V] {
-        &self.values
-    }
-
-    /// Bytes used by the table itself (slots, fingerprints, spill bits and key arena;
-    /// not the values).
+    /// Bytes used by the table (slots with their values, fingerprints, spill bits and
+    /// key arena).
     pub fn table_bytes(&self) -> usize {
         core::mem::size_of_val(&self.slots[..])
             + core::mem::size_of_val(&self.prints[..])
@@ -1105,7 +1144,7 @@ impl<V> HostMatcher<V> {
     }
 }
 
-impl<V> fmt::Debug for HostMatcher<V> {
+impl fmt::Debug for HostMatcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HostMatcher")
             .field("exact", &self.exact_count)
@@ -1122,13 +1161,13 @@ mod tests {
     use crate::tables::hostname::narrow_route_hostnames;
     use proptest::prelude::*;
 
-    fn matcher(patterns: &[&str]) -> HostMatcher<usize> {
+    fn matcher(patterns: &[&str]) -> HostMatcher {
         HostMatcher::from_strs(patterns.iter().copied().zip(0..)).unwrap()
     }
 
     /// The index of the pattern a name selects, via the matcher.
-    fn pick(m: &HostMatcher<usize>, name: &str) -> Option<usize> {
-        m.lookup(name.as_bytes()).copied()
+    fn pick(m: &HostMatcher, name: &str) -> Option<u32> {
+        m.lookup(name.as_bytes())
     }
 
     #[test]
@@ -1160,7 +1199,7 @@ mod tests {
         assert_eq!(pick(&m, ""), Some(0));
         let found = m.find(b"q.b.example.com").unwrap();
         assert_eq!(found.kind, MatchKind::Wildcard { suffix_len: 13 });
-        assert_eq!(found.index, 4);
+        assert_eq!(found.value, 4);
         assert_eq!(m.find(b"www.example.com").unwrap().kind, MatchKind::Exact);
         assert_eq!(m.find(b"zzz").unwrap().kind, MatchKind::Any);
         assert_eq!(m.len(), 5);
@@ -1182,7 +1221,7 @@ mod tests {
             "callers strip the trailing dot"
         );
         assert_eq!(pick(&m, "a..example.com"), Some(1), "p = 'a.' is non-empty");
-        let empty: HostMatcher<usize> = HostMatcher::build(Vec::new()).unwrap();
+        let empty: HostMatcher = HostMatcher::build(Vec::new()).unwrap();
         assert!(empty.is_empty());
         assert_eq!(empty.lookup(b"a.b"), None);
     }
@@ -1210,7 +1249,7 @@ mod tests {
         let names: Vec<&[u8]> = vec![a.as_bytes(), b.as_bytes(), one_more.as_bytes()];
         let mut out = [None; 3];
         m.lookup_burst(&names, &mut out);
-        assert_eq!(out, [Some(&0), Some(&1), Some(&3)]);
+        assert_eq!(out, [Some(0), Some(1), Some(3)]);
     }
 
     #[test]
@@ -1264,6 +1303,16 @@ mod tests {
         );
         let dup = HostMatcher::from_strs([("*", 0), ("", 1)]);
         assert!(matches!(dup, Err(BuildError::Duplicate { index: 1, .. })));
+        // The one value that marks "no pattern" in the table is refused, whatever the kind.
+        for p in ["a.com", "*.a.com", "*"] {
+            let reserved = HostMatcher::from_strs([("b.com", 0), (p, NONE)]);
+            assert_eq!(
+                reserved.unwrap_err(),
+                BuildError::ReservedValue { index: 1 }
+            );
+        }
+        let max = HostMatcher::from_strs([("a.com", NONE - 1), ("*", 0)]).unwrap();
+        assert_eq!(max.lookup(b"A.com"), Some(NONE - 1));
         let cases: &[(&str, PatternError)] = &[
             ("a..com", PatternError::EmptyLabel),
             ("*.", PatternError::EmptyLabel),
@@ -1277,7 +1326,7 @@ mod tests {
         for (p, e) in cases {
             assert_eq!(HostPattern::parse(p), Err(e.clone()), "{p}");
             assert_eq!(
-                HostMatcher::<u8>::from_strs([("ok.com", 0), (p, 1)]).unwrap_err(),
+                HostMatcher::from_strs([("ok.com", 0), (p, 1)]).unwrap_err(),
                 BuildError::Pattern {
                     index: 1,
                     error: e.clone()
@@ -1357,17 +1406,18 @@ mod tests {
             ),
         ];
         for (listener, routes, checks) in scenarios {
+            // Values are positions in `routes`.
             let mut patterns = Vec::new();
-            for (hostnames, backend) in routes {
+            for (r, (hostnames, _)) in (0..).zip(&routes) {
                 let narrowed = narrow_route_hostnames(listener, hostnames).expect("attached");
                 for h in narrowed {
-                    patterns.push((HostPattern::parse(h).unwrap(), backend));
+                    patterns.push((HostPattern::parse(h).unwrap(), r));
                 }
             }
             let m = HostMatcher::build(patterns).unwrap();
             for (sni, want) in checks {
                 assert_eq!(
-                    m.lookup(sni.as_bytes()).copied(),
+                    m.lookup(sni.as_bytes()).map(|r| routes[r as usize].1),
                     want,
                     "listener {listener:?}, SNI {sni}"
                 );
@@ -1376,13 +1426,13 @@ mod tests {
     }
 
     /// The plain reference: scan every pattern, keep the most specific match.
-    fn reference(patterns: &[HostPattern], name: &[u8]) -> Option<usize> {
+    fn reference(patterns: &[HostPattern], name: &[u8]) -> Option<u32> {
         patterns
             .iter()
             .enumerate()
             .filter(|(_, p)| p.matches(name))
             .max_by_key(|(_, p)| p.specificity())
-            .map(|(i, _)| i)
+            .map(|(i, _)| i as u32)
     }
 
     fn label() -> impl Strategy<Value = String> {
@@ -1465,8 +1515,8 @@ mod tests {
             }
             for q in &asked {
                 let want = reference(&unique, q);
-                prop_assert_eq!(m.lookup(q).copied(), want, "query {:?}", String::from_utf8_lossy(q));
-                prop_assert_eq!(dense.lookup(q).copied(), want, "dense, query {:?}", String::from_utf8_lossy(q));
+                prop_assert_eq!(m.lookup(q), want, "query {:?}", String::from_utf8_lossy(q));
+                prop_assert_eq!(dense.lookup(q), want, "dense, query {:?}", String::from_utf8_lossy(q));
             }
         }
 
@@ -1497,15 +1547,15 @@ mod tests {
             }
             let names: Vec<&[u8]> = asked.iter().map(Vec::as_slice).collect();
             // Both burst paths: small tables look names up one by one, big ones prefetch.
-            type Answers = (Vec<Option<usize>>, Vec<Option<(usize, MatchKind)>>);
-            let run = |m: &HostMatcher<usize>| -> Answers {
+            type Answers = (Vec<Option<u32>>, Vec<Option<(u32, MatchKind)>>);
+            let run = |m: &HostMatcher| -> Answers {
                 let mut out = vec![None; names.len()];
                 m.lookup_burst(&names, &mut out);
                 let mut found = vec![None; names.len()];
                 m.find_burst(&names, &mut found);
                 (
-                    out.iter().map(|o| o.copied()).collect(),
-                    found.iter().map(|f| f.map(|f| (f.index, f.kind))).collect(),
+                    out.clone(),
+                    found.iter().map(|f| f.map(|f| (f.value, f.kind))).collect(),
                 )
             };
             let mut m = m;
@@ -1516,10 +1566,10 @@ mod tests {
             prop_assert_eq!(&plain, &fetched);
             for (i, q) in names.iter().enumerate() {
                 let shown = String::from_utf8_lossy(q);
-                prop_assert_eq!(plain.0[i], m.lookup(q).copied(), "query {:?}", shown);
+                prop_assert_eq!(plain.0[i], m.lookup(q), "query {:?}", shown);
                 prop_assert_eq!(
                     plain.1[i],
-                    m.find(q).map(|f| (f.index, f.kind)),
+                    m.find(q).map(|f| (f.value, f.kind)),
                     "query {:?}", shown
                 );
                 prop_assert_eq!(plain.0[i], reference(&unique, q), "query {:?}", shown);
@@ -1615,19 +1665,19 @@ mod tests {
         }
     }
 
-    fn burst_edges_of(m: &HostMatcher<usize>) {
+    fn burst_edges_of(m: &HostMatcher) {
         let names: [&[u8]; 3] = [b"A.EXAMPLE.com", b"b.example.com", b"example.com"];
         // `out` shorter than `names`: only its length is answered.
         let mut out = [None; 2];
         m.lookup_burst(&names, &mut out);
-        assert_eq!(out, [Some(&0), Some(&1)]);
+        assert_eq!(out, [Some(0), Some(1)]);
         // Longer: the rest stays as it was.
-        let mut out = [Some(&9); 5];
+        let mut out = [Some(9); 5];
         m.lookup_burst(&names, &mut out);
-        assert_eq!(out, [Some(&0), Some(&1), Some(&2), Some(&9), Some(&9)]);
+        assert_eq!(out, [Some(0), Some(1), Some(2), Some(9), Some(9)]);
         m.lookup_burst(&[], &mut out);
-        let empty: HostMatcher<usize> = HostMatcher::build(Vec::new()).unwrap();
-        let mut out = [Some(&9); 3];
+        let empty: HostMatcher = HostMatcher::build(Vec::new()).unwrap();
+        let mut out = [Some(9); 3];
         empty.lookup_burst(&names, &mut out);
         assert_eq!(out, [None; 3]);
         // Many bursts' worth, each answer in its place.
@@ -1643,7 +1693,7 @@ mod tests {
         let mut out = vec![None; refs.len()];
         m.lookup_burst(&refs, &mut out);
         for (i, got) in out.iter().enumerate() {
-            assert_eq!(*got, Some(&[1, 0, 2][i % 3]), "#{i}");
+            assert_eq!(*got, Some([1, 0, 2][i % 3]), "#{i}");
         }
     }
 
@@ -1678,21 +1728,21 @@ mod tests {
             m.lookup_burst(&names, &mut out);
             for (q, got) in names.iter().zip(&out) {
                 let want = reference(&patterns, q);
-                assert_eq!(m.lookup(q).copied(), want, "{}", String::from_utf8_lossy(q));
-                assert_eq!(got.copied(), want, "{}", String::from_utf8_lossy(q));
+                assert_eq!(m.lookup(q), want, "{}", String::from_utf8_lossy(q));
+                assert_eq!(*got, want, "{}", String::from_utf8_lossy(q));
             }
         }
     }
 
     #[test]
     fn huge_page_advice_is_harmless() {
-        let t: HostMatcher<u32> = HostMatcher::build(
+        let t: HostMatcher = HostMatcher::build(
             (0..40_000u32).map(|i| (HostPattern::Exact(format!("h{i}.example.com")), i)),
         )
         .unwrap();
         assert!(t.table_bytes() >= PREFETCH_MIN);
         assert!(t.prefetch, "a big table is prefetched for");
-        assert_eq!(t.lookup(b"H39999.example.COM"), Some(&39_999));
+        assert_eq!(t.lookup(b"H39999.example.COM"), Some(39_999));
         let names: [&[u8]; 3] = [
             b"H39999.example.COM",
             b"h40000.example.com",
@@ -1700,10 +1750,9 @@ mod tests {
         ];
         let mut out = [None; 3];
         t.lookup_burst(&names, &mut out);
-        assert_eq!(out, [Some(&39_999), None, Some(&7)]);
+        assert_eq!(out, [Some(39_999), None, Some(7)]);
         assert_eq!(t.lookup(b"h40000.example.com"), None);
         let v = huge_filled(7u8, 5 << 20);
         assert!(v.iter().all(|&b| b == 7));
-        assert_eq!(huge_moved(vec![1u64; 1 << 19]).len(), 1 << 19);
     }
 }

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
-use super::hosts::{BuildError as HostBuildError, HostMatcher, BURST};
+use super::hosts::{BuildError as HostBuildError, HostMatcher};
 use super::maglev::{flow_hash, MaglevTable, Pick};
 
 /// What a listener does with a new connection.
@@ -163,7 +163,7 @@ pub struct ListenerEntry {
     /// What it does.
     pub kind: ListenerKind,
     /// Host pattern -> route index (for TCP/UDP, only a catch-all).
-    pub hosts: HostMatcher<u32>,
+    pub hosts: HostMatcher,
     /// Plain HTTP answered with a redirect to https.
     pub https_redirect: bool,
     /// Transparent: forward without source NAT (sluice is the backends' gateway), so the
@@ -175,7 +175,7 @@ impl ListenerEntry {
     /// The route for a connection naming `host` (or none: empty slice), if any.
     #[inline]
     pub fn route(&self, host: &[u8]) -> Option<u32> {
-        self.hosts.lookup(host).copied()
+        self.hosts.lookup(host)
     }
 
     /// The routes for a burst of connections to this listener: `out[i]` gets what
@@ -184,14 +184,7 @@ impl ListenerEntry {
     /// ([`HostMatcher::lookup_burst`]), so that the cache misses of a big host table
     /// overlap. No allocation.
     pub fn route_burst(&self, hosts: &[&[u8]], out: &mut [Option<u32>]) {
-        let mut found = [None; BURST];
-        for (names, out) in hosts.chunks(BURST).zip(out.chunks_mut(BURST)) {
-            let found = &mut found[..names.len().min(out.len())];
-            self.hosts.lookup_burst(names, found);
-            for (o, f) in out.iter_mut().zip(found.iter()) {
-                *o = f.copied();
-            }
-        }
+        self.hosts.lookup_burst(hosts, out);
     }
 }
 

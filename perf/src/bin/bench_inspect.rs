@@ -12,8 +12,9 @@
 //!    buffers would be). Two ways: `lookup`, one name per call, and `lookup_burst`, 32
 //!    names per call (ns per name), as a dataplane holds a burst of packets. The lookup's
 //!    work is the same at every size; what grows with the table is the memory a working
-//!    set of queries touches: a slot and a value per name that a small table keeps in
-//!    cache and a big one fetches from DRAM. `lookup` pays those misses one after the
+//!    set of queries touches: a fingerprint line per candidate key and a slot per name,
+//!    which a small table keeps in cache and a big one fetches from the last-level cache
+//!    and DRAM. `lookup` pays those misses one after the
 //!    other, `lookup_burst` overlaps them (prefetching). Printed: both per pool, both
 //!    1M/10 ratios per pool, and the goal (1M/10 within 1.5x for bursts over the spread
 //!    pool) with the measured ratio, from the rounds' medians and from their lower
@@ -519,7 +520,7 @@ fn bench_hosts() -> Value {
         exact: usize,
         wild: usize,
         build_ms: f64,
-        matcher: HostMatcher<u32>,
+        matcher: HostMatcher,
         /// Each pool's query bytes (one arena) and where each query lies in it.
         pools: Vec<(Vec<u8>, Vec<std::ops::Range<usize>>)>,
     }
@@ -576,7 +577,7 @@ fn bench_hosts() -> Value {
             work.push(Box::new(move || {
                 let q = pool[i & (pool.len() - 1)];
                 i = i.wrapping_add(1);
-                matcher.lookup(black_box(q)).map_or(0, |&v| v as usize)
+                matcher.lookup(black_box(q)).map_or(0, |v| v as usize)
             }));
         }
     }
@@ -590,7 +591,7 @@ fn bench_hosts() -> Value {
                 let at = i & (pool.len() - 1);
                 i = i.wrapping_add(BURST);
                 matcher.lookup_burst(black_box(&pool[at..at + BURST]), &mut out);
-                out.iter().map(|v| v.map_or(0, |&v| v as usize)).sum()
+                out.iter().map(|v| v.map_or(0, |v| v as usize)).sum()
             }));
         }
     }
@@ -665,7 +666,7 @@ fn bench_hosts() -> Value {
     // What one dependent memory access costs at the sizes involved: the floor under a
     // lookup whose slot is not in cache (a burst overlaps these, a single lookup cannot).
     let latency: serde_json::Map<String, Value> =
-        [1usize << 20, 4 << 20, size_bytes(&sizes[last].matcher)]
+        [1usize << 20, 4 << 20, sizes[last].matcher.table_bytes()]
             .iter()
             .map(|&bytes| (format!("{}KiB", bytes >> 10), json!(round(chase_ns(bytes)))))
             .collect();
@@ -687,11 +688,6 @@ fn bench_hosts() -> Value {
             .ok()
             .and_then(|l| l.split_whitespace().next().map(str::to_owned)),
     })
-}
-
-/// Bytes of a matcher's table and values: the memory its lookups spread over.
-fn size_bytes(m: &HostMatcher<u32>) -> usize {
-    m.table_bytes() + std::mem::size_of_val(m.values())
 }
 
 /// ns per dependent load over a random cyclic chain of cache lines spanning `bytes`
