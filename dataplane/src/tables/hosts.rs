@@ -53,20 +53,20 @@
 //!
 //! - the slots come in groups of 32, and a key lives in any slot of the group its hash
 //!   picks (in the next group with room if that one is full, which at the table's load —
-//!   at most half its slots taken — happens to about one group in 7,500 at worst). Beside
-//!   the slots, each group has one cache line of 16-bit fingerprints, one per slot
-//!   (2 bytes a slot: 4 MiB for a million names). A probe reads its group's line, compares
+//!   five keys for every eight slots — happens to about one group in 200). Beside the
+//!   slots, each group has one cache line of 16-bit fingerprints, one per slot (2 bytes a
+//!   slot: 3.2 MiB for a million names). A probe reads its group's line, compares
 //!   all 32 fingerprints at once, and touches the table only at a slot whose fingerprint
 //!   is its own: for a key, exactly its slot, one cache line; for a name that is not a key,
-//!   almost never any (one chance in about four thousand);
+//!   almost never any (one chance in about three thousand);
 //! - a slot is one cache line (64 bytes) and holds a 24-bit hash tag with the key's
 //!   length, both values (so no other line is read for them), and the key itself when it is at most 52 bytes (else its first
 //!   48 bytes and where the rest lies in an arena), so a hit on any but a very long name
 //!   is verified within that one line;
 //! - the big arrays are advised for transparent huge pages
-//!   ([`crate::port::advise_huge_pages`]): a million names take ~130 MiB of table, which
-//!   4 KiB pages would spread over 33k TLB entries (a page walk per probe); 2 MiB pages
-//!   need 65.
+//!   ([`crate::port::advise_huge_pages`]): a million names take ~105 MiB of table, which
+//!   4 KiB pages would spread over 27k TLB entries (a page walk per probe); 2 MiB pages
+//!   need 53.
 //!
 //! Beyond that, a big table costs what the memory system charges: a cache miss for the
 //! slot, and the fingerprint lines' trips to the last-level cache, where a small table
@@ -361,8 +361,8 @@ pub struct HostMatcher {
     /// One bit per group: set when a key that hashes to the group lives in a later one
     /// (the group was full), so that a probe goes on to the next group.
     spilled: Box<[u64]>,
-    /// Groups - 1 (a power of two minus one).
-    group_mask: usize,
+    /// How many groups there are.
+    groups: usize,
     /// Tails (past [`PREFIX`]) of keys longer than [`INLINE`].
     arena: Box<[u8]>,
     /// How many patterns the matcher was built from.
@@ -506,17 +506,19 @@ fn tag(hash: u64, len: usize) -> u32 {
     ((hash >> 32) as u32 & 0xffff_ff00) | (len as u32 & 0xff)
 }
 
-/// The group a key with this hash belongs to (the hash's low bits).
+/// The group a key with this hash belongs to: the low 32 bits of the hash scaled to
+/// `0..groups` (a multiply and a shift, so any number of groups will do).
 #[inline]
-fn group_of(hash: u64, group_mask: usize) -> usize {
-    (hash as usize) & group_mask
+fn group_of(hash: u64, groups: usize) -> usize {
+    ((u64::from(hash as u32) * groups as u64) >> 32) as usize
 }
 
-/// A key's fingerprint: hash bits 24..40, apart from the tag's (40..64) and, up to 16M
-/// groups, the group's; never 0, which marks an empty slot.
+/// A key's fingerprint: hash bits 32..48, apart from the group's (0..32) and mostly from
+/// the tag's (40..64, so a fingerprint that matched by chance still meets 16 fresh bits
+/// of tag); never 0, which marks an empty slot.
 #[inline]
 fn fingerprint(hash: u64) -> u16 {
-    ((hash >> 24) as u16).max(1)
+    ((hash >> 32) as u16).max(1)
 }
 
 /// The slots of a group whose fingerprint is `fp`, as a bit mask (bit `i`: slot `i`).
@@ -574,13 +576,14 @@ impl HostMatcher {
     where
         I: IntoIterator<Item = (HostPattern, u32)>,
     {
-        // At most half the slots taken: a group of 32 then holds 8 to 16 keys on average,
-        // and at most about one group in 7,500 spills.
-        HostMatcher::build_sized(patterns, |keys| keys * 2)
+        // Five keys for every eight slots: a group of 32 holds 20 keys on average, and about
+        // one group in 200 spills (a probe then reads the next group's line too, which is
+        // in cache: fingerprint lines are).
+        HostMatcher::build_sized(patterns, |keys| keys * 8 / 5)
     }
 
-    /// [`HostMatcher::build`] with `slots_for(keys)` slots (rounded up to a power of two
-    /// and to at least one group; never fewer than the keys).
+    /// [`HostMatcher::build`] with `slots_for(keys)` slots (rounded up to whole groups, at
+    /// least one; never fewer than the keys).
     fn build_sized<I>(
         patterns: I,
         slots_for: impl Fn(usize) -> usize,
@@ -657,11 +660,7 @@ impl HostMatcher {
         if u32::try_from(arena_len).is_err() {
             return Err(BuildError::TooMany);
         }
-        let groups = slots_for(keys).next_power_of_two().max(GROUP) / GROUP;
-        let group_mask = groups - 1;
-        if groups * GROUP < keys {
-            return Err(BuildError::TooMany);
-        }
+        let groups = slots_for(keys).max(keys).div_ceil(GROUP).max(1);
         let mut slots = huge_filled(EMPTY, groups * GROUP);
         let mut prints = huge_filled(Prints([0; GROUP]), groups);
         let mut spilled = vec![0u64; groups.div_ceil(64)].into_boxed_slice();
@@ -675,14 +674,14 @@ impl HostMatcher {
                     let bytes = key.as_bytes();
                     let h = hash_key(seed, bytes);
                     // There are at least as many slots as keys, so some group has room.
-                    let mut g = group_of(h, group_mask);
+                    let mut g = group_of(h, groups);
                     let i = loop {
                         if let Some(lane) = prints[g].0.iter().position(|&p| p == 0) {
                             prints[g].0[lane] = fingerprint(h);
                             break g * GROUP + lane;
                         }
                         spilled[g / 64] |= 1 << (g % 64);
-                        g = (g + 1) & group_mask;
+                        g = if g + 1 == groups { 0 } else { g + 1 };
                     };
                     let mut inline = [0u8; INLINE];
                     if bytes.len() <= INLINE {
@@ -715,7 +714,7 @@ impl HostMatcher {
             slots,
             prints,
             spilled,
-            group_mask,
+            groups,
             arena: arena.into_boxed_slice(),
             patterns: values.len(),
             any,
@@ -957,7 +956,7 @@ impl HostMatcher {
     /// Prefetches the fingerprint line of the group of a key with hash `h`.
     #[inline]
     fn prefetch_print(&self, h: u64) {
-        if let Some(l) = self.prints.get(group_of(h, self.group_mask)) {
+        if let Some(l) = self.prints.get(group_of(h, self.groups)) {
             crate::port::prefetch_line(l);
         }
     }
@@ -979,7 +978,7 @@ impl HostMatcher {
     /// `i`: slot `i` of the group, which is `group`); with `prefetch`, prefetches them.
     #[inline]
     fn matching_slots(&self, hash: u64, prefetch: bool) -> (usize, u32) {
-        let g = group_of(hash, self.group_mask);
+        let g = group_of(hash, self.groups);
         let hits = self
             .prints
             .get(g)
@@ -1084,7 +1083,7 @@ impl HostMatcher {
         }
         let want = tag(hash, key.len());
         let fp = fingerprint(hash);
-        let mut g = group_of(hash, self.group_mask);
+        let mut g = group_of(hash, self.groups);
         // A key is in its own group or, past groups that spilled, in a later one; no group
         // is read twice.
         for _ in 0..self.prints.len() {
@@ -1100,7 +1099,7 @@ impl HostMatcher {
             if !self.spilled(g) {
                 return None;
             }
-            g = (g + 1) & self.group_mask;
+            g = if g + 1 == self.groups { 0 } else { g + 1 };
         }
         None
     }
@@ -1698,7 +1697,7 @@ mod tests {
     }
 
     /// A table with as many slots as keys: most groups are full and spill into the next
-    /// ones (the build's usual load has this happen in about one group in ten thousand),
+    /// ones (the build's usual load has this happen in about one group in 200),
     /// and every lookup still answers what the reference does.
     #[test]
     fn full_groups_spill_into_the_next() {
