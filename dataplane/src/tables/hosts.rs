@@ -76,9 +76,9 @@
 //! VPP): a burst of names goes through each step together — hash all and prefetch their
 //! fingerprint lines, match all and prefetch the slots that matched, probe and resolve
 //! all — so the misses of 32 names overlap instead of adding up, and its answers are
-//! `lookup`'s, name by name. (It reads a name's wildcard candidates only when the whole
+//! `lookup`'s, name by name. (It matches a name's wildcard candidates only when the whole
 //! name's fingerprint is not in the table: an exact hit, the commonest answer, then
-//! costs one fingerprint line, not one per label.)
+//! fetches one slot, whatever its suffixes.)
 //!
 //! Building may allocate and fails on duplicate patterns ([`BuildError`]): the control
 //! plane decides which of two claims on a name wins, never this table.
@@ -309,10 +309,6 @@ const PREFETCH_MIN: usize = 4 << 20;
 /// How many names [`HostMatcher::lookup_burst`] works on at once (a dataplane burst):
 /// longer inputs are taken in chunks of this size.
 pub const BURST: usize = 32;
-
-/// In a burst's candidate masks: the wildcard candidates are yet to be matched (pass 2b).
-/// (A mask's other bits go up to bit `KEPT`.)
-const SUFFIXES_LATER: u32 = 1 << 31;
 
 /// Slots per group. A key lives in the group its hash picks (or, when that group is
 /// full, in the first later one with room), in any of the group's slots; the group's
@@ -819,41 +815,31 @@ impl HostMatcher {
                 }
             }
             let exact = self.exact_count > 0;
-            // Pass 1: hash, and prefetch the fingerprint line of the whole name (or, in a
-            // table of wildcards only, of every wildcard candidate).
+            // Pass 1: hash, and prefetch the fingerprint line of every candidate key.
             for ((name, prep), plan) in chunk.iter().zip(&mut preps).zip(&mut plans) {
                 *plan = self.prepare(name, prep);
                 if *plan == Plan::Fast {
                     if exact {
                         self.prefetch_print(prep.full);
-                    } else {
-                        self.prefetch_suffix_prints(prep);
                     }
+                    self.prefetch_suffix_prints(prep);
                 }
             }
-            // Pass 2: match the whole name's fingerprint and prefetch the slot it names:
-            // that is almost surely an exact hit, and its suffixes are not looked at
-            // before pass 3 finds it is not (then the suffixes are probed there, and
-            // their misses are paid, in the rare case that the slot holds only a
-            // wildcard or the fingerprint matched by chance). A name whose fingerprint
-            // did not match has its wildcard candidates' lines prefetched instead.
+            // Pass 2: match the whole name's fingerprint and prefetch the slot it names.
+            // That is almost surely an exact hit, so the wildcard candidates are left
+            // alone (no slot of theirs fetched) unless pass 3 finds it is not: then they
+            // are probed there and their misses paid, in the rare case that the slot
+            // holds only a wildcard or the fingerprint matched by chance. A name whose
+            // fingerprint did not match has its wildcard candidates matched and their
+            // slots prefetched.
             for ((prep, plan), mask) in preps.iter().zip(&plans).zip(&mut masks) {
                 if *plan == Plan::Fast {
-                    if !exact {
-                        *mask = self.suffix_candidates(prep, true);
-                    } else if self.matching_slots(prep.full, true).1 != 0 {
-                        *mask = 1 | (self.wild_suffixes(prep) << 1);
+                    *mask = if exact && self.matching_slots(prep.full, true).1 != 0 {
+                        1 | (self.wild_suffixes(prep) << 1)
                     } else {
-                        *mask = u32::from(self.may_hold(prep.full, false)) | SUFFIXES_LATER;
-                        self.prefetch_suffix_prints(prep);
-                    }
-                }
-            }
-            // Pass 2b: match the wildcard candidates of the names that need it, and
-            // prefetch the slots that matched.
-            for ((prep, plan), mask) in preps.iter().zip(&plans).zip(&mut masks) {
-                if *plan == Plan::Fast && *mask & SUFFIXES_LATER != 0 {
-                    *mask = (*mask & 1) | self.suffix_candidates(prep, true);
+                        u32::from(exact && self.may_hold(prep.full, false))
+                            | self.suffix_candidates(prep, true)
+                    };
                 }
             }
             // Pass 3: probe and resolve, exact -> longest wildcard -> catch-all.
