@@ -64,9 +64,9 @@
 //!   48 bytes and where the rest lies in an arena), so a hit on any but a very long name
 //!   is verified within that one line;
 //! - the big arrays are advised for transparent huge pages
-//!   ([`crate::port::advise_huge_pages`]): a million names take ~105 MiB of table, which
-//!   4 KiB pages would spread over 27k TLB entries (a page walk per probe); 2 MiB pages
-//!   need 53.
+//!   ([`crate::port::advise_huge_pages`]): a million names take ~100 MiB of table, which
+//!   4 KiB pages would spread over 26k TLB entries (a page walk per probe); 2 MiB pages
+//!   need 51.
 //!
 //! Beyond that, a big table costs what the memory system charges: a cache miss for the
 //! slot, and the fingerprint lines' trips to the last-level cache, where a small table
