@@ -834,11 +834,16 @@ impl HostMatcher {
             // slots prefetched.
             for ((prep, plan), mask) in preps.iter().zip(&plans).zip(&mut masks) {
                 if *plan == Plan::Fast {
-                    *mask = if exact && self.matching_slots(prep.full, true).1 != 0 {
+                    let (g, hits) = match exact {
+                        true => self.matching_slots(prep.full, true),
+                        false => (0, 0),
+                    };
+                    *mask = if hits != 0 {
                         1 | (self.wild_suffixes(prep) << 1)
                     } else {
-                        u32::from(exact && self.may_hold(prep.full, false))
-                            | self.suffix_candidates(prep, true)
+                        // The whole name may still be a key in a later group if its own
+                        // group spilled.
+                        u32::from(exact && self.spilled(g)) | self.suffix_candidates(prep, true)
                     };
                 }
             }
