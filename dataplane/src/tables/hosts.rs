@@ -299,11 +299,11 @@ const PREFIX: usize = INLINE - 4;
 /// boundaries (with a non-empty part before them) take the slow path.
 const KEPT: usize = 16;
 
-/// Tables from this size up are prefetched for in a burst (and in a
-/// single lookup, the candidates' slots); smaller ones stay in the core's caches (a
-/// server core's L2 is 1-2 MiB), where prefetching costs instructions and buys little:
-/// measured with `bench_inspect`, bursts over the 10k-name table (2 MiB) were no faster
-/// with prefetching than without.
+/// Tables from this size up are prefetched for in a burst (and in a single lookup, the
+/// candidates' slots); smaller ones stay in the core's caches (a server core's L2 is 1-2
+/// MiB), where prefetching costs instructions and buys little: measured with
+/// `bench_inspect`, bursts over the 10k-name table (2 MiB in the layout of the time, 1 MiB
+/// now) were no faster with prefetching than without.
 const PREFETCH_MIN: usize = 4 << 20;
 
 /// How many names [`HostMatcher::lookup_burst`] works on at once (a dataplane burst):
@@ -965,8 +965,8 @@ impl HostMatcher {
         }
     }
 
-    /// The slots of its own group whose fingerprint is that of a key with this hash (bit
-    /// `i`: slot `i` of the group, which is `group`); with `prefetch`, prefetches them.
+    /// The group of a key with this hash, and the slots of that group whose fingerprint is
+    /// the key's (bit `i`: the group's slot `i`); with `prefetch`, prefetches those slots.
     #[inline]
     fn matching_slots(&self, hash: u64, prefetch: bool) -> (usize, u32) {
         let g = group_of(hash, self.groups);
