@@ -80,6 +80,16 @@
 //! name's fingerprint is not in the table: an exact hit, the commonest answer, then
 //! fetches one slot, whatever its suffixes.)
 //!
+//! Measured with `bench_inspect --hosts-only` on the 1M-name table and rejected (Zen 4
+//! VM, alternating runs): a Bloom filter over the wildcard suffixes, which cut the
+//! fingerprint lines fetched per name from 2.4 to 1.3 but made bursts slower (85 ns
+//! against 77, and no better with the filter prefetched in a pass of its own);
+//! fetching each name's "home" slot together with its fingerprint line (82 ns against
+//! 77); `PREFETCHT1` for fingerprint lines or slots (slower); no prefetch of the names'
+//! own bytes, and handing pass 3 the slots pass 2 matched instead of probing again
+//! (both neutral). So on that machine a fingerprint line prefetched and never read costs
+//! little, while any extra slot line from memory, or extra work in the hash pass, shows.
+//!
 //! Building may allocate and fails on duplicate patterns ([`BuildError`]): the control
 //! plane decides which of two claims on a name wins, never this table.
 
