@@ -648,6 +648,16 @@ const UNION_SPILLED: u8 = u8::MAX;
 const UNION_KIND: u8 = 7;
 
 /// One direction's entries: `(profile, peer kind, peer key, protocol)` -> port ranges.
+///
+/// Most probes that get here find nothing: on `bench_policy`'s 10k policies, of the
+/// directions that reach the hash table (1.03 candidate kinds each), 6.9 % find an entry
+/// and 4.2 % are allowed; the profiles' 32-bit filters are saturated. A blocked Bloom
+/// filter over every key (12 bits each, 0.9 MiB for both directions), checked before a
+/// probe's line is prefetched, was measured and rejected all the same: it made bursts at
+/// 10k slower (63 ns against 46–50 per IPv4 lookup, both tables timed in alternation),
+/// and prefetching its words a stage ahead did not make up for it. On that machine a
+/// prefetched line from memory, overlapped with a burst's others, costs less than a
+/// read from a megabyte of cache that the next stage waits for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirTable {
     profiles: Box<[ProfileInfo]>,
