@@ -16,7 +16,7 @@ pub fn write(text: &str) {
     }
 }
 
-/// Writes `text` and a newline to stdout (see [`write`]).
+/// Writes `text` and a newline to stdout (see [`write()`]).
 pub fn line(text: &str) {
     write(&format!("{text}\n"));
 }

@@ -80,7 +80,7 @@ pub enum Malformed {
     InvalidTarget,
     /// An absolute request target has userinfo (`user@host`).
     UserInfo,
-    /// The authority in the request target is not a valid host[:port].
+    /// The authority in the request target is not a valid `host[:port]`.
     InvalidTargetHost(HostError),
     /// A line ends in a bare LF.
     BareLf,
@@ -96,11 +96,11 @@ pub enum Malformed {
     MissingHost,
     /// More than one `Host` header line.
     DuplicateHost,
-    /// The `Host` header value is not a valid host[:port].
+    /// The `Host` header value is not a valid `host[:port]`.
     InvalidHost(HostError),
 }
 
-/// Why a host[:port] is invalid.
+/// Why a `host[:port]` is invalid.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HostError {

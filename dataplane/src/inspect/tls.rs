@@ -10,7 +10,7 @@
 //! ## Contract
 //!
 //! - **No panic, no over-read, no allocation**, whatever the input. All reads go through
-//!   [`Reader`], a cursor that returns `None` instead of reading past its end.
+//!   `Reader`, a cursor that returns `None` instead of reading past its end.
 //! - **Monotone**: every verdict other than `NeedMore` depends only on bytes before the
 //!   point where it was decided, so once `parse(prefix)` returns a verdict, `parse` of any
 //!   longer prefix returns the same verdict. `NeedMore { at_least }` is a lower bound on the
@@ -23,7 +23,7 @@
 //! ## What it handles
 //!
 //! A record spanning several TCP segments (the caller's prefix grows); a ClientHello spread
-//! over several handshake records (the [`Reader`] walks from one record's payload to the
+//! over several handshake records (the `Reader` walks from one record's payload to the
 //! next, so even a length field split across two records is read correctly); GREASE
 //! (RFC 8701) values in any list (skipped as unknown extension types, filtered out of the
 //! reported ALPN and version lists); extensions in any order; padding; bytes after the

@@ -6,7 +6,7 @@
 //! - one [`Queue`] per queue pair (owned by the worker that polls it): burst rx and tx of
 //!   owned [`Pkt`]s.
 //!
-//! Backends: [`dpdk`] (cargo feature `dpdk`: any PMD, by PCI address or vdev devargs),
+//! Backends: `dpdk` (cargo feature `dpdk`: any PMD, by PCI address or vdev devargs),
 //! [`tap`] (Linux `/dev/net/tun`, no DPDK), [`pcap`] (a capture file as rx, another as
 //! tx) and [`mem`] (two connected ports in memory, for tests and benchmarks).
 //!
