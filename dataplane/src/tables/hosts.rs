@@ -89,6 +89,14 @@
 //! own bytes, and handing pass 3 the slots pass 2 matched instead of probing again
 //! (both neutral). So on that machine a fingerprint line prefetched and never read costs
 //! little, while any extra slot line from memory, or extra work in the hash pass, shows.
+//! Two more, measured later and rejected the same way: prefetching the wildcard
+//! candidates' fingerprint lines only for names whose exact fingerprint did not match
+//! (in a pass of their own; a ratio of 1.72 against 1.62), and placing keys by their
+//! last two labels so that all of a name's candidates share one fingerprint line (one
+//! line fetched per name instead of 2.4; both layouts built in one process from the
+//! same names and timed in alternation, five runs: 1M-name bursts no faster, 86–114 ns
+//! against 85–114). What the 1M table pays is its slot lines: `bench_inspect`'s
+//! `burst_load_ns_by_working_set` gives the floor of one random line per name there.
 //!
 //! Building may allocate and fails on duplicate patterns ([`BuildError`]): the control
 //! plane decides which of two claims on a name wins, never this table.

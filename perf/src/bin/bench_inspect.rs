@@ -21,7 +21,10 @@
 //!    quartiles (`quiet`: DRAM latency here rises and falls with load from outside the
 //!    VM, which slows only the big table). Beside them, the latency of one dependent load over
 //!    1 MiB, 4 MiB and the 1M table's size (a pointer chase): the price of each level of
-//!    indirection a lookup cannot find in cache, which is what separates the sizes.
+//!    indirection a lookup cannot find in cache, which is what separates the sizes; and
+//!    the throughput of independent random lines read 32 at a time, each burst
+//!    prefetched first (`burst_load_ns_by_working_set`): the floor a burst lookup that
+//!    must fetch one uncached line per name cannot go below.
 //!
 //! All contenders of a table are timed round-robin in the same run (see
 //! [`time_interleaved`]), so load from elsewhere on the machine falls on all of them.
@@ -670,6 +673,18 @@ fn bench_hosts() -> Value {
             .iter()
             .map(|&bytes| (format!("{}KiB", bytes >> 10), json!(round(chase_ns(bytes)))))
             .collect();
+    // The floor under a big table's burst lookups: one uncached line per name, fetched
+    // 32 at a time with no dependence between them (the best overlap a burst can get).
+    let burst_load: serde_json::Map<String, Value> =
+        [1usize << 20, 4 << 20, sizes[last].matcher.table_bytes()]
+            .iter()
+            .map(|&bytes| {
+                (
+                    format!("{}KiB", bytes >> 10),
+                    json!(round(burst_load_ns(bytes))),
+                )
+            })
+            .collect();
     json!({
         "what": "ns per lookup (median of interleaved rounds; quiet: their lower quartile), by the number of distinct queries cycled (the working set); queries are 50% exact hits, 30% wildcard hits, 20% misses, mixed case; single = one lookup() per call, burst = lookup_burst() of 32 queries per call, divided by 32",
         "sizes": rows,
@@ -682,12 +697,39 @@ fn bench_hosts() -> Value {
         "quiet": "`quiet`: the lower quartile of a cell's rounds instead of their median (the 10-name table stays in cache, the 1M-name one goes to DRAM, whose latency here rises and falls in phases with load from outside the VM)",
         "goal_ratio_quiet": goal_ratio_quiet,
         "dependent_load_ns_by_working_set": latency,
+        "burst_load_ns_by_working_set": burst_load,
         // Other work on the machine inflates every cell (the ratios less, since all
         // cells are timed round-robin): the load average says how much there was.
         "loadavg_at_end": std::fs::read_to_string("/proc/loadavg")
             .ok()
             .and_then(|l| l.split_whitespace().next().map(str::to_owned)),
     })
+}
+
+/// ns per line when lines spread at random over `bytes` are read in bursts of [`BURST`]
+/// the way `lookup_burst` reads its slots: every line of a burst prefetched, then every
+/// one read. Nothing depends on a previous read, so this is the throughput floor of one
+/// uncached line per name at that working set (the memory system's parallelism, not its
+/// latency, sets it).
+fn burst_load_ns(bytes: usize) -> f64 {
+    let lines = (bytes / 64).max(2);
+    let mut table: Vec<[u64; 8]> = Vec::with_capacity(lines);
+    sluice_dataplane::port::advise_huge_pages(table.spare_capacity_mut());
+    table.resize(lines, [1; 8]);
+    let mut rng = Rng(0xb0b5_7000 ^ bytes as u64);
+    let order: Vec<usize> = (0..1 << 20).map(|_| rng.below(lines)).collect();
+    let mut sum = 0u64;
+    let t = Instant::now();
+    for burst in order.chunks_exact(BURST) {
+        for &i in burst {
+            sluice_dataplane::port::prefetch_line(&table[i]);
+        }
+        for &i in burst {
+            sum = sum.wrapping_add(black_box(table[i][0]));
+        }
+    }
+    black_box(sum);
+    t.elapsed().as_nanos() as f64 / order.len() as f64
 }
 
 /// ns per dependent load over a random cyclic chain of cache lines spanning `bytes`
