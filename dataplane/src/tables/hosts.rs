@@ -80,6 +80,18 @@
 //! name's fingerprint is not in the table: an exact hit, the commonest answer, then
 //! fetches one slot, whatever its suffixes.)
 //!
+//! Passes cost branch predictions, too. Which candidate of a name matched is data no
+//! predictor learns; looked up alone, a name's later tests repeat its earlier outcomes
+//! and are predicted from them, but in a burst the 31 other names' branches come in
+//! between. On `bench_inspect`'s spread queries, bursts over the 10-name table (all in
+//! L1) took about 16 ns a name longer than the one-by-one loop (valgrind's branch
+//! simulation: 3.7 mispredictions a name against 2.0): about half of what the 1M-name
+//! table's bursts cost beyond that loop, and not memory at all. So pass 3 first tries
+//! the one slot pass 2 fetched for the name's most specific candidate, with selects
+//! rather than branches on which candidate it is, and probes in full only when that slot
+//! does not answer (a miss, a fingerprint matched by chance, an exact name that is only
+//! a wildcard's suffix): 4–10 ns a name off the 1M-name bursts, alternating runs.
+//!
 //! Measured with `bench_inspect --hosts-only` on the 1M-name table and rejected (Zen 4
 //! VM, alternating runs): a Bloom filter over the wildcard suffixes, which cut the
 //! fingerprint lines fetched per name from 2.4 to 1.3 but made bursts slower (85 ns
@@ -87,7 +99,7 @@
 //! fetching each name's "home" slot together with its fingerprint line (82 ns against
 //! 77); `PREFETCHT1` for fingerprint lines or slots (slower); no prefetch of the names'
 //! own bytes, and handing pass 3 the slots pass 2 matched instead of probing again
-//! (both neutral). So on that machine a fingerprint line prefetched and never read costs
+//! (both neutral; the latter still branched on which candidate the slot was for). So on that machine a fingerprint line prefetched and never read costs
 //! little, while any extra slot line from memory, or extra work in the hash pass, shows.
 //! Two more, measured later and rejected the same way: prefetching the wildcard
 //! candidates' fingerprint lines only for names whose exact fingerprint did not match
@@ -95,8 +107,11 @@
 //! last two labels so that all of a name's candidates share one fingerprint line (one
 //! line fetched per name instead of 2.4; both layouts built in one process from the
 //! same names and timed in alternation, five runs: 1M-name bursts no faster, 86–114 ns
-//! against 85–114). What the 1M table pays is its slot lines: `bench_inspect`'s
-//! `burst_load_ns_by_working_set` gives the floor of one random line per name there.
+//! against 85–114). What the 1M table pays in memory is its slot lines:
+//! `bench_inspect`'s `burst_load_ns_by_working_set` gives the floor of one random line
+//! per name there. Also rejected: a pass 2 without branches (every name's first three
+//! wildcard candidates matched, whatever its exact match; much slower), and pass 1's
+//! fingerprint prefetches in a loop of fixed length (slower).
 //!
 //! Building may allocate and fails on duplicate patterns ([`BuildError`]): the control
 //! plane decides which of two claims on a name wins, never this table.
@@ -104,6 +119,8 @@
 use core::fmt;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+
+use std::hint::select_unpredictable;
 
 use crate::inspect::name::MAX_NAME_LEN;
 
@@ -823,6 +840,9 @@ impl HostMatcher {
         let mut preps = [PREP; BURST];
         let mut plans = [Plan::CatchAll; BURST];
         let mut masks = [0u32; BURST];
+        // Per name, the slot pass 2 fetched for its first candidate, and which candidate
+        // that is (0: the whole name, `k + 1`: suffix `k`); `u32::MAX`: none.
+        let mut firsts = [(u32::MAX, 0u32); BURST];
         for (c, chunk) in names.chunks(BURST).enumerate() {
             // Pass 0: the names' own bytes (they may be cold: packet buffers), their first
             // and last lines (a name is at most 253 bytes; most fit in one line).
@@ -850,18 +870,22 @@ impl HostMatcher {
             // holds only a wildcard or the fingerprint matched by chance. A name whose
             // fingerprint did not match has its wildcard candidates matched and their
             // slots prefetched.
-            for ((prep, plan), mask) in preps.iter().zip(&plans).zip(&mut masks) {
+            for (((prep, plan), mask), first) in
+                preps.iter().zip(&plans).zip(&mut masks).zip(&mut firsts)
+            {
                 if *plan == Plan::Fast {
                     let (g, hits) = match exact {
                         true => self.matching_slots(prep.full, true),
                         false => (0, 0),
                     };
-                    *mask = if hits != 0 {
-                        1 | (self.wild_suffixes(prep) << 1)
+                    (*mask, *first) = if hits != 0 {
+                        let at = (g * GROUP) as u32 + hits.trailing_zeros();
+                        (1 | (self.wild_suffixes(prep) << 1), (at, 0))
                     } else {
                         // The whole name may still be a key in a later group if its own
                         // group spilled.
-                        u32::from(exact && self.spilled(g)) | self.suffix_candidates(prep, true)
+                        let (m, f) = self.suffix_candidates_first(prep);
+                        (u32::from(exact && self.spilled(g)) | m, f)
                     };
                 }
             }
@@ -874,7 +898,10 @@ impl HostMatcher {
             {
                 let found = match plan {
                     Plan::CatchAll => None,
-                    Plan::Fast => self.resolve(name, prep, *mask),
+                    Plan::Fast => match self.first_hit(name, prep, *mask, firsts[k % BURST]) {
+                        Some(m) => Some(m),
+                        None => self.resolve(name, prep, *mask),
+                    },
                     Plan::Slow => self.find_slow(name, prep),
                 };
                 emit(c * BURST + k, found.or_else(|| self.catch_all()));
@@ -1022,9 +1049,67 @@ impl HostMatcher {
         mask
     }
 
-    /// Probes the candidates in `mask`: the exact name, then the suffixes longest first;
-    /// the first that holds a pattern of its kind wins.
+    /// [`HostMatcher::suffix_candidates`] with prefetching, and the slot fetched for the
+    /// longest candidate with a matching fingerprint (its first match) with its candidate
+    /// number (`k + 1` for suffix `k`), or `u32::MAX`.
     #[inline]
+    fn suffix_candidates_first(&self, prep: &Prep) -> (u32, (u32, u32)) {
+        let mut mask = 0;
+        let mut first = (u32::MAX, 0);
+        let mut rest = self.wild_suffixes(prep);
+        while rest != 0 {
+            let k = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            let h = prep.hashes.get(k).copied().unwrap_or_default();
+            let (g, hits) = self.matching_slots(h, true);
+            let at = (g * GROUP) as u32 + hits.trailing_zeros();
+            first = select_unpredictable(hits != 0, (at, k as u32 + 1), first);
+            mask |= u32::from((hits != 0) | self.spilled(g)) << (k + 1);
+        }
+        (mask, first)
+    }
+
+    /// The answer of the burst's common case, from the one slot pass 2 fetched for a
+    /// name's first candidate (`first`, from [`HostMatcher::suffix_candidates_first`] or
+    /// the whole name's first match): when that candidate is the most specific one in
+    /// `mask`, and the slot holds it with a value of its kind, that value is the answer.
+    /// `None` when any of that is not so: [`HostMatcher::resolve`] then probes in full.
+    /// Its tests do not branch on whether the candidate is the whole name or a suffix,
+    /// which the candidate tests of pass 2 just did for the same name (a branch
+    /// predictor, seeing 31 other names in between, cannot tell).
+    #[inline(always)]
+    fn first_hit(&self, name: &[u8], prep: &Prep, mask: u32, first: (u32, u32)) -> Option<Match> {
+        let (at, cand) = first;
+        let top =
+            select_unpredictable(mask & 1 != 0, 0, u32::BITS - 1 - (mask | 1).leading_zeros());
+        if at == u32::MAX || cand != top {
+            return None;
+        }
+        let slot = self.slots.get(at as usize)?;
+        let wild = cand != 0;
+        let k = (cand as usize).wrapping_sub(1) % KEPT;
+        let start = select_unpredictable(wild, usize::from(prep.starts[k]), 0);
+        let hash = select_unpredictable(wild, prep.hashes[k], prep.full);
+        let key = name.get(start..)?;
+        if key.is_empty() || slot.tag != tag(hash, key.len()) || !self.key_is(slot, key) {
+            return None;
+        }
+        let value = select_unpredictable(wild, slot.wild, slot.exact);
+        let kind = if wild {
+            MatchKind::Wildcard {
+                suffix_len: key.len(),
+            }
+        } else {
+            MatchKind::Exact
+        };
+        HostMatcher::value(value, kind)
+    }
+
+    /// Probes the candidates in `mask`: the exact name, then the suffixes longest first;
+    /// the first that holds a pattern of its kind wins. Always inlined, as
+    /// [`HostMatcher::key_is`] is: called from both the single and the burst lookup, the
+    /// compiler made calls of them, and single lookups took about a fifth longer.
+    #[inline(always)]
     fn resolve(&self, name: &[u8], prep: &Prep, mask: u32) -> Option<Match> {
         if mask & 1 != 0 {
             if let Some(slot) = self.probe(prep.full, name) {
@@ -1114,7 +1199,7 @@ impl HostMatcher {
     }
 
     /// Whether `slot` holds `key` (any case; its length the tag already matched).
-    #[inline]
+    #[inline(always)]
     fn key_is(&self, slot: &Slot, key: &[u8]) -> bool {
         if key.len() <= INLINE {
             return slot.key.get(..key.len()).is_some_and(|k| eq_folded(key, k));
