@@ -91,8 +91,8 @@
 //! rather than branches on which candidate it is, and probes in full only when that slot
 //! does not answer (a miss, a fingerprint matched by chance, an exact name that is only
 //! a wildcard's suffix). That took 0–8 ns a name (median 4) off the 1M-name bursts on
-//! the spread queries, and 2–6 ns on the 1024 queries (both ways in one process, timed
-//! in alternation, six runs).
+//! the spread queries, and up to 6 ns (median 4) on the 1024 queries (both ways in one
+//! process, timed in alternation, six runs).
 //!
 //! Measured with `bench_inspect --hosts-only` on the 1M-name table and rejected (Zen 4
 //! VM, alternating runs): a Bloom filter over the wildcard suffixes, which cut the
