@@ -118,10 +118,10 @@
 //! Where the rest of the bursts' extra cost lies (a harness timing the 10-name table's
 //! bursts with prefetching forced on, against its one-by-one loop, in one process): about
 //! 13 ns a name, all in L1. Hashing in a pass of its own is most of it: a burst that
-//! hashes every name and then runs the one-by-one loop's probing costs 7-9 ns of it,
-//! and one that matches each name's fingerprints right after hashing it costs only
-//! 5-6 ns, but at 1M names it then waits on every fingerprint line (twice as slow): they
-//! must be fetched a pass ahead. Measured the same way and rejected: a software pipeline
+//! hashes every name first and then probes each as the one-by-one loop does is 7-9 ns
+//! a name slower than that loop, and one that matches each name's fingerprints right
+//! after hashing it only 5-6 ns; but at 1M names that one waits on every fingerprint
+//! line (it took twice as long): they must be fetched a pass ahead. Measured the same way and rejected: a software pipeline
 //! (hash name `i`, match name `i - D`, resolve name `i - 2D` in one loop, `D` = 4, 8,
 //! 12: no faster than the passes), prefetching the fingerprint lines from inside the
 //! hash pass (5 ns slower), a hash pass with no branch on where the dots are (12 ns
