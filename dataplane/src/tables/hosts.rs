@@ -128,6 +128,12 @@
 //! slower), pass 3 answering misses without a branch (6-8 ns slower), pass 2 in two
 //! halves with the names still to match listed without a branch (no faster), chunks of
 //! 16 or 8 names (no faster; 8 slower), and `PREFETCHNTA` for slots (no faster).
+//! Where the 1M-name bursts' time goes beyond that (`perf record -e cpu-clock`): about
+//! a quarter of the samples land just after prefetch instructions, 17 % after those
+//! of pass 2 (slots) and 7 % after those of pass 1 (fingerprint lines). Issuing them
+//! stalls: the core has no room for more misses in flight, and on the VM measured,
+//! where a random line of a 100 MiB table takes 150-170 ns to arrive, that room, not
+//! the instructions around it, is what a big table costs.
 //!
 //! Building may allocate and fails on duplicate patterns ([`BuildError`]): the control
 //! plane decides which of two claims on a name wins, never this table.
@@ -628,9 +634,9 @@ impl Scratch {
 thread_local! {
     /// Each thread's burst scratch (about 5.5 KiB), set up once rather than at every
     /// burst: made afresh on the stack, it was filled (a `memset` of its 5 KiB) at
-    /// every call, which cost about 2.5 ns a name in 1M-name bursts (`bench_inspect`,
-    /// both ways in one process, timed in alternation, six runs: 0.4-8.4 ns, median
-    /// 2.7). Each pass reads only the entries of the burst's own names, and only those
+    /// every call, which cost about 2 ns a name in 1M-name bursts (`bench_inspect`,
+    /// both ways in one process, timed in alternation, twelve runs: faster in eleven,
+    /// median 2.2 ns). Each pass reads only the entries of the burst's own names, and only those
     /// an earlier pass of this burst wrote: what a previous burst left is never read.
     static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch::NEW) };
 }
