@@ -121,15 +121,16 @@
 //! hashes every name first and then probes each as the one-by-one loop does is 7-9 ns
 //! a name slower than that loop, and one that matches each name's fingerprints right
 //! after hashing it only 5-6 ns; but at 1M names that one waits on every fingerprint
-//! line (it took twice as long): they must be fetched a pass ahead. Measured the same way and rejected: a software pipeline
-//! (hash name `i`, match name `i - D`, resolve name `i - 2D` in one loop, `D` = 4, 8,
-//! 12: no faster than the passes), prefetching the fingerprint lines from inside the
+//! line (it took twice as long): they must be fetched a pass ahead. Measured the same
+//! way and rejected: a software pipeline (hash name `i`, match name `i - D`, resolve
+//! name `i - 2D` in one loop, `D` = 4, 8, 12: no faster than the passes), prefetching the fingerprint lines from inside the
 //! hash pass (5 ns slower), a hash pass with no branch on where the dots are (12 ns
 //! slower), pass 3 answering misses without a branch (6-8 ns slower), pass 2 in two
 //! halves with the names still to match listed without a branch (no faster), chunks of
 //! 16 or 8 names (no faster; 8 slower), `PREFETCHNTA` for slots (no faster), and
 //! the slots prefetched from pass 3, 8, 12 or 16 names ahead, instead of all in pass 2
 //! (no faster; 8 ahead, 4 ns slower).
+//!
 //! Where the 1M-name bursts' time goes beyond that (`perf record -e cpu-clock`): about
 //! a quarter of the samples land just after prefetch instructions, 17 % after those
 //! of pass 2 (slots) and 7 % after those of pass 1 (fingerprint lines). Issuing them
@@ -638,8 +639,9 @@ thread_local! {
     /// burst: made afresh on the stack, it was filled (a `memset` of its 5 KiB) at
     /// every call, which cost about 2 ns a name in 1M-name bursts (`bench_inspect`,
     /// both ways in one process, timed in alternation, twelve runs: faster in eleven,
-    /// median 2.2 ns). Each pass reads only the entries of the burst's own names, and only those
-    /// an earlier pass of this burst wrote: what a previous burst left is never read.
+    /// median 2.2 ns). Each pass reads only the entries of the burst's own names, and
+    /// only those an earlier pass of this burst wrote: what a previous burst left is
+    /// never read.
     static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch::NEW) };
 }
 
