@@ -60,9 +60,9 @@
 //!   is its own: for a key, exactly its slot, one cache line; for a name that is not a key,
 //!   almost never any (one chance in about three thousand);
 //! - a slot is one cache line (64 bytes) and holds a 24-bit hash tag with the key's
-//!   length, both values (so no other line is read for them), and the key itself when it is at most 52 bytes (else its first
-//!   48 bytes and where the rest lies in an arena), so a hit on any but a very long name
-//!   is verified within that one line;
+//!   length, both values (so no other line is read for them), and the key itself when
+//!   it is at most 52 bytes (else its first 48 bytes and where the rest lies in an
+//!   arena), so a hit on any but a very long name is verified within that one line;
 //! - the big arrays are advised for transparent huge pages
 //!   ([`crate::port::advise_huge_pages`]): a million names take ~100 MiB of table, which
 //!   4 KiB pages would spread over 26k TLB entries (a page walk per probe); 2 MiB pages
@@ -94,42 +94,42 @@
 //! the spread queries, and up to 6 ns (median 4) on the 1024 queries (both ways in one
 //! process, timed in alternation, six runs).
 //!
-//! Measured with `bench_inspect --hosts-only` on the 1M-name table and rejected (Zen 4
-//! VM, alternating runs): a Bloom filter over the wildcard suffixes, which cut the
-//! fingerprint lines fetched per name from 2.4 to 1.3 but made bursts slower (85 ns
-//! against 77, and no better with the filter prefetched in a pass of its own);
-//! fetching each name's "home" slot together with its fingerprint line (82 ns against
-//! 77); `PREFETCHT1` for fingerprint lines or slots (slower); no prefetch of the names'
-//! own bytes, and handing pass 3 the slots pass 2 matched instead of probing again
-//! (both neutral; the latter still branched on which candidate the slot was for). So on that machine a fingerprint line prefetched and never read costs
-//! little, while any extra slot line from memory, or extra work in the hash pass, shows.
-//! Two more, measured later and rejected the same way: prefetching the wildcard
-//! candidates' fingerprint lines only for names whose exact fingerprint did not match
-//! (in a pass of their own; a ratio of 1.72 against 1.62), and placing keys by their
-//! last two labels so that all of a name's candidates share one fingerprint line (one
-//! line fetched per name instead of 2.4; both layouts built in one process from the
-//! same names and timed in alternation, five runs: 1M-name bursts no faster, 86–114 ns
-//! against 85–114). What the 1M table pays in memory is its slot lines:
-//! `bench_inspect`'s `burst_load_ns_by_working_set` gives the floor of one random line
-//! per name there. Also rejected: a pass 2 without branches (every name's first three
-//! wildcard candidates matched, whatever its exact match; much slower), and pass 1's
-//! fingerprint prefetches in a loop of fixed length (slower).
+//! Measured with `bench_inspect --hosts-only` on the 1M-name table and rejected (Zen 4 VM,
+//! alternating runs): a Bloom filter over the wildcard suffixes, which cut the fingerprint
+//! lines fetched per name from 2.4 to 1.3 but made bursts slower (85 ns against 77, and no
+//! better with the filter prefetched in a pass of its own); fetching each name's "home"
+//! slot together with its fingerprint line (82 ns against 77); `PREFETCHT1` for fingerprint
+//! lines or slots (slower); no prefetch of the names' own bytes, and handing pass 3 the
+//! slots pass 2 matched instead of probing again (both neutral; the latter still branched
+//! on which candidate the slot was for). So on that machine a fingerprint line prefetched
+//! and never read costs little, while any extra slot line from memory, or extra work in the
+//! hash pass, shows. Two more, measured later and rejected the same way: prefetching the
+//! wildcard candidates' fingerprint lines only for names whose exact fingerprint did not
+//! match (in a pass of their own; a ratio of 1.72 against 1.62), and placing keys by their
+//! last two labels so that all of a name's candidates share one fingerprint line (one line
+//! fetched per name instead of 2.4; both layouts built in one process from the same names
+//! and timed in alternation, five runs: 1M-name bursts no faster, 86–114 ns against
+//! 85–114). What the 1M table pays in memory is its slot lines: `bench_inspect`'s
+//! `burst_load_ns_by_working_set` gives the floor of one random line per name there. Also
+//! rejected: a pass 2 without branches (every name's first three wildcard candidates
+//! matched, whatever its exact match; much slower), and pass 1's fingerprint prefetches in
+//! a loop of fixed length (slower).
 //!
 //! Where the rest of the bursts' extra cost lies (a harness timing the 10-name table's
 //! bursts with prefetching forced on, against its one-by-one loop, in one process): about
-//! 13 ns a name, all in L1. Hashing in a pass of its own is most of it: a burst that
-//! hashes every name first and then probes each as the one-by-one loop does is 7-9 ns
-//! a name slower than that loop, and one that matches each name's fingerprints right
-//! after hashing it only 5-6 ns; but at 1M names that one waits on every fingerprint
-//! line (it took twice as long): they must be fetched a pass ahead. Measured the same
-//! way and rejected: a software pipeline (hash name `i`, match name `i - D`, resolve
-//! name `i - 2D` in one loop, `D` = 4, 8, 12: no faster than the passes), prefetching the fingerprint lines from inside the
-//! hash pass (5 ns slower), a hash pass with no branch on where the dots are (12 ns
-//! slower), pass 3 answering misses without a branch (6-8 ns slower), pass 2 in two
-//! halves with the names still to match listed without a branch (no faster), chunks of
-//! 16 or 8 names (no faster; 8 slower), `PREFETCHNTA` for slots (no faster), and
-//! the slots prefetched from pass 3, 8, 12 or 16 names ahead, instead of all in pass 2
-//! (no faster; 8 ahead, 4 ns slower).
+//! 13 ns a name, all in L1. Hashing in a pass of its own is most of it: a burst that hashes
+//! every name first and then probes each as the one-by-one loop does is 7-9 ns a name
+//! slower than that loop, and one that matches each name's fingerprints right after hashing
+//! it only 5-6 ns; but at 1M names that one waits on every fingerprint line (it took twice
+//! as long): they must be fetched a pass ahead. Measured the same way and rejected: a
+//! software pipeline (hash name `i`, match name `i - D`, resolve name `i - 2D` in one loop,
+//! `D` = 4, 8, 12: no faster than the passes), prefetching the fingerprint lines from
+//! inside the hash pass (5 ns slower), a hash pass with no branch on where the dots are (12
+//! ns slower), pass 3 answering misses without a branch (6-8 ns slower), pass 2 in two
+//! halves with the names still to match listed without a branch (no faster), chunks of 16
+//! or 8 names (no faster; 8 slower), `PREFETCHNTA` for slots (no faster), and the slots
+//! prefetched from pass 3, 8, 12 or 16 names ahead, instead of all in pass 2 (no faster; 8
+//! ahead, 4 ns slower).
 //!
 //! Where the 1M-name bursts' time goes beyond that (`perf record -e cpu-clock`): about
 //! a quarter of the samples land just after prefetch instructions, 17 % after those
