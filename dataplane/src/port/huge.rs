@@ -51,6 +51,45 @@ impl<T: Clone> HugeSlice<T> {
     }
 }
 
+impl<T: Clone> HugeSlice<T> {
+    /// A copy of `items` (cloned one by one) in such memory.
+    pub fn from_slice(items: &[T]) -> HugeSlice<T> {
+        let len = items.len();
+        let Some(layout) = Self::layout(len) else {
+            return HugeSlice {
+                ptr: NonNull::dangling(),
+                len,
+            };
+        };
+        // SAFETY: `layout` has a non-zero size (`layout` returns `None` otherwise).
+        let raw = unsafe { alloc(layout) }.cast::<T>();
+        let Some(ptr) = NonNull::new(raw) else {
+            handle_alloc_error(layout);
+        };
+        super::advise_huge_range(ptr.as_ptr().cast(), layout.size());
+        for (i, item) in items.iter().enumerate() {
+            // SAFETY: as in `filled`: `i < len`, inside the aligned allocation, and
+            // nothing there yet needs dropping.
+            unsafe { ptr.as_ptr().add(i).write(item.clone()) };
+        }
+        HugeSlice { ptr, len }
+    }
+}
+
+impl<T: Clone> Clone for HugeSlice<T> {
+    fn clone(&self) -> Self {
+        HugeSlice::from_slice(self)
+    }
+}
+
+impl<T: PartialEq> PartialEq for HugeSlice<T> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl<T: Eq> Eq for HugeSlice<T> {}
+
 impl<T> HugeSlice<T> {
     /// The allocation of `len` elements, `None` when it would be empty.
     fn layout(len: usize) -> Option<Layout> {
@@ -127,5 +166,10 @@ mod tests {
         assert_eq!(z.len(), 5);
         let d = HugeSlice::filled(vec![1u8; 4], 10);
         assert_eq!(d[9], vec![1; 4]);
+        let c = HugeSlice::from_slice(&b);
+        assert_eq!(c.as_ptr() as usize % HUGE, 0);
+        assert!(c == b && c.clone() == b && d.clone() == d);
+        assert!(c != HugeSlice::filled(1u64, b.len()));
+        assert!(HugeSlice::<u64>::from_slice(&[]).is_empty());
     }
 }
