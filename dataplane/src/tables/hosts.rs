@@ -63,10 +63,10 @@
 //!   length, both values (so no other line is read for them), and the key itself when
 //!   it is at most 52 bytes (else its first 48 bytes and where the rest lies in an
 //!   arena), so a hit on any but a very long name is verified within that one line;
-//! - the big arrays are advised for transparent huge pages
-//!   ([`crate::port::advise_huge_pages`]): a million names take ~100 MiB of table, which
-//!   4 KiB pages would spread over 26k TLB entries (a page walk per probe); 2 MiB pages
-//!   need 51.
+//! - the big arrays live in transparent huge pages ([`HugeSlice`]: whole 2 MiB pages
+//!   from a 2 MiB boundary, so that the 3.2 MiB of fingerprint lines get two, where a
+//!   `Box` got one at best): a million names take ~100 MiB of table, which 4 KiB pages
+//!   would spread over 26k TLB entries (a page walk per probe); 2 MiB pages need 51.
 //!
 //! Beyond that, a big table costs what the memory system charges: a cache miss for the
 //! slot, and the fingerprint lines' trips to the last-level cache, where a small table
@@ -149,6 +149,7 @@ use std::hash::BuildHasher;
 use std::hint::select_unpredictable;
 
 use crate::inspect::name::MAX_NAME_LEN;
+use crate::port::HugeSlice;
 
 /// A host-name pattern.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -409,12 +410,12 @@ const EMPTY: Slot = Slot {
 /// The compiled host matcher (see the [module docs](self)).
 pub struct HostMatcher {
     /// `GROUP` slots per group, group after group.
-    slots: Box<[Slot]>,
+    slots: HugeSlice<Slot>,
     /// One line of fingerprints per group (2 bytes a slot, 1/32 of the slots' size, so it
     /// stays in cache when the slots do not): a probe reads its group's line, and goes to
     /// the table only at a slot whose fingerprint is its own. That is exactly the key's
     /// slot for a hit, and almost never any slot for a name that is not a key.
-    prints: Box<[Prints]>,
+    prints: HugeSlice<Prints>,
     /// One bit per group: set when a key that hashes to the group lives in a later one
     /// (the group was full), so that a probe goes on to the next group.
     spilled: Box<[u64]>,
@@ -584,14 +585,11 @@ fn lanes(prints: &Prints, fp: u16) -> u32 {
     crate::port::eq_lanes_u16x32(&prints.0, fp)
 }
 
-/// `len` copies of `value` in memory advised for huge pages when it is big (see
-/// [`crate::port::advise_huge_pages`]), so that random probes into a table of many MiB
-/// do not each pay a page walk.
-fn huge_filled<T: Clone>(value: T, len: usize) -> Box<[T]> {
-    let mut v = Vec::with_capacity(len);
-    crate::port::advise_huge_pages(v.spare_capacity_mut());
-    v.resize(len, value);
-    v.into_boxed_slice()
+/// `len` copies of `value` in memory aligned to 2 MiB and advised for huge pages when it
+/// is big ([`HugeSlice`]), so that random probes into a table of many MiB do not each
+/// pay a page walk.
+fn huge_filled<T: Clone>(value: T, len: usize) -> HugeSlice<T> {
+    HugeSlice::filled(value, len)
 }
 
 /// A name's hashes, from the one right-to-left pass of [`HostMatcher::prepare`].

@@ -74,7 +74,7 @@ struct TrieBuilder {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Trie {
     root: Box<[u32; ROOT_SIZE]>,
-    groups: Box<[u32]>,
+    groups: HugeSlice<u32>,
 }
 
 impl TrieBuilder {
@@ -425,7 +425,7 @@ impl HostTable {
             }
         }
         HostTable {
-            lines: HugeSlice::from_slice(&lines),
+            lines: frozen(lines),
         }
     }
 

@@ -52,7 +52,7 @@ use thiserror::Error;
 
 use super::frozen;
 use super::ipcache::IpCache;
-use crate::port::prefetch_line;
+use crate::port::{prefetch_line, HugeSlice};
 
 /// "None" in every `u32` field of these tables: no profile (not isolated), no peer key
 /// of that kind, no node.
@@ -393,7 +393,7 @@ struct SlotLine([Slot; LINE_SLOTS]);
 
 /// The hash table's slots, addressed one by one or a line at a time.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Slots(Box<[SlotLine]>);
+struct Slots(HugeSlice<SlotLine>);
 
 impl Slots {
     /// Lines of `slots` (whose length is a multiple of [`LINE_SLOTS`]).
@@ -669,10 +669,10 @@ const UNION_KIND: u8 = 7;
 /// 10k, 42 % and 88 % are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirTable {
-    profiles: Box<[ProfileInfo]>,
+    profiles: HugeSlice<ProfileInfo>,
     slots: Slots,
     shift: u32,
-    extra: Box<[PortRange]>,
+    extra: HugeSlice<PortRange>,
     ranges: usize,
 }
 
@@ -1355,7 +1355,7 @@ impl Round<'_> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyTables {
     ipcache: IpCache,
-    identities: Box<[Ident]>,
+    identities: HugeSlice<Ident>,
     default_identity: u32,
     egress: DirTable,
     ingress: DirTable,
