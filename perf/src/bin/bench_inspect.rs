@@ -713,9 +713,8 @@ fn bench_hosts() -> Value {
 /// latency, sets it).
 fn burst_load_ns(bytes: usize) -> f64 {
     let lines = (bytes / 64).max(2);
-    let mut table: Vec<[u64; 8]> = Vec::with_capacity(lines);
-    sluice_dataplane::port::advise_huge_pages(table.spare_capacity_mut());
-    table.resize(lines, [1; 8]);
+    // In huge pages the way the matcher's tables are (`HugeSlice`).
+    let table = sluice_dataplane::port::HugeSlice::filled([1u64; 8], lines);
     let mut rng = Rng(0xb0b5_7000 ^ bytes as u64);
     let order: Vec<usize> = (0..1 << 20).map(|_| rng.below(lines)).collect();
     let mut sum = 0u64;
@@ -733,13 +732,11 @@ fn burst_load_ns(bytes: usize) -> f64 {
 }
 
 /// ns per dependent load over a random cyclic chain of cache lines spanning `bytes`
-/// (advised for huge pages, as the matcher's tables are): the memory latency a lookup
+/// (in huge pages, as the matcher's tables are): the memory latency a lookup
 /// pays per level of indirection that is not in cache.
 fn chase_ns(bytes: usize) -> f64 {
     let lines = (bytes / 64).max(2);
-    let mut next: Vec<[usize; 8]> = Vec::with_capacity(lines);
-    sluice_dataplane::port::advise_huge_pages(next.spare_capacity_mut());
-    next.resize(lines, [0; 8]);
+    let mut next = sluice_dataplane::port::HugeSlice::filled([0usize; 8], lines);
     // Sattolo's shuffle: one cycle through every line.
     let mut order: Vec<usize> = (0..lines).collect();
     let mut rng = Rng(0x0c4a_5e00 ^ bytes as u64);
