@@ -587,13 +587,6 @@ fn lanes(prints: &Prints, fp: u16) -> u32 {
     crate::port::eq_lanes_u16x32(&prints.0, fp)
 }
 
-/// `len` copies of `value` in memory aligned to 2 MiB and advised for huge pages when it
-/// is big ([`HugeSlice`]), so that random probes into a table of many MiB do not each
-/// pay a page walk.
-fn huge_filled<T: Clone>(value: T, len: usize) -> HugeSlice<T> {
-    HugeSlice::filled(value, len)
-}
-
 /// A name's hashes, from the one right-to-left pass of [`HostMatcher::prepare`].
 #[derive(Clone, Copy)]
 struct Prep {
@@ -748,8 +741,8 @@ impl HostMatcher {
             return Err(BuildError::TooMany);
         }
         let groups = slots_for(keys).max(keys).div_ceil(GROUP).max(1);
-        let mut slots = huge_filled(EMPTY, groups * GROUP);
-        let mut prints = huge_filled(Prints([0; GROUP]), groups);
+        let mut slots = HugeSlice::filled(EMPTY, groups * GROUP);
+        let mut prints = HugeSlice::filled(Prints([0; GROUP]), groups);
         let mut spilled = vec![0u64; groups.div_ceil(64)].into_boxed_slice();
         let mut arena = Vec::with_capacity(arena_len);
         let seed = RandomState::new().hash_one(0x736c_7569_6365u64);
@@ -1975,7 +1968,7 @@ mod tests {
         t.lookup_burst(&names, &mut out);
         assert_eq!(out, [Some(39_999), None, Some(7)]);
         assert_eq!(t.lookup(b"h40000.example.com"), None);
-        let v = huge_filled(7u8, 5 << 20);
+        let v = HugeSlice::filled(7u8, 5 << 20);
         assert!(v.iter().all(|&b| b == 7));
     }
 }
