@@ -12,8 +12,7 @@ const HUGE: usize = 2 << 20;
 /// 2 MiB pages at a 2 MiB boundary, advised for transparent huge pages before it is
 /// filled, so that every 2 MiB of it is one TLB entry. A `Box<[T]>` from the global
 /// allocator starts a few bytes into its mapping (or anywhere in the heap, on pages
-/// already faulted in), so the huge pages that
-/// [`advise_huge_pages`](super::advise_huge_pages) can get for it start at the first
+/// already faulted in), so the huge pages that advice can get for it start at the first
 /// 2 MiB boundary inside it: a 2.4 MB flow index (100k flows) had none.
 pub struct HugeSlice<T> {
     ptr: NonNull<T>,

@@ -369,21 +369,14 @@ fn prefetch_hint<const HINT: i32, T>(p: &T) {
     unsafe { core::arch::x86_64::_mm_prefetch::<HINT>((p as *const T).cast::<i8>()) };
 }
 
-/// Asks the kernel to back the memory of `buf` with transparent huge pages (2 MiB on
-/// x86-64; `madvise(MADV_HUGEPAGE)` on the whole 4 KiB pages inside it), for big lookup
-/// tables built off the hot path: a table of tens of MiB probed at random needs a page
-/// walk per probe with 4 KiB pages and almost none with 2 MiB ones. Call it on a fresh
-/// allocation before filling it (for instance on `Vec::spare_capacity_mut()`), so that
-/// the first touch of each 2 MiB region already faults in a huge page. Only advice: the
-/// contents are never changed, and where the kernel has no transparent huge pages (or
-/// the buffer is under 2 MiB, or not on Linux) nothing happens. Returns whether the
-/// kernel took the advice.
-pub fn advise_huge_pages<T>(buf: &[T]) -> bool {
-    advise_huge_range(buf.as_ptr().cast(), std::mem::size_of_val(buf))
-}
-
-/// [`advise_huge_pages`] on the `len` bytes at `start`, which must lie inside one
-/// allocation of this program (initialised or not; nothing is read or written).
+/// Asks the kernel to back the `len` bytes at `start` with transparent huge pages (2 MiB
+/// on x86-64; `madvise(MADV_HUGEPAGE)` on the whole 4 KiB pages inside them), for big
+/// lookup tables built off the hot path ([`HugeSlice`] calls it on fresh memory before
+/// filling it, so that the first touch of each 2 MiB region faults in a huge page). The
+/// range must lie inside one allocation or mapping of this program (initialised or not;
+/// nothing is read or written). Only advice: where the kernel has no transparent huge
+/// pages (or the range is under 2 MiB, or not on Linux) nothing happens. Returns
+/// whether the kernel took the advice.
 fn advise_huge_range(start_ptr: *const u8, len: usize) -> bool {
     #[cfg(target_os = "linux")]
     {
