@@ -37,7 +37,7 @@ impl ObjectMeta {
 
 /// A Kubernetes `LabelSelector`: `matchLabels` AND every `matchExpressions` entry.
 /// An empty selector selects everything.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "camelCase")]
 pub struct LabelSelector {
     /// Exact label matches.
@@ -49,7 +49,7 @@ pub struct LabelSelector {
 }
 
 /// One set-based requirement of a [`LabelSelector`].
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "camelCase")]
 pub struct LabelSelectorRequirement {
     /// The label key.
@@ -62,7 +62,7 @@ pub struct LabelSelectorRequirement {
 }
 
 /// The four selector operators of Kubernetes.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Hash)]
 pub enum SelectorOperator {
     /// The label exists and its value is in the set.
     In,

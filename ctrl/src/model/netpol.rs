@@ -58,7 +58,7 @@ pub struct EgressRule {
 }
 
 /// `NetworkPolicyPeer`: pod and namespace selectors (ANDed when both) or an ipBlock.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkPolicyPeer {
     /// Pods (in the policy's namespace unless `namespaceSelector` is set).
@@ -73,7 +73,7 @@ pub struct NetworkPolicyPeer {
 }
 
 /// `IPBlock`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "camelCase")]
 pub struct IpBlock {
     /// The CIDR.

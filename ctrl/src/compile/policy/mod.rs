@@ -359,7 +359,18 @@ struct Builder<'a> {
     groups_by_ns: Vec<Vec<u32>>,
     groups_by_class: BTreeMap<u32, Vec<u32>>,
     keys: KeySpace,
-    peer_cache: HashMap<String, PeerKeys>,
+    /// Per group: the number of its label set. Groups of different namespaces often
+    /// carry the same labels, and a selector is matched once per label set.
+    group_label_set: Vec<u32>,
+    /// Per label set, while [`Self::groups_matching`] runs: 0 not matched yet, 1 no, 2
+    /// yes. All 0 between calls.
+    label_set_memo: Vec<u8>,
+    /// Peer keys by peer and the namespace they depend on: the policy's for a peer with
+    /// only a pod selector, [`NONE`] for the others (a namespace selector, an ipBlock or
+    /// nothing name the same peers from any namespace).
+    peer_cache: HashMap<(u32, &'a NetworkPolicyPeer), PeerKeys>,
+    /// Namespaces by namespace selector.
+    ns_cache: HashMap<&'a LabelSelector, std::rc::Rc<Vec<u32>>>,
     rule_cache: HashMap<(usize, usize, usize), PeerKeys>,
 }
 
@@ -368,26 +379,53 @@ impl<'a> Builder<'a> {
         self.ns_index.get(name).copied()
     }
 
-    fn namespaces_matching(&self, sel: &LabelSelector) -> Vec<u32> {
-        (0..self.namespaces.len() as u32)
-            .filter(|&n| sel.matches(&self.ns_labels[n as usize]))
-            .collect()
+    fn namespaces_matching(&mut self, sel: &'a LabelSelector) -> std::rc::Rc<Vec<u32>> {
+        if let Some(v) = self.ns_cache.get(sel) {
+            return v.clone();
+        }
+        let v = std::rc::Rc::new(
+            (0..self.namespaces.len() as u32)
+                .filter(|&n| sel.matches(&self.ns_labels[n as usize]))
+                .collect::<Vec<u32>>(),
+        );
+        self.ns_cache.insert(sel, v.clone());
+        v
     }
 
-    fn groups_matching(&self, nss: &[u32], sel: &LabelSelector) -> Vec<(PeerKind, u32)> {
-        nss.iter()
-            .flat_map(|&n| self.groups_by_ns[n as usize].iter())
-            .filter(|&&g| sel.matches(&self.groups[g as usize].labels))
-            .map(|&g| (PeerKind::Workload, self.keys.group(g)))
-            .collect()
+    /// The workload keys of the groups of namespaces `nss` that `sel` selects. Each
+    /// distinct label set is matched once (see [`Self::label_set_memo`]).
+    fn groups_matching(&mut self, nss: &[u32], sel: &LabelSelector) -> Vec<(PeerKind, u32)> {
+        let mut out = Vec::new();
+        let mut touched = Vec::new();
+        for &n in nss {
+            for &g in &self.groups_by_ns[n as usize] {
+                let set = self.group_label_set[g as usize] as usize;
+                let yes = match self.label_set_memo[set] {
+                    0 => {
+                        let yes = sel.matches(&self.groups[g as usize].labels);
+                        self.label_set_memo[set] = 1 + u8::from(yes);
+                        touched.push(set);
+                        yes
+                    }
+                    m => m == 2,
+                };
+                if yes {
+                    out.push((PeerKind::Workload, self.keys.group(g)));
+                }
+            }
+        }
+        for set in touched {
+            self.label_set_memo[set] = 0;
+        }
+        out
     }
 
     /// The peer keys one `NetworkPolicyPeer` of a policy in namespace `ns` names.
-    fn peer_keys(&mut self, ns: u32, peer: &NetworkPolicyPeer) -> PeerKeys {
-        let cache_key = format!(
-            "{ns}|{:?}|{:?}|{:?}",
-            peer.pod_selector, peer.namespace_selector, peer.ip_block
-        );
+    fn peer_keys(&mut self, ns: u32, peer: &'a NetworkPolicyPeer) -> PeerKeys {
+        let depends_on_ns = peer.ip_block.is_none()
+            && peer.namespace_selector.is_none()
+            && peer.pod_selector.is_some();
+        let cache_key = (if depends_on_ns { ns } else { NONE }, peer);
         if let Some(v) = self.peer_cache.get(&cache_key) {
             return v.clone();
         }
@@ -418,8 +456,8 @@ impl<'a> Builder<'a> {
                         match ps {
                             Some(ps) if !ps.is_empty() => self.groups_matching(&matched, ps),
                             _ => matched
-                                .into_iter()
-                                .map(|n| (PeerKind::Namespace, self.keys.namespace(n)))
+                                .iter()
+                                .map(|&n| (PeerKind::Namespace, self.keys.namespace(n)))
                                 .collect(),
                         }
                     }
@@ -505,7 +543,7 @@ impl<'a> Builder<'a> {
         dir: PolicyType,
         ri: usize,
         ns: u32,
-        peers: &[NetworkPolicyPeer],
+        peers: &'a [NetworkPolicyPeer],
     ) -> PeerKeys {
         let d = usize::from(dir == PolicyType::Ingress);
         if let Some(k) = self.rule_cache.get(&(pi, d, ri)) {
@@ -742,6 +780,18 @@ pub fn compile_with(ir: &Ir, limits: Limits) -> Result<CompiledPolicy, Vec<Polic
         }
     }
 
+    // Label sets, numbered for memoised selector matching.
+    let mut label_set_ids: HashMap<&BTreeMap<String, String>, u32> = HashMap::new();
+    let group_label_set: Vec<u32> = groups
+        .iter()
+        .map(|g| {
+            let next = label_set_ids.len() as u32;
+            *label_set_ids.entry(&g.labels).or_insert(next)
+        })
+        .collect();
+    let label_sets = label_set_ids.len();
+    drop(label_set_ids);
+
     let keys = KeySpace {
         groups: groups.len() as u32,
         namespaces: namespaces.len() as u32,
@@ -767,7 +817,10 @@ pub fn compile_with(ir: &Ir, limits: Limits) -> Result<CompiledPolicy, Vec<Polic
         groups_by_ns,
         groups_by_class,
         keys,
+        group_label_set,
+        label_set_memo: vec![0; label_sets],
         peer_cache: HashMap::new(),
+        ns_cache: HashMap::new(),
         rule_cache: HashMap::new(),
     };
 
