@@ -722,9 +722,11 @@ pub fn compile_with(ir: &Ir, limits: Limits) -> Result<CompiledPolicy, Vec<Polic
         }
         by_ip.insert(w.ip, i);
     }
-    type GroupKey = (
+    // Keyed by the workload's own labels (borrowed): they are cloned once per group,
+    // not per pod.
+    type GroupKey<'w> = (
         u32,
-        BTreeMap<String, String>,
+        &'w BTreeMap<String, String>,
         Vec<(String, Protocol, u16)>,
         u32,
     );
@@ -738,19 +740,20 @@ pub fn compile_with(ir: &Ir, limits: Limits) -> Result<CompiledPolicy, Vec<Polic
         named.sort();
         named.dedup();
         let class = classes.class_of(w.ip);
-        let key = (ns, w.labels.clone(), named, class);
         let next = groups.len() as u32;
-        let g = *group_ids.entry(key.clone()).or_insert_with(|| {
-            groups.push(Group {
-                namespace: key.0,
-                labels: key.1,
-                named_ports: key.2,
-                class: key.3,
-                ingress_by: Vec::new(),
-                egress_by: Vec::new(),
+        let g = *group_ids
+            .entry((ns, &w.labels, named, class))
+            .or_insert_with_key(|key| {
+                groups.push(Group {
+                    namespace: key.0,
+                    labels: key.1.clone(),
+                    named_ports: key.2.clone(),
+                    class: key.3,
+                    ingress_by: Vec::new(),
+                    egress_by: Vec::new(),
+                });
+                next
             });
-            next
-        });
         workload_group.push((wi, g));
     }
     let mut groups_by_ns = vec![Vec::new(); namespaces.len()];
