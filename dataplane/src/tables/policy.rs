@@ -360,6 +360,32 @@ pub struct DirEntry {
     pub ranges: Vec<PortRange>,
 }
 
+/// One port range of one entry, for [`DirTable::from_ranges`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirRange {
+    /// The profile (of the endpoint being protected).
+    pub profile: u32,
+    /// How the peer is named.
+    pub kind: PeerKind,
+    /// The peer key.
+    pub key: u32,
+    /// The protocol class.
+    pub proto: ProtoClass,
+    /// Allowed destination ports.
+    pub range: PortRange,
+}
+
+/// Checks an entry's profile and key against a table of `profiles` profiles.
+fn check_entry(profiles: u32, profile: u32, key: u32) -> Result<(), PolicyError> {
+    if profile >= profiles {
+        return Err(PolicyError::UnknownProfile { profile, profiles });
+    }
+    if key == NONE {
+        return Err(PolicyError::ReservedKey);
+    }
+    Ok(())
+}
+
 /// One entry of the hash table. Four fill a cache line: the table is probed linearly
 /// from the first slot of the key's home line ([`slot_home`]), so a lookup whose probe
 /// ends in that line (nearly all, at a load factor of at most 1/2) reads one line, which
@@ -686,24 +712,42 @@ impl DirTable {
         if profiles > MAX_PROFILE + 1 {
             return Err(PolicyError::ProfileTooLarge(profiles - 1));
         }
+        let mut ranges = Vec::new();
+        for e in entries {
+            check_entry(profiles, e.profile, e.key)?;
+            ranges.extend(e.ranges.iter().map(|&range| DirRange {
+                profile: e.profile,
+                kind: e.kind,
+                key: e.key,
+                proto: e.proto,
+                range,
+            }));
+        }
+        Self::from_ranges(profiles, ranges)
+    }
+
+    /// [`Self::new`] from one item per port range, in any order: what the control plane
+    /// gives, since its entries reach millions and a `Vec` of ranges each would cost an
+    /// allocation apiece.
+    pub fn from_ranges(
+        profiles: u32,
+        ranges: impl IntoIterator<Item = DirRange>,
+    ) -> Result<Self, PolicyError> {
+        if profiles > MAX_PROFILE + 1 {
+            return Err(PolicyError::ProfileTooLarge(profiles - 1));
+        }
         // One more than asked: the last summary, without entries, stands for "no
         // profile" in bursts (see `summary`).
         let mut infos = vec![NO_PROFILE; profiles as usize + 1];
         // One flat list of (key, range), sorted, then merged per key: no map, no
         // per-entry allocation (tables reach millions of ranges).
         let mut flat: Vec<(u64, PortRange)> = Vec::new();
-        for e in entries {
-            if e.profile >= profiles {
-                return Err(PolicyError::UnknownProfile {
-                    profile: e.profile,
-                    profiles,
-                });
+        for r in ranges {
+            check_entry(profiles, r.profile, r.key)?;
+            if r.range.lo <= r.range.hi {
+                let k = pack(r.profile, r.kind as u8, r.proto as u8, r.key);
+                flat.push((k, r.range));
             }
-            if e.key == NONE {
-                return Err(PolicyError::ReservedKey);
-            }
-            let k = pack(e.profile, e.kind as u8, e.proto as u8, e.key);
-            flat.extend(e.ranges.iter().filter(|r| r.lo <= r.hi).map(|&r| (k, r)));
         }
         // Port unions per (profile, protocol), under the pseudo-kind key.
         let mut unions: Vec<(u64, PortRange)> = flat

@@ -46,7 +46,7 @@ use ipnet::IpNet;
 use serde::Serialize;
 use sluice_dataplane::tables::ipcache::IpCache;
 use sluice_dataplane::tables::policy::{
-    DirEntry, DirTable, IdentityEntry, PeerKind, PolicyTables, PortRange, ProtoClass, NONE,
+    DirRange, DirTable, IdentityEntry, PeerKind, PolicyTables, PortRange, ProtoClass, NONE,
 };
 
 use crate::compile::ir::{Ir, Policy};
@@ -340,8 +340,9 @@ enum PortSpec {
 /// Peer keys shared between rules and profiles.
 type PeerKeys = std::rc::Rc<Vec<(PeerKind, u32)>>;
 
-/// One merged entry of a profile: `(peer kind, peer key, protocol) -> sorted ranges`.
-type ProfileEntry = ((PeerKind, u32, ProtoClass), Vec<PortRange>);
+/// One range of a profile's merged entries: `(peer kind, peer key, protocol, ports)`,
+/// sorted, adjacent and overlapping ranges of a key merged.
+type ProfileRange = (PeerKind, u32, ProtoClass, PortRange);
 
 /// What makes two groups share a profile: the selecting policies, and (for ingress
 /// rules with named ports) the group's named ports.
@@ -570,7 +571,7 @@ impl<'a> Builder<'a> {
         policies: &[usize],
         dir: PolicyType,
         local: &Group,
-    ) -> Vec<ProfileEntry> {
+    ) -> Vec<ProfileRange> {
         let mut entries: Vec<(PeerKind, u32, ProtoClass, PortRange)> = Vec::new();
         let ir = self.ir;
         for &pi in policies {
@@ -625,16 +626,16 @@ impl<'a> Builder<'a> {
             }
         }
         entries.sort_unstable();
-        let mut out: Vec<ProfileEntry> = Vec::new();
+        let mut out: Vec<ProfileRange> = Vec::with_capacity(entries.len());
         for (kind, key, pc, r) in entries {
             match out.last_mut() {
-                Some(((k, y, p), rs)) if (*k, *y, *p) == (kind, key, pc) => match rs.last_mut() {
-                    Some(last) if u32::from(r.lo) <= u32::from(last.hi) + 1 => {
-                        last.hi = last.hi.max(r.hi);
-                    }
-                    _ => rs.push(r),
-                },
-                _ => out.push(((kind, key, pc), vec![r])),
+                Some((k, y, p, last))
+                    if (*k, *y, *p) == (kind, key, pc)
+                        && u32::from(r.lo) <= u32::from(last.hi) + 1 =>
+                {
+                    last.hi = last.hi.max(r.hi);
+                }
+                _ => out.push((kind, key, pc, r)),
             }
         }
         out
@@ -835,7 +836,7 @@ pub fn compile_with(ir: &Ir, limits: Limits) -> Result<CompiledPolicy, Vec<Polic
         .collect();
     let mut profile_ids: [HashMap<ProfileKey, u32>; 2] = [HashMap::new(), HashMap::new()];
     let mut profile_policies: [Vec<Vec<usize>>; 2] = [Vec::new(), Vec::new()];
-    let mut dir_entries: [Vec<DirEntry>; 2] = [Vec::new(), Vec::new()];
+    let mut dir_ranges: [Vec<DirRange>; 2] = [Vec::new(), Vec::new()];
     let mut group_profile: Vec<[u32; 2]> = vec![[NONE, NONE]; b.groups.len()];
     let mut counts = [0u64; 2];
     #[allow(clippy::needless_range_loop)] // `b` is borrowed mutably inside
@@ -864,17 +865,19 @@ pub fn compile_with(ir: &Ir, limits: Limits) -> Result<CompiledPolicy, Vec<Polic
             }
             let id = profile_policies[d].len() as u32;
             let local = b.groups[g].clone();
-            let entries = b.profile_entries(&key.0, dir, &local);
-            for ((kind, peer, proto), ranges) in entries {
-                counts[d] += ranges.len() as u64;
-                dir_entries[d].push(DirEntry {
-                    profile: id,
-                    kind,
-                    key: peer,
-                    proto,
-                    ranges,
-                });
-            }
+            let ranges = b.profile_entries(&key.0, dir, &local);
+            counts[d] += ranges.len() as u64;
+            dir_ranges[d].extend(
+                ranges
+                    .into_iter()
+                    .map(|(kind, peer, proto, range)| DirRange {
+                        profile: id,
+                        kind,
+                        key: peer,
+                        proto,
+                        range,
+                    }),
+            );
             profile_policies[d].push(key.0.clone());
             profile_ids[d].insert(key, id);
             group_profile[g][d] = id;
@@ -998,11 +1001,11 @@ pub fn compile_with(ir: &Ir, limits: Limits) -> Result<CompiledPolicy, Vec<Polic
         IpNet::V4(_) => None,
     });
     let ipcache = IpCache::new(v4, v6).map_err(|e| internal(&e))?;
-    let [eg_entries, in_entries] = dir_entries;
-    let egress =
-        DirTable::new(profile_policies[0].len() as u32, eg_entries).map_err(|e| internal(&e))?;
-    let ingress =
-        DirTable::new(profile_policies[1].len() as u32, in_entries).map_err(|e| internal(&e))?;
+    let [eg_ranges, in_ranges] = dir_ranges;
+    let egress = DirTable::from_ranges(profile_policies[0].len() as u32, eg_ranges)
+        .map_err(|e| internal(&e))?;
+    let ingress = DirTable::from_ranges(profile_policies[1].len() as u32, in_ranges)
+        .map_err(|e| internal(&e))?;
     let default_identity = b
         .classes
         .class_of(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
