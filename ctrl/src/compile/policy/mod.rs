@@ -21,6 +21,11 @@
 //!    "anything", an ipBlock is the classes inside it; only real pod selectors expand to
 //!    groups. Named ports in egress rules resolve on each destination group.
 //!
+//! Compile cost: a namespace selector is matched once, a pod selector once per distinct
+//! label set (groups of different namespaces mostly share labels), and a peer's keys are
+//! computed once per peer, or per peer and namespace when only a pod selector names
+//! them; profiles reach the tables as flat port ranges ([`DirTable::from_ranges`]).
+//!
 //! Semantics (Kubernetes API text, DESIGN.md §6): `policyTypes` defaults to Ingress, plus
 //! Egress when `egress` is non-empty; rules of a type the policy does not have are
 //! ignored; a pod is isolated in a direction iff a selecting policy has that type; rules
