@@ -712,18 +712,13 @@ impl DirTable {
         if profiles > MAX_PROFILE + 1 {
             return Err(PolicyError::ProfileTooLarge(profiles - 1));
         }
-        let mut ranges = Vec::new();
+        let mut flat: Vec<(u64, PortRange)> = Vec::new();
         for e in entries {
             check_entry(profiles, e.profile, e.key)?;
-            ranges.extend(e.ranges.iter().map(|&range| DirRange {
-                profile: e.profile,
-                kind: e.kind,
-                key: e.key,
-                proto: e.proto,
-                range,
-            }));
+            let k = pack(e.profile, e.kind as u8, e.proto as u8, e.key);
+            flat.extend(e.ranges.iter().filter(|r| r.lo <= r.hi).map(|&r| (k, r)));
         }
-        Self::from_ranges(profiles, ranges)
+        Ok(Self::from_flat(profiles, flat))
     }
 
     /// [`Self::new`] from one item per port range, in any order: what the control plane
@@ -736,19 +731,22 @@ impl DirTable {
         if profiles > MAX_PROFILE + 1 {
             return Err(PolicyError::ProfileTooLarge(profiles - 1));
         }
-        // One more than asked: the last summary, without entries, stands for "no
-        // profile" in bursts (see `summary`).
-        let mut infos = vec![NO_PROFILE; profiles as usize + 1];
-        // One flat list of (key, range), sorted, then merged per key: no map, no
-        // per-entry allocation (tables reach millions of ranges).
         let mut flat: Vec<(u64, PortRange)> = Vec::new();
         for r in ranges {
             check_entry(profiles, r.profile, r.key)?;
             if r.range.lo <= r.range.hi {
-                let k = pack(r.profile, r.kind as u8, r.proto as u8, r.key);
-                flat.push((k, r.range));
+                flat.push((pack(r.profile, r.kind as u8, r.proto as u8, r.key), r.range));
             }
         }
+        Ok(Self::from_flat(profiles, flat))
+    }
+
+    /// Builds the table from checked `(packed key, non-empty range)` pairs, in any order
+    /// (sorted here, then merged per key: no map, no per-entry allocation).
+    fn from_flat(profiles: u32, mut flat: Vec<(u64, PortRange)>) -> Self {
+        // One more than asked: the last summary, without entries, stands for "no
+        // profile" in bursts (see `summary`).
+        let mut infos = vec![NO_PROFILE; profiles as usize + 1];
         // Port unions per (profile, protocol), under the pseudo-kind key.
         let mut unions: Vec<(u64, PortRange)> = flat
             .iter()
@@ -827,13 +825,13 @@ impl DirTable {
             }
             info.order = coarse_first(info.probed);
         }
-        Ok(DirTable {
+        DirTable {
             profiles: frozen(infos),
             slots: Slots::new(&slots),
             shift,
             extra: frozen(extra),
             ranges: total,
-        })
+        }
     }
 
     /// Number of profiles.
