@@ -228,6 +228,56 @@ fn coarse_peers_do_not_expand_into_pods() {
 }
 
 #[test]
+fn policy_sets_with_equal_entries_share_one_profile() {
+    let any_pod = || {
+        vec![NetworkPolicyPeer {
+            namespace_selector: Some(LabelSelector::default()),
+            ..Default::default()
+        }]
+    };
+    let mut ir = spread();
+    // ns0, ns1 and ns2 are selected by different policy sets ({0}, {1}, {2, 3}) whose
+    // unions are the same single entry: "any pod", TCP 80.
+    for ns in ["ns0", "ns1", "ns2", "ns2"] {
+        ir.policies.push(ingress_policy(ns, any_pod()));
+    }
+    let c = compile(&ir).expect("compile");
+    assert_eq!(c.stats.ingress_profiles, 1);
+    assert_eq!(c.stats.ingress_entries, 1);
+    assert_eq!(
+        c.info.ingress_profiles,
+        vec![vec![vec![0], vec![1], vec![2, 3]]]
+    );
+    // A fifth set with other entries gets a profile of its own.
+    let mut more = ingress_policy("ns3", any_pod());
+    if let Some(rules) = &mut more.spec.ingress {
+        rules[0].ports[0].port = Some(IntOrString::Int(81));
+    }
+    ir.policies.push(more);
+    let c = compile(&ir).expect("compile");
+    assert_eq!(c.stats.ingress_profiles, 2);
+    let t = &c.tables;
+    for (dst, port80, port81) in [
+        ("10.1.0.1", true, false),
+        ("10.1.1.1", true, false),
+        ("10.1.2.1", true, false),
+        ("10.1.3.1", false, true),
+        ("10.1.4.1", true, true),
+    ] {
+        assert_eq!(
+            t.verdict(ip("10.1.9.1"), ip(dst), 6, 80).is_allow(),
+            port80,
+            "{dst}"
+        );
+        assert_eq!(
+            t.verdict(ip("10.1.9.1"), ip(dst), 6, 81).is_allow(),
+            port81,
+            "{dst}"
+        );
+    }
+}
+
+#[test]
 fn ipblock_classes_carve_and_match_pods() {
     let mut ir = spread();
     ir.policies.push(ingress_policy(
