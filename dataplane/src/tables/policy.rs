@@ -690,13 +690,13 @@ const UNION_KIND: u8 = 7;
 /// answers at the same work), `bench_policy`'s interleaved IPv4 growth was still
 /// 1.56–1.58 over three runs, and 1.48–1.55 with the profile summaries from L1 too
 /// (1.59–1.74 for the real tables in the same runs). The growth is the isolation work
-/// itself: at 10 policies 0.1 % of sources and
-/// 0.6 % of destinations are isolated and a lookup plans and probes almost nothing; at
-/// 10k, 42 % and 88 % are. A trace of 256 connections cycled, so that every table line
-/// stays in cache, grew 1.49–1.56 (IPv4) and 1.41–1.47 (IPv6) the same way (Zen 3 VM,
-/// four runs). Also rejected there: prefetching an ingress profile only once egress
-/// planning has kept the connection (fewer lines fetched; three alternating runs of
-/// 1.84–2.04 IPv4 growth against 1.75–1.89).
+/// itself: at 10 policies 0.1 % of sources and 0.6 % of destinations are isolated and a
+/// lookup plans and probes almost nothing; at 10k, 42 % and 88 % are. A trace of 256
+/// connections cycled, so that every table line stays in cache, grew 1.49–1.56 (IPv4)
+/// and 1.41–1.47 (IPv6) the same way (Zen 3 VM, five runs, two of them with every
+/// software prefetch removed, which changed nothing). Also rejected there: prefetching
+/// an ingress profile only once egress planning has kept the connection (fewer lines
+/// fetched; three alternating runs of 1.84–2.04 IPv4 growth against 1.75–1.89).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirTable {
     profiles: HugeSlice<ProfileInfo>,
