@@ -364,11 +364,20 @@ const PREFIX: usize = INLINE - 4;
 const KEPT: usize = 16;
 
 /// Tables from this size up are prefetched for in a burst (and in a single lookup, the
-/// candidates' slots); smaller ones stay in the core's caches (a server core's L2 is 1-2
-/// MiB), where prefetching costs instructions and buys little: measured with
-/// `bench_inspect`, bursts over the 10k-name table (2 MiB in the layout of the time, 1 MiB
-/// now) were no faster with prefetching than without.
-const PREFETCH_MIN: usize = 4 << 20;
+/// candidates' slots); smaller ones stay in the core's L2, where prefetching costs
+/// instructions and buys nothing: their names are looked up one by one.
+///
+/// Set from `bench_inspect`'s spread queries on a core with 512 KiB of L2 (Zen 3 VM, both
+/// ways in alternating runs, ns a name): 2.5k names (256 KiB of table) 125-127 one by
+/// one against 128-134 prefetched; 5k names (512 KiB) 138-154 against 127-130; 10k names
+/// (1 MiB) 166-191 against 128-131. On the 1024-query pool, which stays cached, the
+/// 5k- and 10k-name tables were no slower prefetched (90-95 against 96-103). A
+/// threshold of 4 MiB (chosen when the 10k-name table was measured on a core with a
+/// bigger L2) left a 10k-name table's bursts a quarter slower than a million-name
+/// table's. A table near the L2's size shares it with flows and packets, so a core with
+/// a bigger L2 loses little by prefetching early, and one with a smaller L2 loses much
+/// by prefetching late.
+const PREFETCH_MIN: usize = 384 << 10;
 
 /// How many names [`HostMatcher::lookup_burst`] works on at once (a dataplane burst):
 /// longer inputs are taken in chunks of this size.
@@ -1948,6 +1957,29 @@ mod tests {
                 assert_eq!(*got, want, "{}", String::from_utf8_lossy(q));
             }
         }
+    }
+
+    /// A table that outgrows a small L2 is prefetched for; one that fits stays on the
+    /// one-by-one path (see [`PREFETCH_MIN`]'s measurements).
+    #[test]
+    fn tables_past_a_small_l2_are_prefetched_for() {
+        let table = |n: u32| {
+            HostMatcher::build((0..n).map(|i| {
+                (
+                    HostPattern::Exact(format!("host{i}.team{}.example.com", i % 97)),
+                    i,
+                )
+            }))
+            .unwrap()
+        };
+        let (small, big) = (table(2_000), table(10_000));
+        assert!(small.table_bytes() < 256 << 10, "{}", small.table_bytes());
+        assert!(!small.prefetch);
+        assert!(
+            big.prefetch,
+            "a 10k-name table ({} bytes) is prefetched for",
+            big.table_bytes()
+        );
     }
 
     #[test]
