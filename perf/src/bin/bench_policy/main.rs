@@ -8,9 +8,11 @@
 //!    lookup memory.
 //! 2. **sluice**: a trace of 65,536 connection attempts per family (IPv4, IPv6) on one
 //!    core, two ways: `burst`, one `PolicyTables::verdicts_v4` / `verdicts_v6` call per
-//!    32 packets (what a worker calls per rx burst: staged lookups with prefetching;
-//!    rte_acl classifies in bursts too), and `single`, one `verdict_v4` / `verdict_v6`
-//!    call per packet. Each is the median of 7 timed rounds of at least 200 ms.
+//!    32 packets (staged lookups with prefetching, for a caller that holds a burst of
+//!    new connections; rte_acl classifies in bursts too), and `single`, one
+//!    `verdict_v4` / `verdict_v6` call per packet (the balancer today calls `verdict`,
+//!    the same lookups, for each new connection). Each is the median of 7 timed rounds
+//!    of at least 200 ms.
 //! 3. **rte_acl**: the compiled policy exported as two ClassBench rule files (egress and
 //!    ingress: a connection needs both, and one first-match list cannot express the
 //!    conjunction without a cross product) plus the trace, run through `dpdk-test-acl`
@@ -741,12 +743,12 @@ fn main() {
             "measured_as".into(),
             json!(
                 "ns per lookup at `to` over ns per lookup at `from`, from each scenario's \
-                 own timings (taken minutes apart). `burst` is how a dataplane worker looks \
-                 up (PolicyTables::verdicts_v4/verdicts_v6 over bursts of 32 connections, \
-                 with prefetching across the burst); the <= 1.5 goal is read from \
+                 own timings (taken minutes apart). `burst` is the staged lookup for a \
+                 burst (PolicyTables::verdicts_v4/verdicts_v6 over 32 connections, with \
+                 prefetching across the burst); the <= 1.5 goal is read from \
                  `burst_interleaved`, the same lookups with both tables timed in \
                  alternation. `single` is one verdict_v4/verdict_v6 call per \
-                 connection. Plain keys: median wall-clock rounds; `_cpu` keys: median \
+                 connection (how the balancer checks new connections today). Plain keys: median wall-clock rounds; `_cpu` keys: median \
                  thread CPU time (leaves out time lost to other work on a shared core)."
             ),
         );
