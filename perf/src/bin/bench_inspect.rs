@@ -14,8 +14,9 @@
 //!    work is the same at every size; what grows with the table is the memory a working
 //!    set of queries touches: a fingerprint line per candidate key and a slot per name,
 //!    which a small table keeps in cache and a big one fetches from the last-level cache
-//!    and DRAM. `lookup` pays those misses one after the
-//!    other, `lookup_burst` overlaps them (prefetching). Printed: both per pool, both
+//!    and DRAM. `lookup` pays those misses one after the other, `lookup_burst` overlaps
+//!    them (prefetching; tables small enough for the L2 are looked up one by one in
+//!    bursts too: `burst_path` per size). Printed: both per pool, both
 //!    1M/10 ratios per pool, and the goal (1M/10 within 1.5x for bursts over the spread
 //!    pool) with the measured ratio, from the rounds' medians and from their lower
 //!    quartiles (`quiet`: DRAM latency here rises and falls with load from outside the
@@ -649,6 +650,7 @@ fn bench_hosts() -> Value {
             "wildcard": size.wild,
             "build_ms": round(size.build_ms),
             "table_mib": ((size.matcher.table_bytes() as f64 / f64::from(1 << 20)) * 100.0).round() / 100.0,
+            "burst_path": if size.matcher.prefetches_bursts() { "prefetched" } else { "one_by_one" },
             "lookup_ns_by_query_pool": by_pool(&ns),
             "burst_lookup_ns_by_query_pool": by_pool(&burst_ns),
             "burst_lookup_quiet_ns_by_query_pool": by_pool(&burst_quiet_ns),
