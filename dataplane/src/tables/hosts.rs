@@ -377,7 +377,7 @@ const KEPT: usize = 16;
 /// table's. A table near the L2's size shares it with flows and packets, so a core with
 /// a bigger L2 loses little by prefetching early, and one with a smaller L2 loses much
 /// by prefetching late.
-const PREFETCH_MIN: usize = 384 << 10;
+pub const PREFETCH_MIN: usize = 384 << 10;
 
 /// How many names [`HostMatcher::lookup_burst`] works on at once (a dataplane burst):
 /// longer inputs are taken in chunks of this size.
@@ -1323,8 +1323,8 @@ impl HostMatcher {
             + self.arena.len()
     }
 
-    /// Whether [`Self::lookup_burst`] runs its prefetching passes (tables of 384 KiB and
-    /// more, which outgrow a small L2) rather than looking names up one by one.
+    /// Whether [`Self::lookup_burst`] runs its prefetching passes (tables of at least
+    /// [`PREFETCH_MIN`] bytes) rather than looking names up one by one.
     pub fn prefetches_bursts(&self) -> bool {
         self.prefetch
     }

@@ -748,8 +748,9 @@ fn main() {
                  prefetching across the burst); the <= 1.5 goal is read from \
                  `burst_interleaved`, the same lookups with both tables timed in \
                  alternation. `single` is one verdict_v4/verdict_v6 call per \
-                 connection (how the balancer checks new connections today). Plain keys: median wall-clock rounds; `_cpu` keys: median \
-                 thread CPU time (leaves out time lost to other work on a shared core)."
+                 connection (how the balancer checks new connections today). Plain \
+                 keys: median wall-clock rounds; `_cpu` keys: median thread CPU time \
+                 (leaves out time lost to other work on a shared core)."
             ),
         );
         for path in ["burst", "single"] {
