@@ -503,6 +503,7 @@ fn stage(
             snat_ports: plan.snat_ports,
             splice: plan.splice.clone(),
             seed: plan.seed ^ (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ..BalancerConfig::default()
         },
     )
 }

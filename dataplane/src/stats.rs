@@ -42,6 +42,9 @@ Event {
     FlowExpired => "flow_expired",
     /// A flow's policy was re-checked after a table swap.
     PolicyRechecked => "policy_rechecked",
+    /// A new connection's policy was decided with its burst's others, in one burst
+    /// lookup (policy tables of `BalancerConfig::policy_bursts_from` bytes and up).
+    PolicyBurstChecked => "policy_burst_checked",
     /// A packet was handed to another worker (the owner of its flow).
     RedirectedOut => "redirected_out",
     /// A packet arrived from another worker's redirect.

@@ -55,8 +55,9 @@ use crate::port::{Pkt, BURST};
 use crate::rcu::Reader;
 use crate::splice::SpliceConfig;
 use crate::stats::{DropReason, Event};
-use crate::tables::listeners::ListenerKind;
+use crate::tables::listeners::{ListenerEntry, ListenerKind};
 use crate::tables::maglev::Pick;
+use crate::tables::policy::{self, Conn};
 use crate::tables::snapshot::Snapshot;
 use crate::wire::{checksum, ethernet, icmpv4, icmpv6, ip_proto, ipv4, ipv6, tcp, EtherType};
 use delayed::Splicer;
@@ -86,6 +87,10 @@ pub struct BalancerConfig {
     pub seed: u64,
     /// Delayed binding (SNI/Host listeners): embryos, buffers, timers, cookie secret.
     pub splice: SpliceConfig,
+    /// Policy tables of this many bytes and up check a burst's new connections with one
+    /// burst lookup ([`policy::PolicyTables::prefers_bursts`]); smaller ones, one
+    /// lookup per connection. Default [`policy::BURST_MIN`].
+    pub policy_bursts_from: usize,
 }
 
 impl Default for BalancerConfig {
@@ -98,6 +103,7 @@ impl Default for BalancerConfig {
             snat_ports: (1024, 65535),
             seed: 0x5eed_5eed,
             splice: SpliceConfig::default(),
+            policy_bursts_from: policy::BURST_MIN,
         }
     }
 }
@@ -496,6 +502,126 @@ pub struct Balancer {
     /// The burst's parse results, reused from burst to burst: each burst overwrites the
     /// entries of its own packets and reads no others, so nothing is cleared.
     ahead: [Ahead; BURST],
+    /// The burst's new connections' policy, decided ahead (big tables only).
+    checks: PolicyAhead,
+    /// [`BalancerConfig::policy_bursts_from`].
+    policy_bursts_from: usize,
+}
+
+/// New connections' policy checks made ahead, a burst at a time: the connections that
+/// [`State::miss`] would check for the burst's packets whose flow the index did not show,
+/// and the verdicts of one [`policy::PolicyTables::verdicts`] call for them, whose
+/// stages overlap the big tables' cache misses. Only a hint, like the flow prefetches:
+/// a packet's check takes a verdict from here only for exactly the connection it asks
+/// about (a flow an earlier packet of the burst created is found, and nothing is asked),
+/// and otherwise asks the tables itself. Reused from burst to burst: a burst reads only
+/// the entries its mask says it wrote.
+struct PolicyAhead {
+    conns: [Conn; BURST],
+    verdicts: [policy::Verdict; BURST],
+    /// Per packet of the burst: its connection's index in `conns`.
+    at: [u8; BURST],
+}
+
+// The mask of packets with a decision is a `u32`.
+const _: () = assert!(BURST <= 32);
+
+impl PolicyAhead {
+    const NONE: Conn = Conn {
+        src: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        dst: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        proto: 0,
+        dst_port: 0,
+    };
+
+    fn new() -> PolicyAhead {
+        PolicyAhead {
+            conns: [Self::NONE; BURST],
+            verdicts: [policy::Verdict::Allow; BURST],
+            at: [0; BURST],
+        }
+    }
+
+    /// Decides the connections the packets of `ahead` without a flow in the index
+    /// (`entries`, from [`FlowTable::prefetch_entry`]) would be checked for; returns the
+    /// mask of the packets (bit `i` for `ahead[i]`) that got a decision.
+    fn decide(
+        &mut self,
+        st: &State,
+        snap: &Snapshot,
+        ahead: &[Ahead],
+        entries: &[Option<FlowId>; BURST],
+    ) -> u32 {
+        let (mut mask, mut n) = (0u32, 0usize);
+        for (i, ((a, e), at)) in ahead.iter().zip(entries).zip(&mut self.at).enumerate() {
+            if !a.is_l4 || e.is_some() {
+                continue;
+            }
+            let Some(conn) = st.new_conn_check(&a.l4, snap) else {
+                continue;
+            };
+            if let Some(c) = self.conns.get_mut(n) {
+                *c = conn;
+                *at = n as u8;
+                n += 1;
+                mask |= 1 << i;
+            }
+        }
+        if n > 0 {
+            snap.policy
+                .verdicts(&self.conns[..n], &mut self.verdicts[..n]);
+        }
+        mask
+    }
+
+    /// The connection decided for packet `i` of the burst (per `mask`) and its verdict.
+    #[inline]
+    fn get(&self, mask: u32, i: usize) -> Option<(&Conn, policy::Verdict)> {
+        if i >= BURST || (mask >> i) & 1 == 0 {
+            return None;
+        }
+        let k = usize::from(*self.at.get(i)?);
+        Some((self.conns.get(k)?, *self.verdicts.get(k)?))
+    }
+}
+
+/// Whether policy allows `conn`: the verdict `ahead` holds when it was decided for
+/// exactly this connection (counted as [`Event::PolicyBurstChecked`]), else one lookup.
+#[inline]
+fn policy_allows(
+    snap: &Snapshot,
+    ahead: Option<(&Conn, policy::Verdict)>,
+    conn: Conn,
+    ctx: &mut Ctx<'_>,
+) -> bool {
+    match ahead {
+        Some((c, v)) if *c == conn => {
+            ctx.counters.event(Event::PolicyBurstChecked);
+            v.is_allow()
+        }
+        _ => snap
+            .policy
+            .verdict(conn.src, conn.dst, conn.proto, conn.dst_port)
+            .is_allow(),
+    }
+}
+
+/// Where a TCP/UDP packet without a flow goes, before anything is changed (see
+/// [`State::target`]).
+enum Target<'s> {
+    /// Not to sluice and no listener bound to its address: routed, policy permitting.
+    Routed,
+    /// To one of sluice's addresses without a listener: a reply to a SNAT port.
+    SnatReply,
+    /// A listener that routes by name (SNI or Host): delayed binding.
+    ByName(&'s ListenerEntry),
+    /// Dropped for this reason.
+    Drop(DropReason),
+    /// The route's pick rejects the connection (a reject share, or a backend of the
+    /// other family).
+    Reject,
+    /// A new flow of the listener to this backend, policy permitting.
+    Backend(&'s ListenerEntry, SocketAddr),
 }
 
 /// Everything but the snapshot reader (so a burst can hold the snapshot while the rest is
@@ -534,6 +660,8 @@ impl Balancer {
             },
             snapshot,
             ahead: [Ahead::NONE; BURST],
+            checks: PolicyAhead::new(),
+            policy_bursts_from: cfg.policy_bursts_from,
         }
     }
 
@@ -607,6 +735,13 @@ impl Stage for Balancer {
         {
             *e = st.flows.prefetch_entry(a.hash, a.l4.v6);
         }
+        // Big policy tables: the new connections' checks in one burst lookup.
+        let checked = if snap.policy.prefers_bursts(self.policy_bursts_from) {
+            self.checks.decide(st, snap, ahead, &entries)
+        } else {
+            0
+        };
+        let checks = &self.checks;
         for (i, ((a, p), v)) in ahead
             .iter()
             .zip(pkts.iter_mut())
@@ -626,7 +761,20 @@ impl Stage for Balancer {
                     };
                     match found {
                         Some(hit) => st.hit(in_port, p, l4, hit, snap, generation, now_s, ctx),
-                        None => st.miss(in_port, p, l4, l4.tuple(), snap, generation, now_s, ctx),
+                        None => {
+                            let ahead = checks.get(checked, i);
+                            st.miss(
+                                in_port,
+                                p,
+                                l4,
+                                l4.tuple(),
+                                snap,
+                                generation,
+                                now_s,
+                                ctx,
+                                ahead,
+                            )
+                        }
                     }
                 }
                 None => st.process(in_port, p, snap, generation, now_s, ctx),
@@ -800,11 +948,68 @@ impl State {
         if let Some((id, dir)) = self.flows.lookup(&t, now_s) {
             return self.hit(in_port, pkt, l4, (id, dir), snap, generation, now_s, ctx);
         }
-        self.miss(in_port, pkt, l4, t, snap, generation, now_s, ctx)
+        self.miss(in_port, pkt, l4, t, snap, generation, now_s, ctx, None)
+    }
+
+    /// Where a TCP/UDP packet without a flow goes ([`State::miss`] acts on it). Reads
+    /// only, so a burst can also ask it ahead ([`State::new_conn_check`]).
+    #[inline]
+    fn target<'s>(&self, l4: &L4, snap: &'s Snapshot) -> Target<'s> {
+        let ours = self.fwd.config().is_ours(l4.dst());
+        let listener = if ours {
+            snap.listeners.lookup(l4.dst(), l4.dport(), l4.proto)
+        } else {
+            snap.listeners.lookup_bound(l4.dst(), l4.dport(), l4.proto)
+        };
+        let Some(listener) = listener else {
+            return if ours {
+                Target::SnatReply
+            } else {
+                Target::Routed
+            };
+        };
+        if listener.kind.routes_by_name() {
+            return Target::ByName(listener);
+        }
+        if l4.tcp_flags().is_some_and(|f| !f.is_syn_only()) {
+            return Target::Drop(DropReason::NoFlow);
+        }
+        let Some(route) = listener.route(b"").and_then(|i| snap.listeners.route(i)) else {
+            return Target::Drop(DropReason::NoRouteMatch);
+        };
+        if !route.applies_to(l4.dst()) {
+            return Target::Drop(DropReason::NoRouteMatch);
+        }
+        let client = SocketAddr::new(l4.src(), l4.sport());
+        let vip = SocketAddr::new(l4.dst(), l4.dport());
+        match route.pick(client, vip, l4.proto) {
+            // Full NAT keeps the family (NAT64 would need header translation): a backend
+            // of the other family is as unreachable as an invalid one.
+            Pick::Backend(b) if b.is_ipv4() == l4.src().is_ipv4() => Target::Backend(listener, b),
+            Pick::Backend(_) | Pick::Reject => Target::Reject,
+        }
+    }
+
+    /// The connection whose policy [`State::miss`] would check for a packet without a
+    /// flow, if it checks one.
+    #[inline]
+    fn new_conn_check(&self, l4: &L4, snap: &Snapshot) -> Option<Conn> {
+        let (dst, dst_port) = match self.target(l4, snap) {
+            Target::Routed => (l4.dst(), l4.dport()),
+            Target::Backend(_, b) => (b.ip(), b.port()),
+            _ => return None,
+        };
+        Some(Conn {
+            src: l4.src(),
+            dst,
+            proto: l4.proto,
+            dst_port,
+        })
     }
 
     /// A TCP/UDP packet that matches no flow: a listener's new flow, a reply for another
-    /// worker, or routed traffic.
+    /// worker, or routed traffic. `ahead`: the burst's policy decision for the packet's
+    /// new connection, if it made one ([`PolicyAhead`]).
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn miss(
@@ -817,55 +1022,37 @@ impl State {
         generation: u32,
         now_s: u32,
         ctx: &mut Ctx<'_>,
+        ahead: Option<(&Conn, policy::Verdict)>,
     ) -> Verdict {
-        let ours = self.fwd.config().is_ours(l4.dst());
-        let listener = if ours {
-            snap.listeners.lookup(l4.dst(), l4.dport(), l4.proto)
-        } else {
-            snap.listeners.lookup_bound(l4.dst(), l4.dport(), l4.proto)
-        };
-        let Some(listener) = listener else {
-            if ours {
-                // A reply to a SNAT port without a flow here: its owner may be another
-                // worker (its port range says which).
+        let (listener, backend) = match self.target(l4, snap) {
+            Target::Backend(listener, backend) => (listener, backend),
+            Target::Routed => {
+                return self.routed(in_port, pkt, l4, t, snap, generation, now_s, ctx, ahead)
+            }
+            // A reply to a SNAT port without a flow here: its owner may be another
+            // worker (its port range says which).
+            Target::SnatReply => {
                 return match self.snat.owner(l4.dport()) {
                     Some(w) if w != self.worker => Verdict::Redirect(w),
                     Some(_) => Verdict::Drop(DropReason::NoFlow),
                     None => self.fwd.process(in_port, pkt, ctx),
                 };
             }
-            return self.routed(in_port, pkt, l4, t, snap, generation, now_s, ctx);
-        };
-        if listener.kind.routes_by_name() {
-            if listener.kind == ListenerKind::TlsTerminate {
-                return Verdict::Drop(DropReason::TlsTerminateUnsupported);
+            Target::ByName(listener) => {
+                if listener.kind == ListenerKind::TlsTerminate {
+                    return Verdict::Drop(DropReason::TlsTerminateUnsupported);
+                }
+                if l4.proto != ip_proto::TCP {
+                    return Verdict::Drop(DropReason::NoRouteMatch);
+                }
+                return if l4.tcp_flags().is_some_and(TcpFlags::is_syn_only) {
+                    self.splice_syn(in_port, pkt, l4, ctx)
+                } else {
+                    self.splice_open(in_port, pkt, l4, snap, generation, now_s, ctx)
+                };
             }
-            if l4.proto != ip_proto::TCP {
-                return Verdict::Drop(DropReason::NoRouteMatch);
-            }
-            return if l4.tcp_flags().is_some_and(TcpFlags::is_syn_only) {
-                self.splice_syn(in_port, pkt, l4, ctx)
-            } else {
-                self.splice_open(in_port, pkt, l4, snap, generation, now_s, ctx)
-            };
-        }
-        let flags = l4.tcp_flags();
-        if flags.is_some_and(|f| !f.is_syn_only()) {
-            return Verdict::Drop(DropReason::NoFlow);
-        }
-        let Some(route) = listener.route(b"").and_then(|i| snap.listeners.route(i)) else {
-            return Verdict::Drop(DropReason::NoRouteMatch);
-        };
-        if !route.applies_to(l4.dst()) {
-            return Verdict::Drop(DropReason::NoRouteMatch);
-        }
-        let client = SocketAddr::new(l4.src(), l4.sport());
-        let vip = SocketAddr::new(l4.dst(), l4.dport());
-        let backend = match route.pick(client, vip, l4.proto) {
-            // Full NAT keeps the family (NAT64 would need header translation): a backend
-            // of the other family is as unreachable as an invalid one.
-            Pick::Backend(b) if b.is_ipv4() == l4.src().is_ipv4() => b,
-            Pick::Backend(_) | Pick::Reject => {
+            Target::Drop(reason) => return Verdict::Drop(reason),
+            Target::Reject => {
                 ctx.counters.drop(DropReason::BackendRejected);
                 let v = self.reject(in_port, pkt, l4);
                 if matches!(v, Verdict::Tx(_)) {
@@ -874,11 +1061,15 @@ impl State {
                 return v;
             }
         };
-        if !snap
-            .policy
-            .verdict(l4.src(), backend.ip(), l4.proto, backend.port())
-            .is_allow()
-        {
+        let flags = l4.tcp_flags();
+        let client = SocketAddr::new(l4.src(), l4.sport());
+        let conn = Conn {
+            src: l4.src(),
+            dst: backend.ip(),
+            proto: l4.proto,
+            dst_port: backend.port(),
+        };
+        if !policy_allows(snap, ahead, conn, ctx) {
             return Verdict::Drop(DropReason::PolicyDenied);
         }
         let Some(nh) = self.fwd.config().fib.lookup(backend.ip()) else {
@@ -955,12 +1146,15 @@ impl State {
         generation: u32,
         now_s: u32,
         ctx: &mut Ctx<'_>,
+        ahead: Option<(&Conn, policy::Verdict)>,
     ) -> Verdict {
-        if !snap
-            .policy
-            .verdict(l4.src(), l4.dst(), l4.proto, l4.dport())
-            .is_allow()
-        {
+        let conn = Conn {
+            src: l4.src(),
+            dst: l4.dst(),
+            proto: l4.proto,
+            dst_port: l4.dport(),
+        };
+        if !policy_allows(snap, ahead, conn, ctx) {
             return Verdict::Drop(DropReason::PolicyDenied);
         }
         let state = match l4.tcp_flags() {
