@@ -1177,13 +1177,14 @@ pub const BATCH: usize = 32;
 /// ([`PolicyTables::verdict`]); smaller ones stay in cache, where the burst's stages cost
 /// more than the misses they overlap.
 ///
-/// Set from `bench_policy --no-acl` on a Zen 3 VM (512 KiB of L2 a core, 32 MiB of L3),
-/// ns a lookup, burst against single, IPv4 and IPv6: 0.58 MiB of tables (1000 pods x 10
-/// policies) 46.5/26.2 and 57.3/38.7; 3.77 MiB (50000 x 10) 24.5/17.9 and 66.8/55.1;
-/// 4.82 MiB (50000 x 1000) 56.6/54.8 and 87.5/130.9; 22 MiB (50000 x 10000) 51.5/93.9
-/// and 131.8/259.4. One run each on a noisy machine: the switch sits between the sizes
-/// where one form clearly wins, not at a measured crossover.
-pub const BURST_MIN: usize = 4 << 20;
+/// Set from `bench_balance_policy` (the balancer's new connections, routed, each a check
+/// and a flow or a drop; Zen 3 VM, 512 KiB of L2 a core; two runs, one-by-one over burst
+/// time per packet, IPv4 and IPv6): 0.58 MiB of tables 0.91-0.94; 0.84 MiB 0.94-0.96;
+/// 1.89 MiB 0.96-1.04; 2.24 MiB 0.99-1.12; 3.77 MiB 1.01-1.16; 22 MiB 1.21-1.36. Inside
+/// the balancer the lookups share the caches with flows and packets, so bursts pay off at
+/// smaller tables than in `bench_policy`'s lookups alone (there one by one was faster up
+/// to 3.77 MiB).
+pub const BURST_MIN: usize = 2 << 20;
 
 /// An IPv4 connection-initiating packet, for [`PolicyTables::verdicts_v4`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

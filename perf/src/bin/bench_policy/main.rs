@@ -10,9 +10,11 @@
 //!    core, two ways: `burst`, one `PolicyTables::verdicts_v4` / `verdicts_v6` call per
 //!    32 packets (staged lookups with prefetching, for a caller that holds a burst of
 //!    new connections; rte_acl classifies in bursts too), and `single`, one
-//!    `verdict_v4` / `verdict_v6` call per packet (the balancer today calls `verdict`,
-//!    the same lookups, for each new connection). Each is the median of 7 timed rounds
-//!    of at least 200 ms.
+//!    `verdict_v4` / `verdict_v6` call per packet (the balancer calls `verdict`, the
+//!    same lookups, for each new connection when the tables are under
+//!    `policy::BURST_MIN`, and `verdicts` for a burst's new connections from there;
+//!    `bench_balance_policy` times both inside the balancer). Each is the median of 7
+//!    timed rounds of at least 200 ms.
 //! 3. **rte_acl**: the compiled policy exported as two ClassBench rule files (egress and
 //!    ingress: a connection needs both, and one first-match list cannot express the
 //!    conjunction without a cross product) plus the trace, run through `dpdk-test-acl`
@@ -748,7 +750,8 @@ fn main() {
                  prefetching across the burst); the <= 1.5 goal is read from \
                  `burst_interleaved`, the same lookups with both tables timed in \
                  alternation. `single` is one verdict_v4/verdict_v6 call per \
-                 connection (how the balancer checks new connections today). Plain \
+                 connection (how the balancer checks new connections when its tables \
+                 are under policy::BURST_MIN). Plain \
                  keys: median wall-clock rounds; `_cpu` keys: median thread CPU time \
                  (leaves out time lost to other work on a shared core)."
             ),
