@@ -10,6 +10,8 @@
 //!   the test writes) and an independent checksum check of frames.
 //! - [`splice`]: the delayed-binding simulation fixture (manifests, appliance, echo
 //!   backends, a runner of smoltcp clients) shared by the `sim_splice*` tests.
+//! - [`stage`]: the balancer stage alone on two ports, and frames to call its
+//!   `process_burst` with.
 //! - [`sys`]: guards for kernel resources the tests create (TAP devices, network
 //!   namespaces, child processes) that clean up on drop, also when a test fails.
 //! - [`kernel`]: real kernel clients and servers (python3 in network namespaces) around
@@ -25,5 +27,6 @@ pub mod kernel_tls;
 pub mod raw;
 pub mod sim;
 pub mod splice;
+pub mod stage;
 pub mod sys;
 pub mod tables;

@@ -9,17 +9,14 @@
 
 use proptest::prelude::*;
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
-use sluice_dataplane::pipeline::{
-    Ctx, Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Stage, Verdict,
-};
+use sluice_dataplane::pipeline::{Ctx, Stage, Verdict};
 use sluice_dataplane::port::{Pkt, Pool};
 use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::{Counters, DropReason, Event};
 use sluice_dataplane::tables::snapshot::Snapshot;
-use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, ipv6, tcp, udp, EtherType, MacAddr};
+use sluice_dataplane::wire::{ip_proto, tcp};
+use sluice_tests::stage::{self, frame};
 use sluice_tests::tables::snapshot_from_yaml;
-use std::net::IpAddr;
-use std::sync::Arc;
 
 /// A virtual address with a TCP and a UDP listener to pods `a` (dual-stack), whose
 /// ingress admits 10.77.0.0/24 but its upper half, and fd77::/120 but its upper half;
@@ -122,34 +119,10 @@ metadata: {name: c-0, namespace: p, labels: {app: c}}
 status: {podIP: 10.77.0.200}
 "#;
 
-const OUT_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 1]);
-const IN_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 2]);
-const PEER: MacAddr = MacAddr([0x02, 0xaa, 0, 0, 0, 1]);
-
+/// The stage with the backends and pods `b` as neighbours, checking policy a burst at a
+/// time from tables of `policy_bursts_from` bytes.
 fn balancer(publisher: &mut Publisher<Snapshot>, policy_bursts_from: usize) -> Balancer {
-    let addr = |a: &str, l| IfAddr {
-        addr: a.parse().expect("ip"),
-        prefix_len: l,
-    };
-    let ports = vec![
-        PortConf {
-            name: "outside".into(),
-            mac: OUT_MAC,
-            addrs: vec![addr("10.77.0.2", 24), addr("fd77::2", 64)],
-        },
-        PortConf {
-            name: "inside".into(),
-            mac: IN_MAC,
-            addrs: vec![addr("10.78.0.2", 24), addr("fd78::2", 64)],
-        },
-    ];
-    let vips = vec![
-        "10.77.0.10".parse().expect("ip"),
-        "fd77::10".parse().expect("ip"),
-    ];
-    let conf = Arc::new(ForwarderConfig::with_virtual(ports, &[], vips).expect("config"));
-    let neigh = Arc::new(NeighbourCache::new(256));
-    for ip in [
+    let neighbours = [
         "10.78.0.11",
         "10.78.0.12",
         "10.78.0.13",
@@ -158,109 +131,35 @@ fn balancer(publisher: &mut Publisher<Snapshot>, policy_bursts_from: usize) -> B
         "fd78::11",
         "fd78::12",
         "fd78::13",
-    ] {
-        neigh.learn(ip.parse().expect("ip"), PEER, 0);
-    }
-    Balancer::new(
-        Forwarder::new(conf, neigh),
-        publisher.reader().expect("reader"),
-        BalancerConfig {
-            flow_capacity: 1024,
-            policy_bursts_from,
-            ..BalancerConfig::default()
-        },
-    )
-}
-
-/// A TCP segment (`flags`) or UDP datagram (`flags` unused) from `src:sport` to
-/// `dst:dport`, checksums valid.
-fn frame(
-    proto: u8,
-    (src, sport): (IpAddr, u16),
-    (dst, dport): (IpAddr, u16),
-    flags: u16,
-) -> Vec<u8> {
-    let payload: &[u8] = if flags & tcp::flags::SYN != 0 {
-        b""
-    } else {
-        b"data"
+    ];
+    let cfg = BalancerConfig {
+        flow_capacity: 1024,
+        policy_bursts_from,
+        ..BalancerConfig::default()
     };
-    let l4 = if proto == ip_proto::TCP { 20 } else { 8 } + payload.len();
-    let ip_len = if src.is_ipv6() { 40 } else { 20 };
-    let mut f = vec![0u8; 14 + ip_len + l4];
-    ethernet::Repr {
-        dst_addr: OUT_MAC,
-        src_addr: PEER,
-        ethertype: if src.is_ipv6() {
-            EtherType::Ipv6
-        } else {
-            EtherType::Ipv4
-        },
-    }
-    .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
-    let seg = 14 + ip_len;
-    f[seg + l4 - payload.len()..].copy_from_slice(payload);
-    match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => ipv4::Repr {
-            src_addr: s,
-            dst_addr: d,
-            protocol: proto,
-            payload_len: l4,
-            ttl: 64,
-        }
-        .emit(&mut ipv4::Packet::new_unchecked(&mut f[14..])),
-        (IpAddr::V6(s), IpAddr::V6(d)) => ipv6::Repr {
-            src_addr: s,
-            dst_addr: d,
-            next_header: proto,
-            payload_len: l4,
-            hop_limit: 64,
-        }
-        .emit(&mut ipv6::Packet::new_unchecked(&mut f[14..])),
-        _ => panic!("one family"),
-    }
-    if proto == ip_proto::TCP {
-        tcp::Repr {
-            src_port: sport,
-            dst_port: dport,
-            seq_number: 1,
-            ack_number: 0,
-            flags,
-            window_len: 100,
-            payload_len: payload.len(),
-        }
-        .emit(&mut tcp::Packet::new_unchecked(&mut f[seg..]), src, dst);
-    } else {
-        udp::Repr {
-            src_port: sport,
-            dst_port: dport,
-            payload_len: payload.len(),
-        }
-        .emit(&mut udp::Packet::new_unchecked(&mut f[seg..]), src, dst);
-    }
-    f
+    stage::balancer(publisher, &neighbours, cfg)
 }
 
 /// What a generated packet is: `kind` picks the destination and protocol, `client` the
 /// last byte of the client address (10.77.0.x or fd77::x), `sport` its port, `ack` a
 /// follow-up segment rather than a SYN.
 fn packet(kind: u8, client: u8, sport: u16, ack: bool) -> Vec<u8> {
-    let v4 = |s: &str| -> IpAddr { s.parse().expect("ip") };
-    let c4 = IpAddr::from([10, 77, 0, client]);
-    let c6 = IpAddr::from([0xfd77, 0, 0, 0, 0, 0, 0, u16::from(client)]);
-    let flags = if ack {
-        tcp::flags::ACK
+    let c4 = format!("10.77.0.{client}");
+    let c6 = format!("fd77::{client:x}");
+    let (flags, payload): (u16, &[u8]) = if ack {
+        (tcp::flags::ACK, b"data")
     } else {
-        tcp::flags::SYN
+        (tcp::flags::SYN, b"")
     };
     let sport = sport.max(1);
+    let (tcp, udp) = (ip_proto::TCP, ip_proto::UDP);
     match kind % 6 {
-        0 => frame(ip_proto::TCP, (c4, sport), (v4("10.77.0.10"), 7000), flags),
-        1 => frame(ip_proto::UDP, (c4, sport), (v4("10.77.0.10"), 7001), 0),
-        2 => frame(ip_proto::TCP, (c6, sport), (v4("fd77::10"), 7000), flags),
-        3 => frame(ip_proto::UDP, (c4, sport), (v4("10.78.0.50"), 53), 0),
-        4 => frame(ip_proto::TCP, (c4, sport), (v4("10.78.0.51"), 22), flags),
-        _ => frame(ip_proto::TCP, (c4, sport), (v4("10.78.0.50"), 80), flags),
+        0 => frame(tcp, (&c4, sport), ("10.77.0.10", 7000), flags, payload),
+        1 => frame(udp, (&c4, sport), ("10.77.0.10", 7001), 0, b"data"),
+        2 => frame(tcp, (&c6, sport), ("fd77::10", 7000), flags, payload),
+        3 => frame(udp, (&c4, sport), ("10.78.0.50", 53), 0, b"data"),
+        4 => frame(tcp, (&c4, sport), ("10.78.0.51", 22), flags, payload),
+        _ => frame(tcp, (&c4, sport), ("10.78.0.50", 80), flags, payload),
     }
 }
 

@@ -5,17 +5,15 @@
 
 use proptest::prelude::*;
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
-use sluice_dataplane::pipeline::{
-    Ctx, Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Stage, Verdict,
-};
+use sluice_dataplane::pipeline::{Ctx, Stage, Verdict};
 use sluice_dataplane::port::{Pkt, Pool};
 use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::Counters;
 use sluice_dataplane::tables::snapshot::Snapshot;
-use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, ipv6, tcp, udp, EtherType, MacAddr};
+use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, ipv6, tcp, udp, EtherType};
+use sluice_tests::stage::{self, frame};
 use sluice_tests::tables::snapshot_from_yaml;
 use std::net::IpAddr;
-use std::sync::Arc;
 
 const CONFIG: &str = r#"
 apiVersion: v1
@@ -73,115 +71,20 @@ metadata: {name: a-0, namespace: p, labels: {app: a}}
 status: {podIP: 10.78.0.11}
 "#;
 
-const OUT_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 1]);
-const IN_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 2]);
-const PEER: MacAddr = MacAddr([0x02, 0xaa, 0, 0, 0, 1]);
-
+/// The stage with the neighbours these tests address and a small flow table.
 fn balancer(publisher: &mut Publisher<Snapshot>) -> Balancer {
-    let addr = |a: &str, l| IfAddr {
-        addr: a.parse().expect("ip"),
-        prefix_len: l,
-    };
-    let ports = vec![
-        PortConf {
-            name: "outside".into(),
-            mac: OUT_MAC,
-            addrs: vec![addr("10.77.0.2", 24), addr("fd77::2", 64)],
-        },
-        PortConf {
-            name: "inside".into(),
-            mac: IN_MAC,
-            addrs: vec![addr("10.78.0.2", 24), addr("fd78::2", 64)],
-        },
-    ];
-    let vips = vec![
-        "10.77.0.10".parse().expect("ip"),
-        "fd77::10".parse().expect("ip"),
-    ];
-    let conf = Arc::new(ForwarderConfig::with_virtual(ports, &[], vips).expect("config"));
-    let neigh = Arc::new(NeighbourCache::new(256));
-    for ip in [
+    let neighbours = [
         "10.77.0.1",
         "10.77.0.99",
         "10.78.0.11",
         "fd77::1",
         "fd78::11",
-    ] {
-        neigh.learn(ip.parse().expect("ip"), PEER, 0);
-    }
-    Balancer::new(
-        Forwarder::new(conf, neigh),
-        publisher.reader().expect("reader"),
-        BalancerConfig {
-            flow_capacity: 256,
-            ..BalancerConfig::default()
-        },
-    )
-}
-
-/// A TCP or UDP frame to `dst` from `src`.
-#[allow(clippy::too_many_arguments)]
-fn frame(
-    v6: bool,
-    proto: u8,
-    src: &str,
-    dst: &str,
-    sport: u16,
-    dport: u16,
-    flags: u16,
-    payload: &[u8],
-) -> Vec<u8> {
-    let (src, dst): (IpAddr, IpAddr) = (src.parse().expect("ip"), dst.parse().expect("ip"));
-    let l4 = if proto == ip_proto::TCP { 20 } else { 8 } + payload.len();
-    let ip_len = if v6 { 40 } else { 20 };
-    let mut f = vec![0u8; 14 + ip_len + l4];
-    ethernet::Repr {
-        dst_addr: OUT_MAC,
-        src_addr: PEER,
-        ethertype: if v6 { EtherType::Ipv6 } else { EtherType::Ipv4 },
-    }
-    .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
-    let seg = 14 + ip_len;
-    f[seg + l4 - payload.len()..].copy_from_slice(payload);
-    match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => ipv4::Repr {
-            src_addr: s,
-            dst_addr: d,
-            protocol: proto,
-            payload_len: l4,
-            ttl: 64,
-        }
-        .emit(&mut ipv4::Packet::new_unchecked(&mut f[14..])),
-        (IpAddr::V6(s), IpAddr::V6(d)) => ipv6::Repr {
-            src_addr: s,
-            dst_addr: d,
-            next_header: proto,
-            payload_len: l4,
-            hop_limit: 64,
-        }
-        .emit(&mut ipv6::Packet::new_unchecked(&mut f[14..])),
-        _ => unreachable!("one family"),
-    }
-    if proto == ip_proto::TCP {
-        tcp::Repr {
-            src_port: sport,
-            dst_port: dport,
-            seq_number: 1,
-            ack_number: 0,
-            flags,
-            window_len: 100,
-            payload_len: payload.len(),
-        }
-        .emit(&mut tcp::Packet::new_unchecked(&mut f[seg..]), src, dst);
-    } else {
-        udp::Repr {
-            src_port: sport,
-            dst_port: dport,
-            payload_len: payload.len(),
-        }
-        .emit(&mut udp::Packet::new_unchecked(&mut f[seg..]), src, dst);
-    }
-    f
+    ];
+    let cfg = BalancerConfig {
+        flow_capacity: 256,
+        ..BalancerConfig::default()
+    };
+    stage::balancer(publisher, &neighbours, cfg)
 }
 
 /// Whether a frame's IP header and TCP/UDP checksums are valid (full recomputation).
@@ -225,92 +128,65 @@ fn base_frames() -> Vec<Vec<u8>> {
     let ack = tcp::flags::ACK;
     vec![
         frame(
-            false,
             ip_proto::TCP,
-            "10.77.0.1",
-            "10.77.0.10",
-            40000,
-            7000,
+            ("10.77.0.1", 40000),
+            ("10.77.0.10", 7000),
             syn,
             b"",
         ),
         frame(
-            false,
             ip_proto::TCP,
-            "10.77.0.1",
-            "10.77.0.10",
-            40000,
-            7000,
+            ("10.77.0.1", 40000),
+            ("10.77.0.10", 7000),
             ack,
             b"hello",
         ),
         frame(
-            false,
             ip_proto::TCP,
-            "10.77.0.1",
-            "10.77.0.10",
-            40001,
-            7100,
+            ("10.77.0.1", 40001),
+            ("10.77.0.10", 7100),
             syn,
             b"",
         ),
         frame(
-            false,
             ip_proto::TCP,
-            "10.78.0.11",
-            "10.78.0.2",
-            7000,
-            2000,
+            ("10.78.0.11", 7000),
+            ("10.78.0.2", 2000),
             syn | ack,
             b"",
         ),
         frame(
-            false,
             ip_proto::UDP,
-            "10.77.0.1",
-            "10.77.0.10",
-            5000,
-            7000,
+            ("10.77.0.1", 5000),
+            ("10.77.0.10", 7000),
             0,
             b"datagram",
         ),
         frame(
-            false,
             ip_proto::UDP,
-            "10.77.0.1",
-            "10.78.0.11",
-            5000,
-            53,
+            ("10.77.0.1", 5000),
+            ("10.78.0.11", 53),
             0,
             b"routed",
         ),
         frame(
-            false,
             ip_proto::TCP,
-            "10.77.0.99",
-            "10.78.0.11",
-            40002,
-            22,
+            ("10.77.0.99", 40002),
+            ("10.78.0.11", 22),
             syn,
             b"",
         ),
         frame(
-            true,
             ip_proto::TCP,
-            "fd77::1",
-            "fd77::10",
-            40003,
-            7000,
+            ("fd77::1", 40003),
+            ("fd77::10", 7000),
             syn,
             b"",
         ),
         frame(
-            true,
             ip_proto::UDP,
-            "fd77::1",
-            "fd78::11",
-            40004,
-            9,
+            ("fd77::1", 40004),
+            ("fd78::11", 9),
             0,
             b"six",
         ),
@@ -395,12 +271,9 @@ fn reject_slots_answer_with_rst_and_port_unreachable() {
     };
     // TCP: RST|ACK acknowledging the SYN, from the virtual address.
     let rst = run(frame(
-        false,
         ip_proto::TCP,
-        "10.77.0.1",
-        "10.77.0.10",
-        40001,
-        7100,
+        ("10.77.0.1", 40001),
+        ("10.77.0.10", 7100),
         tcp::flags::SYN,
         b"",
     ));
@@ -425,12 +298,9 @@ fn reject_slots_answer_with_rst_and_port_unreachable() {
     assert_eq!(r.ack_number, 2, "acknowledges the SYN (seq 1 + 1)");
     // UDP over IPv4: ICMP port unreachable quoting the IP header and 8 bytes.
     let sent = frame(
-        false,
         ip_proto::UDP,
-        "10.77.0.1",
-        "10.77.0.10",
-        5000,
-        7101,
+        ("10.77.0.1", 5000),
+        ("10.77.0.10", 7101),
         0,
         b"query",
     );
@@ -463,12 +333,9 @@ fn packets_of_a_new_flow_in_one_burst_share_it() {
     let pool = Pool::new(16);
     let mut counters = Counters::new(2);
     let f = frame(
-        false,
         ip_proto::UDP,
-        "10.77.0.1",
-        "10.77.0.10",
-        5000,
-        7001,
+        ("10.77.0.1", 5000),
+        ("10.77.0.10", 7001),
         0,
         b"x",
     );
@@ -497,12 +364,9 @@ fn a_syn_on_a_closed_flow_opens_a_new_one() {
     let mut counters = Counters::new(2);
     let send = |b: &mut Balancer, flags: u16, counters: &mut Counters| {
         let f = frame(
-            false,
             ip_proto::TCP,
-            "10.77.0.1",
-            "10.77.0.10",
-            40000,
-            7000,
+            ("10.77.0.1", 40000),
+            ("10.77.0.10", 7000),
             flags,
             b"",
         );

@@ -70,14 +70,7 @@ fn args() -> (Vec<(usize, usize)>, Option<PathBuf>) {
         match x.as_str() {
             "--out" => out = it.next().map(PathBuf::from),
             "--scenarios" => {
-                let parsed: Option<Vec<(usize, usize)>> = it.next().and_then(|l| {
-                    l.split(',')
-                        .map(|s| {
-                            let (p, n) = s.trim().split_once('x')?;
-                            Some((p.parse().ok()?, n.parse().ok()?))
-                        })
-                        .collect()
-                });
+                let parsed = it.next().as_deref().and_then(gen::parse_scenarios);
                 match parsed {
                     Some(s) if !s.is_empty() => scenarios = s,
                     _ => {

@@ -24,6 +24,16 @@ use sluice_ctrl::model::netpol::{
     PolicyType,
 };
 
+/// Scenarios written `PODSxPOLICIES[,...]` (`--scenarios`): `None` if any is not.
+pub fn parse_scenarios(list: &str) -> Option<Vec<(usize, usize)>> {
+    list.split(',')
+        .map(|s| {
+            let (p, n) = s.trim().split_once('x')?;
+            Some((p.parse().ok()?, n.parse().ok()?))
+        })
+        .collect()
+}
+
 /// A small deterministic PRNG (xorshift64*).
 pub struct Rng(u64);
 

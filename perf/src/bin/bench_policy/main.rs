@@ -82,15 +82,6 @@ struct Args {
     out: Option<PathBuf>,
 }
 
-fn parse_scenarios(list: &str) -> Option<Vec<(usize, usize)>> {
-    list.split(',')
-        .map(|s| {
-            let (p, n) = s.trim().split_once('x')?;
-            Some((p.parse().ok()?, n.parse().ok()?))
-        })
-        .collect()
-}
-
 fn args() -> Args {
     let mut a = Args {
         scenarios: vec![(1_000, 10), (50_000, 10), (50_000, 1_000), (50_000, 10_000)],
@@ -105,7 +96,7 @@ fn args() -> Args {
             "--no-acl" => a.acl = false,
             "--rules-only" => a.rules_only = true,
             "--out" => a.out = it.next().map(PathBuf::from),
-            "--scenarios" => match it.next().as_deref().and_then(parse_scenarios) {
+            "--scenarios" => match it.next().as_deref().and_then(gen::parse_scenarios) {
                 Some(s) if !s.is_empty() => a.scenarios = s,
                 _ => {
                     eprintln!("bench_policy: --scenarios wants PODSxPOLICIES[,...]\n{USAGE}");
