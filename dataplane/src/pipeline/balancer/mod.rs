@@ -24,6 +24,11 @@
 //!    destination, then a flow without rewrite so that replies pass (Kubernetes: replies
 //!    of an allowed connection are allowed).
 //!
+//! With policy tables of [`BalancerConfig::policy_bursts_from`] bytes and up (2 MiB by
+//! default), the policy checks of 3 and 4 are made for the whole burst at once, before the
+//! flow lookups, in one staged lookup whose cache misses overlap (`PolicyAhead`); a
+//! packet uses that verdict only if its own check asks exactly the same question.
+//!
 //! ## Multi-core
 //!
 //! A flow lives in the table of the worker that received its first packet. Both
@@ -567,9 +572,8 @@ impl PolicyAhead {
                 mask |= 1 << i;
             }
         }
-        if n > 0 {
-            snap.policy
-                .verdicts(&self.conns[..n], &mut self.verdicts[..n]);
+        if let (Some(conns), Some(out)) = (self.conns.get(..n), self.verdicts.get_mut(..n)) {
+            snap.policy.verdicts(conns, out);
         }
         mask
     }
