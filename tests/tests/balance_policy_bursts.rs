@@ -203,9 +203,10 @@ fn counts(c: &Counters) -> Vec<u64> {
     drops.chain(events).collect()
 }
 
-/// One burst of distinct new connections, half of them denied: the burst balancer
+/// One burst of distinct new routed connections, half of them denied: the burst balancer
 /// answers all of them from its burst lookup, the per-connection one from none, and
-/// both admit and deny the same ones.
+/// both admit and deny the same ones. Connections to the virtual address are checked one
+/// by one in both.
 #[test]
 fn one_burst_of_new_connections_is_checked_in_one_lookup() {
     let mut publisher = Publisher::new(snapshot_from_yaml("p.yaml", CONFIG), 3);
@@ -214,9 +215,9 @@ fn one_burst_of_new_connections_is_checked_in_one_lookup() {
     // By default, tables this small are checked one connection at a time.
     let mut default = balancer(&mut publisher, BalancerConfig::default().policy_bursts_from);
     let pool = Pool::new(128);
-    // 16 clients allowed (x < 128) and 16 denied, SYNs to the virtual address.
+    // SYNs routed to pod b-1 port 22: 16 clients allowed (64 <= x < 128), 16 denied.
     let frames: Vec<Vec<u8>> = (0..32u8)
-        .map(|i| packet(0, 1 + i * 8, 40_000 + u16::from(i), false))
+        .map(|i| packet(4, 32 + i * 4, 40_000 + u16::from(i), false))
         .collect();
     let (mut cb, mut cs, mut cd) = (Counters::new(2), Counters::new(2), Counters::new(2));
     let out_b = run(&mut burst, &pool, &frames, 0, &mut cb);
@@ -236,6 +237,14 @@ fn one_burst_of_new_connections_is_checked_in_one_lookup() {
     assert_eq!(cb.events_of(Event::PolicyBurstChecked), 32 + 16);
     assert_eq!(denied(&again), 16);
     assert_eq!(again.len(), 32);
+    // SYNs to the virtual address (16 allowed, 16 denied): checked, not in a burst.
+    let vip: Vec<Vec<u8>> = (0..32u8)
+        .map(|i| packet(0, 1 + i * 8, 40_000 + u16::from(i), false))
+        .collect();
+    let out = run(&mut burst, &pool, &vip, 20, &mut cb);
+    assert_eq!(denied(&out), 16);
+    assert_eq!(cb.events_of(Event::FlowCreated), 16 + 16);
+    assert_eq!(cb.events_of(Event::PolicyBurstChecked), 32 + 16);
     drop((burst, single, default));
     assert_eq!(publisher.reclaim(), 0);
 }
@@ -259,7 +268,10 @@ proptest! {
         let mut single = balancer(&mut publisher, usize::MAX);
         let pool = Pool::new(128);
         let (mut cb, mut cs) = (Counters::new(2), Counters::new(2));
-        let mut denials = 0;
+        // The routed connections with a flow (admitted earlier), to count the checks
+        // a routed packet makes: one exactly when its connection has none yet.
+        let mut admitted = std::collections::HashSet::new();
+        let mut routed_checks = 0u64;
         for (t, packets) in bursts.iter().enumerate() {
             // Few source ports, so bursts repeat connections and follow earlier ones up.
             let frames: Vec<Vec<u8>> = packets
@@ -269,14 +281,20 @@ proptest! {
             let now = t as u64 * 100;
             let out_b = run(&mut burst, &pool, &frames, now, &mut cb);
             let out_s = run(&mut single, &pool, &frames, now, &mut cs);
-            denials += denied(&out_s);
+            for (&(kind, client, sport, _), (v, _)) in packets.iter().zip(&out_s) {
+                if kind % 6 >= 3 && !admitted.contains(&(kind % 6, client, sport)) {
+                    routed_checks += 1;
+                    if matches!(v, Verdict::Tx(_)) {
+                        admitted.insert((kind % 6, client, sport));
+                    }
+                }
+            }
             prop_assert_eq!(out_b, out_s);
             prop_assert_eq!(counts(&cb), counts(&cs));
         }
         prop_assert_eq!(cs.events_of(Event::PolicyBurstChecked), 0);
-        // Every check the per-connection balancer made (each admitted or denied a new
-        // connection) the burst one answered from its burst lookup.
-        let checked = denials + cs.events_of(Event::FlowCreated);
-        prop_assert_eq!(cb.events_of(Event::PolicyBurstChecked), checked);
+        // Every check of a routed connection the burst balancer answered from its burst
+        // lookup.
+        prop_assert_eq!(cb.events_of(Event::PolicyBurstChecked), routed_checks);
     }
 }

@@ -12,7 +12,10 @@
 //! (`policy_bursts_from: usize::MAX`), and `burst`, which checks a burst's new
 //! connections with one `PolicyTables::verdicts` call (`policy_bursts_from: 0`). The
 //! default (`policy::BURST_MIN`) picks one of the two by the tables' size; the JSON says
-//! which. Flows expire (1 s timeouts on a clock that advances 1 ms a burst) before the
+//! which. A third series, `ipv4_vip`, sends the IPv4 trace's TCP sources to a virtual
+//! address instead (a Gateway and TCPRoute to 64 backends whose ingress admits the
+//! cluster, merged into its IR): each SYN a listener lookup, a Maglev pick and a check
+//! of client -> backend, which the burst pass works out once for `miss` to reuse. Flows expire (1 s timeouts on a clock that advances 1 ms a burst) before the
 //! trace comes round again, so every packet is a new connection.
 //!
 //! Timing: per round, one pass over the trace with each balancer (in turn first), wall
@@ -31,13 +34,16 @@
 #[allow(dead_code)]
 mod gen;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{json, Value};
+use sluice_ctrl::compile::ir::Ir;
 use sluice_ctrl::compile::snapshot;
+use sluice_ctrl::config::compile_loaded;
+use sluice_ctrl::load::{load_str, Loaded};
 use sluice_dataplane::flow::Timeouts;
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{
@@ -55,6 +61,79 @@ const ROUNDS: usize = 21;
 const SLUICE_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 0x10]);
 const INSIDE_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 0x11]);
 const PEER_MAC: MacAddr = MacAddr([0x02, 0xaa, 0, 0, 0, 1]);
+/// The virtual address of the `vip` series, and its port.
+const VIP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+const VIP_PORT: u16 = 7000;
+/// Backends of the virtual address (pods in namespace `vip`, outside the cluster's
+/// addresses).
+const VIP_BACKENDS: usize = 64;
+
+/// The manifests of the `vip` series: a Gateway on [`VIP`] with a TCPRoute to a Service
+/// of [`VIP_BACKENDS`] pods, whose ingress admits the cluster's pods (10.0.0.0/8) on its
+/// port; merged into the generated cluster's IR.
+fn vip_manifests() -> String {
+    let mut y = format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: vip}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: pool, namespace: vip}}
+spec: {{selector: {{app: pool}}, ports: [{{port: {VIP_PORT}}}]}}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{name: from-cluster, namespace: vip}}
+spec:
+  podSelector: {{}}
+  ingress:
+  - from: [{{ipBlock: {{cidr: 10.0.0.0/8}}}}]
+    ports: [{{port: {VIP_PORT}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {{name: pool, namespace: vip}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules: [{{backendRefs: [{{name: pool, port: {VIP_PORT}}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: vip}}
+spec:
+  gatewayClassName: sluice
+  addresses: [{{type: IPAddress, value: {VIP}}}]
+  listeners: [{{name: pool, port: {VIP_PORT}, protocol: TCP}}]
+"#
+    );
+    for i in 0..VIP_BACKENDS {
+        y.push_str(&format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}, namespace: vip, labels: {{app: pool}}}}\nstatus: {{podIP: 203.0.113.{}}}\n",
+            10 + i
+        ));
+    }
+    y
+}
+
+/// The generated cluster's IR with [`vip_manifests`] added.
+fn with_vip(cluster: &Ir) -> Result<Ir, String> {
+    let mut loaded = Loaded::default();
+    load_str("vip.yaml", &vip_manifests(), &mut loaded);
+    let c = compile_loaded(loaded);
+    let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
+    if !errors.is_empty() {
+        return Err(errors.join("; "));
+    }
+    let mut ir = c.ir.ok_or("vip manifests: no IR")?;
+    ir.workloads.extend(cluster.workloads.iter().cloned());
+    ir.nodes.extend(cluster.nodes.iter().cloned());
+    ir.policies.extend(cluster.policies.iter().cloned());
+    for (k, v) in &cluster.namespaces {
+        ir.namespaces.insert(k.clone(), v.clone());
+    }
+    Ok(ir)
+}
 
 const USAGE: &str = "\
 usage: bench_balance_policy [--scenarios LIST] [--out FILE]
@@ -197,7 +276,7 @@ fn forwarder() -> Result<Forwarder, String> {
             via: ip("2001:db8:fffe::1"),
         },
     ];
-    let conf = ForwarderConfig::with_virtual(ports, &routes, vec![])?;
+    let conf = ForwarderConfig::with_virtual(ports, &routes, vec![IpAddr::V4(VIP)])?;
     let neigh = Arc::new(NeighbourCache::new(16));
     neigh.learn(ip("198.51.100.1"), PEER_MAC, 0);
     neigh.learn(ip("2001:db8:fffe::1"), PEER_MAC, 0);
@@ -343,11 +422,28 @@ fn main() {
             let frames: Vec<Vec<u8>> = trace.iter().filter_map(frame).collect();
             entry[key] = family(&snap_of, &frames).unwrap_or_else(|e| json!({"error": e}));
         }
+        // The IPv4 trace's TCP sources as clients of the virtual address: each SYN a
+        // listener lookup, a Maglev pick and a check of client -> backend.
+        let vip_snap =
+            || with_vip(&cluster.ir).and_then(|ir| snapshot::build(&ir).map_err(|e| e.join("; ")));
+        let trace = gen::trace(&cluster, TRACE, false, 0x7ace + policies as u64, None);
+        let frames: Vec<Vec<u8>> = trace
+            .iter()
+            .filter(|p| p.proto == ip_proto::TCP)
+            .filter_map(|p| {
+                frame(&gen::Probe {
+                    dst: IpAddr::V4(VIP),
+                    dport: VIP_PORT,
+                    ..*p
+                })
+            })
+            .collect();
+        entry["ipv4_vip"] = family(&vip_snap, &frames).unwrap_or_else(|e| json!({"error": e}));
         results.push(entry);
     }
     let report = json!({
         "bench": "bench_balance_policy",
-        "what": "ns per packet of the Balancer stage (process_burst + maintain, buffer copies included) for routed new connections (SYNs and datagrams of bench_policy's trace, SCTP left out), each a policy check and, when allowed, a flow; single = one PolicyTables::verdict per connection, burst = one PolicyTables::verdicts per burst of 32; both lanes alternate in one thread, 21 rounds of one trace pass each, medians",
+        "what": "ns per packet of the Balancer stage (process_burst + maintain, buffer copies included) for routed new connections (SYNs and datagrams of bench_policy's trace, SCTP left out; ipv4_vip: the IPv4 TCP sources to a virtual address with 64 backends), each a policy check and, when allowed, a flow; single = one PolicyTables::verdict per connection, burst = one PolicyTables::verdicts per burst of 32; both lanes alternate in one thread, 21 rounds of one trace pass each, medians",
         "burst_min_bytes": BURST_MIN,
         "scenarios": results,
     });
