@@ -1177,14 +1177,13 @@ pub const BATCH: usize = 32;
 /// ([`PolicyTables::verdict`]); smaller ones stay in cache, where the burst's stages cost
 /// more than the misses they overlap.
 ///
-/// Set from `bench_balance_policy` (the balancer's new connections, each a check and a
-/// flow or a drop; Zen 3 VM, 512 KiB of L2 a core; one-by-one over burst time per packet,
-/// routed IPv4 / routed IPv6 / IPv4 to a virtual address): 0.58 MiB of tables
-/// 0.86-0.94 / 0.87-0.94 / 0.88; 2.24 MiB 0.93-1.01 / 0.93-1.12 / 0.87; 3.77 MiB
-/// 1.01-1.13 / 1.07-1.16 / 1.00; 22 MiB 1.14-1.21 / 1.23-1.36 / 1.02. Inside the
-/// balancer the lookups share the caches with flows and packets, so bursts pay off at
-/// smaller tables than in `bench_policy`'s lookups alone; the pass that gathers a
-/// burst's checks costs a little of that back.
+/// Set from `bench_balance_policy` (the balancer's routed new connections, each a check
+/// and a flow or a drop; Zen 3 VM, 512 KiB of L2 a core; one-by-one over burst time per
+/// packet, IPv4 / IPv6, over six runs in quiet and noisy phases of the shared machine):
+/// 0.58 MiB of tables 0.85-0.94 / 0.84-0.94; 2.24 MiB 0.86-1.01 / 0.89-1.12; 3.77 MiB
+/// 0.86-1.13 / 0.95-1.16; 22 MiB 0.96-1.21 / 1.04-1.36. Bursts win more where memory is
+/// contended. (Connections to a virtual address are checked one by one whatever the
+/// size: see the balancer.)
 pub const BURST_MIN: usize = 4 << 20;
 
 /// An IPv4 connection-initiating packet, for [`PolicyTables::verdicts_v4`].
