@@ -893,6 +893,49 @@ impl DirTable {
         false
     }
 
+    /// The smallest range holding every port that some entry of `profile` allows over
+    /// TCP, UDP or SCTP (empty when none does), or `None` for a profile without
+    /// entries or one this table does not have. A connection of those protocols to a
+    /// port outside it is denied for the port (`PortNotAllowed`) whatever the peer:
+    /// the inline namespace entry's ports are in the unions too. Built once per
+    /// identity, off the hot path.
+    fn port_bound(&self, profile: u32) -> Option<PortRange> {
+        let info = self.profiles.get(profile as usize)?;
+        if profile == NONE || info.kinds == 0 {
+            return None;
+        }
+        let mut bound = SENTINEL;
+        for pc in [ProtoClass::Tcp, ProtoClass::Udp, ProtoClass::Sctp] {
+            let (lo, hi) = match info.count[pc as usize] {
+                0 => continue,
+                UNION_SPILLED => {
+                    let s = self.find(pack(profile, UNION_KIND, pc as u8, 0))?;
+                    let mut hi = s.first.hi;
+                    if s.more != NONE {
+                        let rest = self.extra.get(s.more as usize..).unwrap_or_default();
+                        for r in rest.iter().take_while(|&&r| r != SENTINEL) {
+                            hi = r.hi;
+                        }
+                    }
+                    (s.first.lo, hi)
+                }
+                n => {
+                    let ranges = info.union[pc as usize].get(..usize::from(n))?;
+                    (ranges.first()?.lo, ranges.last()?.hi)
+                }
+            };
+            bound = if bound == SENTINEL {
+                PortRange { lo, hi }
+            } else {
+                PortRange {
+                    lo: bound.lo.min(lo),
+                    hi: bound.hi.max(hi),
+                }
+            };
+        }
+        Some(bound)
+    }
+
     /// Whether any entry of the profile allows `(proto, port)`, whatever the peer.
     /// Inline unions are compared without branches: unused ranges are empty.
     #[inline(always)]
@@ -1232,7 +1275,9 @@ pub struct Conn {
 /// here once, not hashed on every lookup), and per direction the protocol classes its
 /// profile allows on every port from its own namespace (a copy of the profile's inline
 /// namespace entry when that names the identity's namespace: a burst decides those
-/// connections from the two identities, without the profile's line).
+/// connections from the two identities, without the profile's line), and the bound of
+/// its egress profile's ports (a burst denies a connection to a port outside it without
+/// planning it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, align(64))]
 struct Ident {
@@ -1241,6 +1286,10 @@ struct Ident {
     /// `[egress, ingress]`: bit `p` set when that profile allows protocol class `p`,
     /// every port, to or from the identity's own namespace.
     own_ns: [u8; 2],
+    /// The egress profile's port bound ([`DirTable::port_bound`]), or every port when
+    /// there is none: a TCP, UDP or SCTP connection to a port outside it is denied
+    /// (`PortNotAllowed`) from this line alone, without the profile's.
+    egress_ports: PortRange,
 }
 
 // One cache line each, as their layouts promise.
@@ -1258,6 +1307,7 @@ impl Ident {
             entry,
             bloom: bloom_bits(&entry.peer),
             own_ns: [own(egress, entry.egress), own(ingress, entry.ingress)],
+            egress_ports: egress.port_bound(entry.egress).unwrap_or(PortRange::ALL),
         }
     }
 
@@ -1377,6 +1427,23 @@ impl Round<'_> {
         let profile = select_unpredictable(egress, s.entry.egress, d.entry.ingress);
         let peer = select_unpredictable(egress, d, s);
         (profile, peer, ProtoClass::from_ip_proto(proto), port)
+    }
+
+    /// Decides egress for the port, from the source's line alone (`egress_ports`), for
+    /// the connections in `list` (egress-isolated ones) that it denies, and lists the
+    /// others, for planning.
+    #[inline]
+    fn port_denials(&self, list: &List, states: &mut [[u8; 2]; BATCH]) -> List {
+        let mut rest = List::new();
+        for i in list.iter() {
+            let i = i % BATCH;
+            let (s, (proto, port)) = (self.src[i], self.meta[i]);
+            let ports = ProtoClass::from_ip_proto(proto) != ProtoClass::Other;
+            let denied = ports & !s.egress_ports.contains(port);
+            states[i][0] = S_PORT * u8::from(denied);
+            rest.push_if(i, !denied);
+        }
+        rest
     }
 
     /// Plans direction `DIR` of the connections in `list` (isolated ones): writes their
@@ -1745,6 +1812,7 @@ impl PolicyTables {
         // passes; so does a direction whose profile allows the connection's protocol
         // on every port within the namespace, when both ends are in it (`own_ns`).
         let (mut eg, mut ing) = (List::new(), List::new());
+        let mut states = [[S_PASS; 2]; BATCH];
         const NS: usize = PeerKind::Namespace as usize;
         for (i, ((s, d), &(proto, _))) in src.iter().zip(&dst).zip(meta).take(n).enumerate() {
             let pc = ProtoClass::from_ip_proto(proto) as u8;
@@ -1760,8 +1828,12 @@ impl PolicyTables {
             ing.push_if(i, ingress != NONE);
         }
         // 3. Plan the isolated directions from their profiles: decided, or to probe
-        // (listed, and the slots prefetched). 4. Probe.
-        let mut states = [[S_PASS; 2]; BATCH];
+        // (listed, and the slots prefetched). 4. Probe. Egress connections to a port
+        // outside the source's bound are denied first, from its line: a pass over the
+        // isolated sources only (done for every connection in stage 2, its few
+        // instructions made 10 policies 5 % slower), which spares `bench_policy`'s
+        // 50000x10000 a plan in 0.22 of its lookups (about 1 % faster there, three
+        // alternating pairs; 10 policies unchanged).
         let mut kinds = [[0u8; 2]; BATCH];
         let r = Round {
             src: &src,
@@ -1778,6 +1850,7 @@ impl PolicyTables {
         // bursts there were about 1 % faster (three alternating pairs, noisy).
         let tables = [&self.egress, &self.ingress];
         let mut probes = List::new();
+        let eg = r.port_denials(&eg, &mut states);
         r.plan::<0>(&self.egress, &eg, &mut states, &mut kinds, &mut probes);
         let ing = ing.egress_in(&states, (1 << S_PASS) | (1 << S_PROBE));
         r.plan::<1>(&self.ingress, &ing, &mut states, &mut kinds, &mut probes);
