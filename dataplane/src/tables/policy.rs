@@ -872,6 +872,17 @@ impl DirTable {
         }
     }
 
+    /// A slot's ranges, in order: its first, then those it keeps in `extra`. For dumps
+    /// and table building; lookups walk them in [`Self::slot_allows`].
+    fn slot_ranges<'a>(&'a self, s: &Slot) -> impl Iterator<Item = PortRange> + 'a {
+        let more = if s.more == NONE {
+            &[][..]
+        } else {
+            self.extra.get(s.more as usize..).unwrap_or_default()
+        };
+        std::iter::once(s.first).chain(more.iter().copied().take_while(|&r| r != SENTINEL))
+    }
+
     #[inline]
     fn slot_allows(&self, s: &Slot, port: u16) -> bool {
         if s.first.contains(port) {
@@ -904,36 +915,28 @@ impl DirTable {
         if profile == NONE || info.kinds == 0 {
             return None;
         }
-        let mut bound = SENTINEL;
+        let mut bound: Option<PortRange> = None;
         for pc in [ProtoClass::Tcp, ProtoClass::Udp, ProtoClass::Sctp] {
             let (lo, hi) = match info.count[pc as usize] {
                 0 => continue,
                 UNION_SPILLED => {
                     let s = self.find(pack(profile, UNION_KIND, pc as u8, 0))?;
-                    let mut hi = s.first.hi;
-                    if s.more != NONE {
-                        let rest = self.extra.get(s.more as usize..).unwrap_or_default();
-                        for r in rest.iter().take_while(|&&r| r != SENTINEL) {
-                            hi = r.hi;
-                        }
-                    }
-                    (s.first.lo, hi)
+                    (s.first.lo, self.slot_ranges(s).last()?.hi)
                 }
                 n => {
                     let ranges = info.union[pc as usize].get(..usize::from(n))?;
                     (ranges.first()?.lo, ranges.last()?.hi)
                 }
             };
-            bound = if bound == SENTINEL {
-                PortRange { lo, hi }
-            } else {
-                PortRange {
-                    lo: bound.lo.min(lo),
-                    hi: bound.hi.max(hi),
-                }
-            };
+            bound = Some(match bound {
+                None => PortRange { lo, hi },
+                Some(b) => PortRange {
+                    lo: b.lo.min(lo),
+                    hi: b.hi.max(hi),
+                },
+            });
         }
-        Some(bound)
+        Some(bound.unwrap_or(SENTINEL))
     }
 
     /// Whether any entry of the profile allows `(proto, port)`, whatever the peer.
@@ -1196,14 +1199,7 @@ impl DirTable {
             .iter()
             .filter(|s| s.key != EMPTY_KEY && ((s.key >> 34) & 0x7) as u8 != UNION_KIND)
             .map(|s| {
-                let mut ranges = vec![s.first];
-                if s.more != NONE {
-                    ranges.extend(
-                        self.extra[s.more as usize..]
-                            .iter()
-                            .take_while(|r| **r != SENTINEL),
-                    );
-                }
+                let ranges = self.slot_ranges(s).collect();
                 let kind = PeerKind::ALL[((s.key >> 34) & 0x7) as usize % PEER_KINDS];
                 let proto = ProtoClass::ALL[((s.key >> 32) & 0x3) as usize];
                 ((s.key >> 37) as u32, kind, s.key as u32, proto, ranges)
@@ -1407,14 +1403,7 @@ impl Round<'_> {
     /// protocol class and port.
     #[inline]
     fn endpoints<const DIR: usize>(&self, i: usize) -> (u32, &Ident, ProtoClass, u16) {
-        let i = i % BATCH;
-        let (s, d, (proto, port)) = (self.src[i], self.dst[i], self.meta[i]);
-        let (profile, peer) = if DIR == 0 {
-            (s.entry.egress, d)
-        } else {
-            (d.entry.ingress, s)
-        };
-        (profile, peer, ProtoClass::from_ip_proto(proto), port)
+        self.endpoints_of(i, DIR)
     }
 
     /// The profile and the peer of connection `i` in direction `dir` (0 or 1, chosen
@@ -1812,7 +1801,6 @@ impl PolicyTables {
         // passes; so does a direction whose profile allows the connection's protocol
         // on every port within the namespace, when both ends are in it (`own_ns`).
         let (mut eg, mut ing) = (List::new(), List::new());
-        let mut states = [[S_PASS; 2]; BATCH];
         const NS: usize = PeerKind::Namespace as usize;
         for (i, ((s, d), &(proto, _))) in src.iter().zip(&dst).zip(meta).take(n).enumerate() {
             let pc = ProtoClass::from_ip_proto(proto) as u8;
@@ -1834,6 +1822,7 @@ impl PolicyTables {
         // instructions made 10 policies 5 % slower), which spares `bench_policy`'s
         // 50000x10000 a plan in 0.22 of its lookups (about 1 % faster there, three
         // alternating pairs; 10 policies unchanged).
+        let mut states = [[S_PASS; 2]; BATCH];
         let mut kinds = [[0u8; 2]; BATCH];
         let r = Round {
             src: &src,
