@@ -466,7 +466,9 @@ fn slot_home(key: u64, shift: u32) -> usize {
 /// ports any entry allows (inline when it is at most [`UNION_INLINE`] ranges, else in
 /// the hash table under the pseudo-kind [`UNION_KIND`]). One cache line: a check reads
 /// it whole. 32-bit filters (64-bit ones would not fit) let about 9 % more probes
-/// through on `bench_policy`'s 10k policies, far fewer misses than a second line costs.
+/// through on `bench_policy`'s 10k policies, far fewer misses than a second line costs;
+/// the workload filter, which saturates first, is narrowed by a filter of namespaces
+/// (`wl_ns`, see [`candidates_in_order`]).
 ///
 /// The namespace entry, too, is answered from this line when the profile has one
 /// namespace key whose entries allow every port of their protocols (an empty pod
@@ -694,28 +696,30 @@ const UNION_KIND: u8 = 7;
 
 /// One direction's entries: `(profile, peer kind, peer key, protocol)` -> port ranges.
 ///
-/// Most probes that get here find nothing: on `bench_policy`'s 10k policies, of the
-/// directions that reach the hash table (1.03 candidate kinds each), 6.9 % find an entry
-/// and 4.2 % are allowed; the profiles' 32-bit filters are saturated. A blocked Bloom
-/// filter over every key (12 bits each, 0.9 MiB for both directions), checked before a
-/// probe's line is prefetched, was measured and rejected all the same: it made bursts at
-/// 10k slower (63 ns against 46–50 per IPv4 lookup, both tables timed in alternation),
-/// and prefetching its words a stage ahead did not make up for it. On that machine a
+/// Most probes that get here find nothing: over `bench_policy`'s 50000x10000 IPv4 trace
+/// (0.069 probes a lookup, 1.01 candidate kinds each), 13 % find an entry and 7.9 % are
+/// allowed; before the namespace test of workload keys there were four times as many
+/// probes, and 6.4 % found an entry. Each costs a line from memory: with every probe's
+/// line read from L1 instead (a throwaway build giving wrong answers at the same work),
+/// bursts at 10k took 28.5 ns a lookup against 31.5 then. A blocked Bloom filter over
+/// every key (12 bits each, 0.9 MiB for both directions), checked before a probe's line
+/// is prefetched, was measured and rejected all the same: it made bursts at 10k slower
+/// (63 ns against 46–50 per IPv4 lookup, both tables timed in alternation), and
+/// prefetching its words a stage ahead did not make up for it. On that machine a
 /// prefetched line from memory, overlapped with a burst's others, costs less than a
 /// read from a megabyte of cache that the next stage waits for.
 ///
-/// Nor would any layout of this table bring the growth from 10 to 10k policies under
-/// 1.5: with every probe's line read from L1 instead (a throwaway build giving wrong
-/// answers at the same work), `bench_policy`'s interleaved IPv4 growth was still
-/// 1.56–1.58 over three runs, and 1.48–1.55 with the profile summaries from L1 too
-/// (1.59–1.74 for the real tables in the same runs). The growth is the isolation work
-/// itself: at 10 policies 0.1 % of sources and 0.6 % of destinations are isolated and a
-/// lookup plans and probes almost nothing; at 10k, 42 % and 88 % are. A trace of 256
-/// connections cycled, so that every table line stays in cache, grew 1.49–1.56 (IPv4)
-/// and 1.41–1.47 (IPv6) the same way (Zen 3 VM, five runs, two of them with every
-/// software prefetch removed, which changed nothing). Also rejected there: prefetching
-/// an ingress profile only once egress planning has kept the connection (fewer lines
-/// fetched; three alternating runs of 1.84–2.04 IPv4 growth against 1.75–1.89).
+/// The rest of the growth from 10 to 10k policies is the isolation work itself: at 10
+/// policies 0.1 % of sources and 0.6 % of destinations are isolated and a lookup plans
+/// and probes almost nothing; at 10k, 42 % and 88 % are. A trace of 256 connections
+/// cycled, so that every table line stays in cache, grew 1.49–1.56 (IPv4) and 1.41–1.47
+/// (IPv6) the same way, before the namespace test (Zen 3 VM, five runs, two of them
+/// with every software prefetch removed, which changed nothing). Prefetching a probe's
+/// line as its plan is made, for a longer distance, was slower every time it was tried
+/// (last: 10k IPv4 bursts 31.4 -> 34.0 ns, two alternating pairs). Also rejected:
+/// prefetching an ingress profile only once egress planning has kept the connection
+/// (fewer lines fetched; three alternating runs of 1.84–2.04 IPv4 growth against
+/// 1.75–1.89).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirTable {
     profiles: HugeSlice<ProfileInfo>,
