@@ -1259,8 +1259,10 @@ pub const BATCH: usize = 32;
 /// packet, IPv4 / IPv6, over six runs in quiet and noisy phases of the shared machine):
 /// 0.58 MiB of tables 0.85-0.94 / 0.84-0.94; 2.24 MiB 0.86-1.01 / 0.89-1.12; 3.77 MiB
 /// 0.86-1.13 / 0.95-1.16; 22 MiB 0.96-1.21 / 1.04-1.36. Bursts win more where memory is
-/// contended. (Connections to a virtual address are checked one by one whatever the
-/// size: see the balancer.)
+/// contended. Since profiles filter workload keys by namespace (fewer probes for both
+/// forms), 22 MiB measured 1.00-1.02 / 0.96-1.01 over three runs: a wash, so the
+/// threshold stands. (Connections to a virtual address are checked one by one whatever
+/// the size: see the balancer.)
 pub const BURST_MIN: usize = 4 << 20;
 
 /// An IPv4 connection-initiating packet, for [`PolicyTables::verdicts_v4`].
