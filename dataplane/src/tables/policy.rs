@@ -698,7 +698,7 @@ const UNION_KIND: u8 = 7;
 ///
 /// Most probes that get here find nothing: over `bench_policy`'s 50000x10000 IPv4 trace
 /// (0.069 probes a lookup, 1.01 candidate kinds each), 13 % find an entry and 7.9 % are
-/// allowed; before the namespace test of workload keys there were four times as many
+/// allowed; before the namespace test of workload keys there were twice as many
 /// probes, and 6.4 % found an entry. Each costs a line from memory: with every probe's
 /// line read from L1 instead (a throwaway build giving wrong answers at the same work),
 /// bursts at 10k took 28.5 ns a lookup against 31.5 then. A blocked Bloom filter over
