@@ -662,16 +662,24 @@ fn merge_sorted(flat: &[(u64, PortRange)]) -> Vec<(u64, Vec<PortRange>)> {
     out
 }
 
+/// The used slots of peer kind `kind`, each with its profile.
+fn slots_of_kind<'a>(
+    slots: impl IntoIterator<Item = &'a Slot>,
+    kind: PeerKind,
+) -> impl Iterator<Item = (usize, &'a Slot)> {
+    let kind = u64::from(kind as u8);
+    slots
+        .into_iter()
+        .filter(move |s| s.key != EMPTY_KEY && (s.key >> 34) & 0x7 == kind)
+        .map(|s| ((s.key >> 37) as usize, s))
+}
+
 /// Moves the namespace entries of every profile that has exactly one namespace key, with
 /// only all-port entries, into its summary (`ns_key`, `ns_all`; see [`ProfileInfo`]).
 fn inline_namespaces(infos: &mut [ProfileInfo], slots: &[Slot]) {
     const MIXED: u8 = 1 << 7;
-    let ns_kind = u64::from(PeerKind::Namespace as u8);
-    for s in slots {
-        if s.key == EMPTY_KEY || (s.key >> 34) & 0x7 != ns_kind {
-            continue;
-        }
-        let Some(info) = infos.get_mut((s.key >> 37) as usize) else {
+    for (profile, s) in slots_of_kind(slots, PeerKind::Namespace) {
+        let Some(info) = infos.get_mut(profile) else {
             continue;
         };
         let key = s.key as u32;
@@ -868,12 +876,8 @@ impl DirTable {
         for info in self.profiles.iter_mut() {
             info.wl_ns = 0;
         }
-        let workload = u64::from(PeerKind::Workload as u8);
-        for s in self.slots.iter() {
-            if s.key == EMPTY_KEY || (s.key >> 34) & 0x7 != workload {
-                continue;
-            }
-            if let Some(info) = self.profiles.get_mut((s.key >> 37) as usize) {
+        for (profile, s) in slots_of_kind(self.slots.iter(), PeerKind::Workload) {
+            if let Some(info) = self.profiles.get_mut(profile) {
                 info.wl_ns |= ns_bits.get(&(s.key as u32)).copied().unwrap_or(0);
             }
         }
@@ -1010,44 +1014,32 @@ impl DirTable {
         proto: ProtoClass,
         port: u16,
     ) -> DirOutcome {
-        let ns = peer[PeerKind::Namespace as usize];
-        let filters = (bloom_bits(peer), bloom_slot(ns));
-        self.check_with(profile, peer, filters, proto, port)
+        self.check_with(profile, &Ident::of_peer(*peer), proto, port)
     }
 
-    /// [`Self::check`] with the peer's filter bits (`bloom`) and its namespace's
-    /// [`bloom_slot`] already known.
+    /// [`Self::check`] for a peer whose identity line (its filter bits) is at hand.
     #[inline]
-    fn check_with(
-        &self,
-        profile: u32,
-        peer: &[u32; PEER_KINDS],
-        (bloom, ns_slot): ([u32; PEER_KINDS], u8),
-        proto: ProtoClass,
-        port: u16,
-    ) -> DirOutcome {
-        let ns = peer[PeerKind::Namespace as usize];
-        match self.plan(profile, ns, &bloom, ns_slot, proto, port) {
-            Ok(kinds) => self.probe(profile, peer, proto, kinds, port),
+    fn check_with(&self, profile: u32, peer: &Ident, proto: ProtoClass, port: u16) -> DirOutcome {
+        match self.plan(profile, peer, proto, port) {
+            Ok(kinds) => self.probe(profile, &peer.entry.peer, proto, kinds, port),
             Err(outcome) => outcome,
         }
     }
 
-    /// The first half of a check, from the profile's summary, the peer's namespace key
-    /// `peer_ns`, its filter bits and its namespace's slot alone: the outcome when they decide (no rules, the
-    /// inline namespace entry allows, a port no entry allows, no peer key that can have
-    /// an entry), or else the peer kinds to probe (bit `k` for kind `k`), to be given to
-    /// [`Self::probe`].
+    /// The first half of a check, from the profile's summary and the peer's identity
+    /// line alone (its namespace key and filter bits): the outcome when they decide (no
+    /// rules, the inline namespace entry allows, a port no entry allows, no peer key that
+    /// can have an entry), or else the peer kinds to probe (bit `k` for kind `k`), to be
+    /// given to [`Self::probe`].
     #[inline]
     fn plan(
         &self,
         profile: u32,
-        peer_ns: u32,
-        bloom: &[u32; PEER_KINDS],
-        ns_slot: u8,
+        peer: &Ident,
         proto: ProtoClass,
         port: u16,
     ) -> Result<u8, DirOutcome> {
+        let peer_ns = peer.entry.peer[PeerKind::Namespace as usize];
         let info = match self.profiles.get(profile as usize) {
             Some(i) if i.kinds != 0 => i,
             _ => return Err(DirOutcome::Denied(DenyReason::NoRules)),
@@ -1058,7 +1050,7 @@ impl DirTable {
         if !self.union_allows(profile, info, proto, port) {
             return Err(DirOutcome::Denied(DenyReason::PortNotAllowed));
         }
-        match candidates(info, bloom, ns_slot) {
+        match candidates(info, &peer.bloom, peer.ns_slot) {
             0 => Err(DirOutcome::Denied(DenyReason::NoMatchingPeer)),
             kinds => Ok(kinds),
         }
@@ -1117,12 +1109,7 @@ impl DirTable {
     /// policies ran about 5 % slower (thread CPU time, in and out of cache).
     #[inline(always)]
     fn plan_burst(&self, profile: u32, peer: &Ident, proto: ProtoClass, port: u16) -> Plan {
-        // Through `summary`, a valid index for every profile: a bounds check that always
-        // passes (`get` of the raw profile branched on NONE, unpredictably).
-        let info = self
-            .profiles
-            .get(self.summary(profile))
-            .unwrap_or(&NO_PROFILE);
+        let info = self.profiles.get(profile as usize).unwrap_or(&NO_PROFILE);
         let union = self.union_allows(profile, info, proto, port);
         let order = candidates_in_order(info, &peer.bloom, peer.ns_slot);
         let ns = peer.entry.peer[PeerKind::Namespace as usize];
@@ -1342,10 +1329,25 @@ impl Ident {
         };
         Ident {
             entry,
-            bloom: bloom_bits(&entry.peer),
             own_ns: [own(egress, entry.egress), own(ingress, entry.ingress)],
             egress_ports: egress.port_bound(entry.egress).unwrap_or(PortRange::ALL),
-            ns_slot: bloom_slot(ns),
+            ..Ident::of_peer(entry.peer)
+        }
+    }
+
+    /// The line of a peer known only by its keys, as far as a check reads it (its
+    /// filter bits): for [`DirTable::check`], which has no identity table.
+    fn of_peer(peer: [u32; PEER_KINDS]) -> Self {
+        let entry = IdentityEntry {
+            peer,
+            ..IdentityEntry::world(NONE)
+        };
+        Ident {
+            entry,
+            bloom: bloom_bits(&peer),
+            own_ns: [0; 2],
+            egress_ports: PortRange::ALL,
+            ns_slot: bloom_slot(peer[PeerKind::Namespace as usize]),
         }
     }
 
@@ -1652,13 +1654,7 @@ impl PolicyTables {
         if s.entry.egress == NONE {
             DirOutcome::NotIsolated
         } else {
-            self.egress.check_with(
-                s.entry.egress,
-                &d.entry.peer,
-                (d.bloom, d.ns_slot),
-                pc,
-                port,
-            )
+            self.egress.check_with(s.entry.egress, d, pc, port)
         }
     }
 
@@ -1669,13 +1665,7 @@ impl PolicyTables {
         } else if s.is_node_of(d) {
             DirOutcome::OwnNode
         } else {
-            self.ingress.check_with(
-                d.entry.ingress,
-                &s.entry.peer,
-                (s.bloom, s.ns_slot),
-                pc,
-                port,
-            )
+            self.ingress.check_with(d.entry.ingress, s, pc, port)
         }
     }
 
