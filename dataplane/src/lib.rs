@@ -7,28 +7,35 @@
 //!   icmp, tcp and udp headers.
 //! - [`inspect`]: first-payload parsers (TLS ClientHello, HTTP/1 request head) used to
 //!   route a connection by SNI or Host.
-//! - [`flow`]: the per-worker flow table: both directions' 5-tuples to one entry, TCP/UDP
-//!   state, timing wheel, fixed capacity.
 //! - [`tables`]: compiled, immutable lookup tables (ipcache, policy, listeners, host
 //!   matcher, backend sets) bundled in one snapshot.
-//! - [`port`]: the `Port`/`Queue` abstraction over owned packet buffers and its backends:
-//!   DPDK ethdev (feature `dpdk`), TAP, pcap, in-memory wire. The only module with
-//!   `unsafe` code.
-//!
+//! - [`flow`]: the per-worker flow table: both directions' 5-tuples to one entry, TCP/UDP
+//!   state, timing wheel, fixed capacity.
+//! - [`splice`]: delayed binding for SNI/Host routing: SYN cookies, the first bytes
+//!   buffered, sequence numbers rewritten once spliced.
 //! - [`pipeline`]: the per-burst packet stage the worker calls (ARP/ND, echo, neighbour
-//!   learning, routed forwarding in its first version) and its verdicts.
+//!   learning, routed forwarding, the L4 balancer with delayed binding) and its verdicts.
 //! - [`worker`]: pinned run-to-completion loops: burst rx, the pipeline, per-port tx
 //!   buffers, counters, clean stop.
 //! - [`stats`]: named drop reasons and per-worker counters.
 //! - [`rcu`]: snapshot publication with quiescent-state reclamation: one pointer, a
-//!   load and a store per burst on the worker, frees only on the control thread. Holds
-//!   `unsafe` blocks (each allowed and justified locally).
+//!   load and a store per burst on the worker, frees only on the control thread.
+//! - [`port`]: the `Port`/`Queue` abstraction over owned packet buffers and its backends:
+//!   DPDK ethdev (feature `dpdk`), TAP, pcap, in-memory wire.
+//! - [`mem`]: memory and CPU helpers: huge-page tables ([`mem::HugeSlice`]), prefetches,
+//!   the time-stamp counter.
+//!
+//! `unsafe` code is denied crate-wide and lives in three places only, each allowed
+//! explicitly and every block justified by a `// SAFETY:` comment: [`port`] and [`mem`]
+//! (`#[allow(unsafe_code)]` on the module) and [`rcu`] (allowed block by block).
 //!
 //! The dataplane never sees manifests, namespaces or selectors: only addresses,
 //! prefixes, ports, identities, host patterns and backends.
 
 pub mod flow;
 pub mod inspect;
+#[allow(unsafe_code)]
+pub mod mem;
 pub mod pipeline;
 #[allow(unsafe_code)]
 pub mod port;

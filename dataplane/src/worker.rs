@@ -17,6 +17,7 @@
 //! [`SharedCounters`] every [`PUBLISH_ROUNDS`] rounds and when it stops. No allocation,
 //! lock or syscall happens per packet (TAP's read/write aside, which is the device).
 
+use crate::mem;
 use crate::pipeline::{Ctx, Stage, StageIo, Verdict};
 use crate::port::{self, Allocator, Burst, Queue, BURST};
 use crate::stats::{Counters, DropReason, Event, SharedCounters};
@@ -126,8 +127,8 @@ impl<S: Stage> Worker<S> {
     pub fn new(cfg: WorkerConfig, queues: Vec<Box<dyn Queue>>, stage: S) -> Worker<S> {
         let n = queues.len();
         let alloc = queues.iter().find_map(|q| q.allocator());
-        let hz = port::tsc_hz();
-        let now = port::tsc();
+        let hz = mem::tsc_hz();
+        let now = mem::tsc();
         Worker {
             cfg,
             queues,
@@ -174,7 +175,7 @@ impl<S: Stage> Worker<S> {
 
     /// Milliseconds since the worker was created, on the TSC.
     pub fn now_ms(&self) -> u64 {
-        self.ms_at(port::tsc())
+        self.ms_at(mem::tsc())
     }
 
     /// Milliseconds since the worker was created, at TSC reading `tsc`.
@@ -193,7 +194,7 @@ impl<S: Stage> Worker<S> {
     /// one in simulations): each port's rx burst, then what other workers redirected
     /// here, then the stage's timers. Returns the number of packets received.
     pub fn poll_once(&mut self, now_ms: u64) -> usize {
-        self.poll_round(now_ms, port::tsc())
+        self.poll_round(now_ms, mem::tsc())
     }
 
     /// [`Worker::poll_once`] for a round that started at TSC reading `t0` (its busy
@@ -220,7 +221,7 @@ impl<S: Stage> Worker<S> {
             self.stage.maintain(&mut ctx);
         }
         self.move_extra();
-        let now = port::tsc();
+        let now = mem::tsc();
         if !saturated || now.wrapping_sub(self.last_flush) >= self.flush_ticks {
             self.flush();
             self.last_flush = now;
@@ -417,7 +418,7 @@ impl<S: Stage> Worker<S> {
             None => None,
         };
         // The first round counts from here, not from the worker's creation.
-        self.round_end_tsc = port::tsc();
+        self.round_end_tsc = mem::tsc();
         let mut empty_run = 0u32;
         let mut sleep = Duration::from_micros(1);
         while !stop.load(Ordering::Relaxed) {
@@ -427,7 +428,7 @@ impl<S: Stage> Worker<S> {
             let t0 = if empty_run == 0 {
                 self.round_end_tsc
             } else {
-                port::tsc()
+                mem::tsc()
             };
             if self.poll_round(self.ms_at(t0), t0) > 0 {
                 empty_run = 0;

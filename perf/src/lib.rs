@@ -97,7 +97,7 @@ impl Run {
         Run {
             mpps,
             mpps_cpu: packets / cpu_s / 1e6,
-            cycles_per_packet: cpu_s * sluice_dataplane::port::tsc_hz() as f64 / packets.max(1.0),
+            cycles_per_packet: cpu_s * sluice_dataplane::mem::tsc_hz() as f64 / packets.max(1.0),
             mpps_quiet: mpps,
         }
     }
@@ -115,7 +115,7 @@ impl Run {
 /// TSC cycles a packet at `mpps` million packets a second on one core.
 pub fn cycles_at(mpps: f64) -> f64 {
     if mpps > 0.0 {
-        sluice_dataplane::port::tsc_hz() as f64 / (mpps * 1e6)
+        sluice_dataplane::mem::tsc_hz() as f64 / (mpps * 1e6)
     } else {
         0.0
     }

@@ -1,7 +1,7 @@
 //! `dpdk-sys`: raw bindings to DPDK.
 //!
-//! This crate is the only place (with `sluice-dataplane`'s port layer) where `unsafe`
-//! code may live. The bindgen-generated surface (EAL, lcores, mempool, mbuf, ethdev with
+//! This crate is one of the few places where `unsafe` code may live (the others are
+//! `sluice-dataplane`'s `port` and `mem` modules and its `rcu.rs`). The bindgen-generated surface (EAL, lcores, mempool, mbuf, ethdev with
 //! RSS/RETA and rte_flow, ring) is produced by `build.rs` from `pkg-config libdpdk`.
 //!
 //! `static inline` functions of the DPDK headers (`rte_eth_rx_burst`, `rte_pktmbuf_free`,

@@ -57,7 +57,7 @@ mod tcp;
 
 pub use tcp::{TcpFlags, TcpState};
 
-use crate::port::HugeSlice;
+use crate::mem::HugeSlice;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 /// One direction of a flow: addresses (IPv4 stored IPv4-mapped), ports and protocol.
@@ -757,14 +757,14 @@ impl FlowTable {
     /// [`FlowTable::prefetch_entry`]).
     #[inline]
     pub fn prefetch(&self, hash: u64) {
-        crate::port::prefetch_l2(&self.index[self.home(hash)]);
+        crate::mem::prefetch_l2(&self.index[self.home(hash)]);
     }
 
     /// Prefetches a flow's entry (e.g. between the lookup and the packet's rewrite).
     #[inline]
     pub fn prefetch_flow(&self, id: FlowId) {
         if let Some(f) = self.flows.get(id.0 as usize) {
-            crate::port::prefetch_read(f);
+            crate::mem::prefetch_read(f);
         }
     }
 
@@ -776,7 +776,7 @@ impl FlowTable {
     /// wrong answer. Returns the flow it prefetched (for a later
     /// [`FlowTable::prefetch_flow`] into L1; again only a hint).
     ///
-    /// The entry is prefetched into the core's L2 ([`crate::port::prefetch_l2`],
+    /// The entry is prefetched into the core's L2 ([`crate::mem::prefetch_l2`],
     /// `PREFETCHT1`), not its L1: an entry is written by the packet that reads it (state,
     /// expiry), and on the Zen 4 machine the benchmarks run on, entries fetched into L1
     /// (`PREFETCHT0`) were still missing when the lookup came to them, even 580 ns later.
@@ -800,10 +800,10 @@ impl FlowTable {
             if v >> 32 == tag {
                 let (id, _) = slot_target(v);
                 let f = self.flows.get(id as usize)?;
-                crate::port::prefetch_l2(f);
+                crate::mem::prefetch_l2(f);
                 if wide {
                     if let Some(w) = self.wide.get(id as usize) {
-                        crate::port::prefetch_read(w);
+                        crate::mem::prefetch_read(w);
                     }
                 }
                 return Some(FlowId(id));

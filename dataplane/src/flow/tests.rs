@@ -436,7 +436,7 @@ fn hashed_lookup_and_prefetch() {
         t.prefetch(h);
     }
     assert_eq!(t.home(u64::MAX), t.index.len() - 1);
-    crate::port::prefetch_read(&[0u8; 300]);
+    crate::mem::prefetch_read(&[0u8; 300]);
 }
 
 #[test]

@@ -151,7 +151,7 @@ use std::hash::BuildHasher;
 use std::hint::select_unpredictable;
 
 use crate::inspect::name::MAX_NAME_LEN;
-use crate::port::HugeSlice;
+use crate::mem::HugeSlice;
 
 /// A host-name pattern.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -593,7 +593,7 @@ fn fingerprint(hash: u64) -> u16 {
 /// The slots of a group whose fingerprint is `fp`, as a bit mask (bit `i`: slot `i`).
 #[inline]
 fn lanes(prints: &Prints, fp: u16) -> u32 {
-    crate::port::eq_lanes_u16x32(&prints.0, fp)
+    crate::mem::eq_lanes_u16x32(&prints.0, fp)
 }
 
 /// A name's hashes, from the one right-to-left pass of [`HostMatcher::prepare`].
@@ -933,8 +933,8 @@ impl HostMatcher {
             // and last lines (a name is at most 253 bytes; most fit in one line).
             for name in chunk {
                 if let (Some(first), Some(last)) = (name.first(), name.last()) {
-                    crate::port::prefetch_line(first);
-                    crate::port::prefetch_line(last);
+                    crate::mem::prefetch_line(first);
+                    crate::mem::prefetch_line(last);
                 }
             }
             let exact = self.exact_count > 0;
@@ -1082,7 +1082,7 @@ impl HostMatcher {
     #[inline]
     fn prefetch_print(&self, h: u64) {
         if let Some(l) = self.prints.get(group_of(h, self.groups)) {
-            crate::port::prefetch_line(l);
+            crate::mem::prefetch_line(l);
         }
     }
 
@@ -1114,7 +1114,7 @@ impl HostMatcher {
                 let lane = rest.trailing_zeros() as usize;
                 rest &= rest - 1;
                 if let Some(slot) = self.slots.get(g * GROUP + lane) {
-                    crate::port::prefetch_line(slot);
+                    crate::mem::prefetch_line(slot);
                 }
             }
         }

@@ -22,7 +22,7 @@
 //! of queueing behind each other.
 
 use super::frozen;
-use crate::port::{prefetch_line, HugeSlice};
+use crate::mem::{prefetch_line, HugeSlice};
 
 use thiserror::Error;
 

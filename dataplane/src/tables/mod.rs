@@ -9,7 +9,7 @@ pub mod maglev;
 pub mod policy;
 pub mod snapshot;
 
-use crate::port::HugeSlice;
+use crate::mem::HugeSlice;
 
 /// Freezes a lookup array built off the hot path: a copy in a [`HugeSlice`], which for an
 /// array of at least 2 MiB starts at a 2 MiB boundary and is advised into transparent

@@ -53,7 +53,7 @@ use thiserror::Error;
 
 use super::frozen;
 use super::ipcache::IpCache;
-use crate::port::{prefetch_line, HugeSlice};
+use crate::mem::{prefetch_line, HugeSlice};
 
 /// "None" in every `u32` field of these tables: no profile (not isolated), no peer key
 /// of that kind, no node.

@@ -1072,7 +1072,7 @@ fn fig_new_connections(o: &Opts, ir: &Ir, report: &mut Report) {
                 .max(1e-9);
             rates.push(created / wall);
             cpu_rates.push(created / cpu_s);
-            cycles.push(cpu_s * sluice_dataplane::port::tsc_hz() as f64 / created.max(1.0));
+            cycles.push(cpu_s * sluice_dataplane::mem::tsc_hz() as f64 / created.max(1.0));
             let c = r.finish()?;
             last = json!({
                 "flows_created": c.events_of(Event::FlowCreated),
@@ -1348,7 +1348,7 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("sluice-bench-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     let mut report = Report {
-        v: json!({"bench": "balance", "tsc_hz": sluice_dataplane::port::tsc_hz()}),
+        v: json!({"bench": "balance", "tsc_hz": sluice_dataplane::mem::tsc_hz()}),
         out: o.out.clone(),
     };
     if let Some(n) = o.only_flows {

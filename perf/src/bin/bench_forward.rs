@@ -461,7 +461,7 @@ fn main() {
     let o = opts();
     let dir: PathBuf = std::env::temp_dir().join(format!("sluice-bench-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
-    let mut out = json!({"bench": "forward", "tsc_hz": sluice_dataplane::port::tsc_hz()});
+    let mut out = json!({"bench": "forward", "tsc_hz": sluice_dataplane::mem::tsc_hz()});
     if o.dpdk {
         out["dpdk"] = dpdk_bench(&o, &dir);
     }

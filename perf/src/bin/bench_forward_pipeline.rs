@@ -5,10 +5,11 @@
 //! the wall-clock TSC figure too). Usage: `bench_forward_pipeline [packets]`.
 
 use serde_json::json;
+use sluice_dataplane::mem::{tsc, tsc_hz};
 use sluice_dataplane::pipeline::{
     Ctx, Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Route, Stage, Verdict,
 };
-use sluice_dataplane::port::{tsc, tsc_hz, Pool, BURST};
+use sluice_dataplane::port::{Pool, BURST};
 use sluice_dataplane::stats::{Counters, DropReason};
 use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, udp, EtherType, MacAddr};
 use std::net::{IpAddr, Ipv4Addr};

@@ -716,14 +716,14 @@ fn bench_hosts() -> Value {
 fn burst_load_ns(bytes: usize) -> f64 {
     let lines = (bytes / 64).max(2);
     // In huge pages the way the matcher's tables are (`HugeSlice`).
-    let table = sluice_dataplane::port::HugeSlice::filled([1u64; 8], lines);
+    let table = sluice_dataplane::mem::HugeSlice::filled([1u64; 8], lines);
     let mut rng = Rng(0xb0b5_7000 ^ bytes as u64);
     let order: Vec<usize> = (0..1 << 20).map(|_| rng.below(lines)).collect();
     let mut sum = 0u64;
     let t = Instant::now();
     for burst in order.chunks_exact(BURST) {
         for &i in burst {
-            sluice_dataplane::port::prefetch_line(&table[i]);
+            sluice_dataplane::mem::prefetch_line(&table[i]);
         }
         for &i in burst {
             sum = sum.wrapping_add(black_box(table[i][0]));
@@ -738,7 +738,7 @@ fn burst_load_ns(bytes: usize) -> f64 {
 /// pays per level of indirection that is not in cache.
 fn chase_ns(bytes: usize) -> f64 {
     let lines = (bytes / 64).max(2);
-    let mut next = sluice_dataplane::port::HugeSlice::filled([0usize; 8], lines);
+    let mut next = sluice_dataplane::mem::HugeSlice::filled([0usize; 8], lines);
     // Sattolo's shuffle: one cycle through every line.
     let mut order: Vec<usize> = (0..lines).collect();
     let mut rng = Rng(0x0c4a_5e00 ^ bytes as u64);

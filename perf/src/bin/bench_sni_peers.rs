@@ -229,7 +229,7 @@ fn start_sluice(lane: &TapLane, spin: bool) -> Result<InProcessRun, String> {
     let shared = w.shared_counters();
     let stop = Arc::new(AtomicBool::new(false));
     let handle = worker::spawn(w, stop.clone()).map_err(|e| format!("worker: {e}"))?;
-    let tsc_hz = sluice_dataplane::port::tsc_hz().max(1) as f64;
+    let tsc_hz = sluice_dataplane::mem::tsc_hz().max(1) as f64;
     let cpu = Box::new(move || {
         let c = shared.snapshot();
         let os = sluice_perf::thread_cpu_ns("self", "sluice-w0")
@@ -438,7 +438,7 @@ fn main() {
             "aggregation": "medians over rounds of cps, cps_per_core, cpu_s, p50/p99; sums of conns, errors, mismatches",
             "haproxy_version": proxy::version("haproxy", &["-v"]),
             "nginx_version": proxy::version("nginx", &["-v"]),
-            "tsc_hz": sluice_dataplane::port::tsc_hz(),
+            "tsc_hz": sluice_dataplane::mem::tsc_hz(),
         },
         "contenders": per,
         "ratios": ratios,

@@ -68,12 +68,13 @@ use sluice_ctrl::config::compile_loaded;
 use sluice_ctrl::load::{load_str, Loaded};
 use sluice_dataplane::flow::{Flow, FlowTable, Timeouts};
 use sluice_dataplane::inspect::tls;
+use sluice_dataplane::mem::{tsc, tsc_hz};
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{
     Ctx, Forwarder, ForwarderConfig, IfAddr, NeighConfig, NeighbourCache, PortConf, Stage, StageIo,
     Verdict,
 };
-use sluice_dataplane::port::{tsc, tsc_hz, Pkt, Pool, BURST};
+use sluice_dataplane::port::{Pkt, Pool, BURST};
 use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::splice::{options, Embryo, Embryos, SpliceConfig};
 use sluice_dataplane::stats::{Counters, DropReason, Event};

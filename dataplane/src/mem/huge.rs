@@ -13,7 +13,7 @@ const HUGE: usize = 2 << 20;
 /// filled, so that every 2 MiB of it is one TLB entry. A `Box<[T]>` from the global
 /// allocator starts a few bytes into its mapping (or anywhere in the heap, on pages
 /// already faulted in), so the huge pages that advice can get for it start at the first
-/// 2 MiB boundary inside it: a 2.4 MB flow index (100k flows) had none.
+/// 2 MiB boundary inside it, and a table of a few MiB may get none (`perf/NOTES.md`).
 pub struct HugeSlice<T> {
     ptr: NonNull<T>,
     len: usize,
@@ -95,8 +95,7 @@ impl<T> HugeSlice<T> {
     /// touches it: the global allocator may hand out heap memory that earlier
     /// allocations already faulted in with 4 KiB pages (glibc serves even requests of
     /// many MiB from the heap once big blocks have been freed), and the advice does not
-    /// change pages already there (`bench_inspect`'s 3.2 MiB of fingerprint lines got
-    /// none that way).
+    /// change pages already there.
     fn allocate(layout: Layout) -> (NonNull<T>, bool) {
         if layout.align() == HUGE {
             if let Some(p) = map_huge(layout.size()) {
@@ -108,7 +107,7 @@ impl<T> HugeSlice<T> {
         let Some(ptr) = NonNull::new(raw) else {
             handle_alloc_error(layout);
         };
-        super::advise_huge_range(ptr.as_ptr().cast(), layout.size());
+        advise_huge_range(ptr.as_ptr().cast(), layout.size());
         (ptr, false)
     }
 }
@@ -148,13 +147,51 @@ fn map_huge(size: usize) -> Option<NonNull<u8>> {
                 libc::munmap((start + size) as *mut libc::c_void, tail);
             }
         }
-        super::advise_huge_range(start as *const u8, size);
+        advise_huge_range(start as *const u8, size);
         NonNull::new(start as *mut u8)
     }
     #[cfg(not(target_os = "linux"))]
     {
         let _ = size;
         None
+    }
+}
+
+/// Asks the kernel to back the `len` bytes at `start` with transparent huge pages (2 MiB
+/// on x86-64; `madvise(MADV_HUGEPAGE)` on the whole 4 KiB pages inside them), for big
+/// lookup tables built off the hot path ([`HugeSlice`] calls it on fresh memory before
+/// filling it, so that the first touch of each 2 MiB region faults in a huge page). The
+/// range must lie inside one allocation or mapping of this program (initialised or not;
+/// nothing is read or written). Only advice: where the kernel has no transparent huge
+/// pages (or the range is under 2 MiB, or not on Linux) nothing happens. Returns
+/// whether the kernel took the advice.
+fn advise_huge_range(start_ptr: *const u8, len: usize) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        const PAGE: usize = 4096;
+        let start = start_ptr as usize;
+        if len < HUGE {
+            return false;
+        }
+        let first = start.next_multiple_of(PAGE);
+        let end = (start + len) & !(PAGE - 1);
+        if end <= first {
+            return false;
+        }
+        let addr = start_ptr.wrapping_add(first - start);
+        // SAFETY: `[first, end)` is a page-aligned range inside the allocation that
+        // `[start, start + len)` lies in (the caller's promise; rounded inwards), so it
+        // maps memory this program owns. MADV_HUGEPAGE
+        // only sets a flag on the mapping telling the kernel it may back these pages with
+        // huge pages; it never changes their contents or their validity, and nothing is
+        // read or written through the pointer.
+        let rc = unsafe { libc::madvise(addr.cast_mut().cast(), end - first, libc::MADV_HUGEPAGE) };
+        rc == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (start_ptr, len);
+        false
     }
 }
 
