@@ -70,85 +70,21 @@
 //!
 //! Beyond that, a big table costs what the memory system charges: a cache miss for the
 //! slot, and the fingerprint lines' trips to the last-level cache, where a small table
-//! has neither. [`HostMatcher::lookup`] pays them one after
-//! the other (it only fetches the slots of all its candidates at once).
-//! [`HostMatcher::lookup_burst`] is the dataplane's way (DPDK's `rte_hash_lookup_bulk`,
-//! VPP): a burst of names goes through each step together — hash all and prefetch their
-//! fingerprint lines, match all and prefetch the slots that matched, probe and resolve
-//! all — so the misses of 32 names overlap instead of adding up, and its answers are
-//! `lookup`'s, name by name. (It matches a name's wildcard candidates only when the whole
-//! name's fingerprint is not in the table: an exact hit, the commonest answer, then
-//! fetches one slot, whatever its suffixes.)
+//! has neither. A lookup pays them one after the other, except that a table of
+//! [`PREFETCH_MIN`] bytes or more has it fetch the slots of all its candidates at once.
+//! `bench_inspect --hosts-only` shows the cost by table size and working set.
 //!
-//! Passes cost branch predictions, too. Which candidate of a name matched is data no
-//! predictor learns; looked up alone, a name's later tests repeat its earlier outcomes
-//! and are predicted from them, but in a burst the 31 other names' branches come in
-//! between. On `bench_inspect`'s spread queries, bursts over the 10-name table (all in
-//! L1) took about 16 ns a name longer than the one-by-one loop (valgrind's branch
-//! simulation: 3.7 mispredictions a name against 2.0): about half of what the 1M-name
-//! table's bursts cost beyond that loop, and not memory at all. So pass 3 first tries
-//! the one slot pass 2 fetched for the name's most specific candidate, with selects
-//! rather than branches on which candidate it is, and probes in full only when that slot
-//! does not answer (a miss, a fingerprint matched by chance, an exact name that is only
-//! a wildcard's suffix). That took 0–8 ns a name (median 4) off the 1M-name bursts on
-//! the spread queries, and up to 6 ns (median 4) on the 1024 queries (both ways in one
-//! process, timed in alternation, six runs).
-//!
-//! Measured with `bench_inspect --hosts-only` on the 1M-name table and rejected (Zen 4 VM,
-//! alternating runs): a Bloom filter over the wildcard suffixes, which cut the fingerprint
-//! lines fetched per name from 2.4 to 1.3 but made bursts slower (85 ns against 77, and no
-//! better with the filter prefetched in a pass of its own); fetching each name's "home"
-//! slot together with its fingerprint line (82 ns against 77); `PREFETCHT1` for fingerprint
-//! lines or slots (slower); no prefetch of the names' own bytes, and handing pass 3 the
-//! slots pass 2 matched instead of probing again (both neutral; the latter still branched
-//! on which candidate the slot was for). So on that machine a fingerprint line prefetched
-//! and never read costs little, while any extra slot line from memory, or extra work in the
-//! hash pass, shows. Two more, measured later and rejected the same way: prefetching the
-//! wildcard candidates' fingerprint lines only for names whose exact fingerprint did not
-//! match (in a pass of their own; a ratio of 1.72 against 1.62), and placing keys by their
-//! last two labels so that all of a name's candidates share one fingerprint line (one line
-//! fetched per name instead of 2.4; both layouts built in one process from the same names
-//! and timed in alternation, five runs: 1M-name bursts no faster, 86–114 ns against
-//! 85–114). What the 1M table pays in memory is its slot lines: `bench_inspect`'s
-//! `burst_load_ns_by_working_set` gives the floor of one random line per name there. Also
-//! rejected: a pass 2 without branches (every name's first three wildcard candidates
-//! matched, whatever its exact match; much slower), and pass 1's fingerprint prefetches in
-//! a loop of fixed length (slower).
-//!
-//! Where the rest of the bursts' extra cost lies (a harness timing the 10-name table's
-//! bursts with prefetching forced on, against its one-by-one loop, in one process): about
-//! 13 ns a name, all in L1. Hashing in a pass of its own is most of it: a burst that hashes
-//! every name first and then probes each as the one-by-one loop does is 7-9 ns a name
-//! slower than that loop, and one that matches each name's fingerprints right after hashing
-//! it only 5-6 ns; but at 1M names that one waits on every fingerprint line (it took twice
-//! as long): they must be fetched a pass ahead. Measured the same way and rejected: a
-//! software pipeline (hash name `i`, match name `i - D`, resolve name `i - 2D` in one loop,
-//! `D` = 4, 8, 12: no faster than the passes), prefetching the fingerprint lines from
-//! inside the hash pass (5 ns slower), a hash pass with no branch on where the dots are (12
-//! ns slower), pass 3 answering misses without a branch (6-8 ns slower), pass 2 in two
-//! halves with the names still to match listed without a branch (no faster), chunks of 16
-//! or 8 names (no faster; 8 slower), `PREFETCHNTA` for slots (no faster), the slots
-//! prefetched from pass 3, 8, 12 or 16 names ahead, instead of all in pass 2 (no faster; 8
-//! ahead, 4 ns slower), and a burst in two halves of 16 whose passes interleave (hash the
-//! second half between the first half's slot prefetches and its probes, so that those
-//! lines have that long to arrive: 0.7-1.9 ns slower in five runs of six).
-//!
-//! Where the 1M-name bursts' time goes beyond that (`perf record -e cpu-clock`): about
-//! a quarter of the samples land just after prefetch instructions, 17 % after those
-//! of pass 2 (slots) and 7 % after those of pass 1 (fingerprint lines). Issuing them
-//! stalls: the core has no room for more misses in flight, and on the VM measured,
-//! where a random line of a 100 MiB table takes 150-170 ns to arrive, that room, not
-//! the instructions around it, is what a big table costs.
+//! There is no burst lookup: the names delayed binding routes by arrive one per
+//! connection, with its first bytes, so a burst of them per rx burst is rare, and the
+//! burst lookup that once existed paid only on very large tables while costing more on
+//! small ones (`perf/NOTES.md` has its figures and the commit to recover it from).
 //!
 //! Building may allocate and fails on duplicate patterns ([`BuildError`]): the control
 //! plane decides which of two claims on a name wins, never this table.
 
 use core::fmt;
-use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
-
-use std::hint::select_unpredictable;
 
 use crate::inspect::name::MAX_NAME_LEN;
 use crate::mem::HugeSlice;
@@ -363,25 +299,11 @@ const PREFIX: usize = INLINE - 4;
 /// boundaries (with a non-empty part before them) take the slow path.
 const KEPT: usize = 16;
 
-/// Tables from this size up are prefetched for in a burst (and in a single lookup, the
-/// candidates' slots); smaller ones stay in the core's L2, where prefetching costs
-/// instructions and buys nothing: their names are looked up one by one.
-///
-/// Set from `bench_inspect`'s spread queries on a core with 512 KiB of L2 (Zen 3 VM, both
-/// ways in alternating runs, ns a name): 2.5k names (256 KiB of table) 125-127 one by
-/// one against 128-134 prefetched; 5k names (512 KiB) 138-154 against 127-130; 10k names
-/// (1 MiB) 166-191 against 128-131. On the 1024-query pool, which stays cached, the
-/// 5k- and 10k-name tables were no slower prefetched (90-95 against 96-103). A
-/// threshold of 4 MiB (chosen when the 10k-name table was measured on a core with a
-/// bigger L2) left a 10k-name table's bursts a quarter slower than a million-name
-/// table's. A table near the L2's size shares it with flows and packets, so a core with
-/// a bigger L2 loses little by prefetching early, and one with a smaller L2 loses much
-/// by prefetching late.
+/// Tables from this size up have a lookup fetch the slots of all a name's candidates at
+/// once; smaller ones stay in the core's L2, where prefetching costs instructions and
+/// buys nothing. Set for a core with 512 KiB of L2 from `bench_inspect --hosts-only`
+/// (the crossover lay between 256 and 512 KiB of table; figures in `perf/NOTES.md`).
 pub const PREFETCH_MIN: usize = 384 << 10;
-
-/// How many names [`HostMatcher::lookup_burst`] works on at once (a dataplane burst):
-/// longer inputs are taken in chunks of this size.
-pub const BURST: usize = 32;
 
 /// Slots per group. A key lives in the group its hash picks (or, when that group is
 /// full, in the first later one with room), in any of the group's slots; the group's
@@ -439,7 +361,8 @@ pub struct HostMatcher {
     /// The catch-all's value, or [`NONE`].
     any: u32,
     seed: u64,
-    /// Whether the table is big enough for [`HostMatcher::lookup_burst`] to prefetch.
+    /// Whether the table is big enough ([`PREFETCH_MIN`]) for a lookup to fetch the slots
+    /// of all its candidates at once.
     prefetch: bool,
     exact_count: usize,
     wildcard_count: usize,
@@ -616,36 +539,6 @@ const PREP: Prep = Prep {
     starts: [0; KEPT],
     count: 0,
 };
-
-/// What the passes of a burst lookup keep per name, [`BURST`] names at a time.
-struct Scratch {
-    preps: [Prep; BURST],
-    plans: [Plan; BURST],
-    masks: [u32; BURST],
-    /// Per name, the slot pass 2 fetched for its first candidate, and which candidate
-    /// that is (0: the whole name, `k + 1`: suffix `k`); `u32::MAX`: none.
-    firsts: [(u32, u32); BURST],
-}
-
-impl Scratch {
-    const NEW: Scratch = Scratch {
-        preps: [PREP; BURST],
-        plans: [Plan::CatchAll; BURST],
-        masks: [0; BURST],
-        firsts: [(u32::MAX, 0); BURST],
-    };
-}
-
-thread_local! {
-    /// Each thread's burst scratch (about 5.5 KiB), set up once rather than at every
-    /// burst: made afresh on the stack, it was filled (a `memset` of its 5 KiB) at
-    /// every call, which cost about 2 ns a name in 1M-name bursts (`bench_inspect`,
-    /// both ways in one process, timed in alternation, twelve runs: faster in eleven,
-    /// median 2.2 ns). Each pass reads only the entries of the burst's own names, and
-    /// only those an earlier pass of this burst wrote: what a previous burst left is
-    /// never read.
-    static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch::NEW) };
-}
 
 /// How a name is looked up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -853,151 +746,7 @@ impl HostMatcher {
         found.or_else(|| self.catch_all())
     }
 
-    /// Looks up a burst of names at once: `out[i]` gets what [`HostMatcher::lookup`]
-    /// returns for `names[i]`, for every `i` below both lengths (entries of `out` past
-    /// `names.len()` are left as they are). No allocation.
-    ///
-    /// The answers are those of `lookup`; what differs is the order of memory accesses.
-    /// Taking [`BURST`] names at a time (as DPDK's `rte_hash_lookup_bulk` and VPP do),
-    /// it hashes every name and prefetches the fingerprint lines of all its candidate
-    /// keys, then reads them and prefetches the slots whose fingerprints match, then
-    /// probes and resolves exact, longest wildcard, catch-all. So the cache
-    /// and TLB misses of a big table overlap across the burst instead of following one
-    /// another, name after name. What the passes keep per name lives in a scratch
-    /// each thread sets up once (no allocation, and nothing to fill per call).
-    pub fn lookup_burst(&self, names: &[&[u8]], out: &mut [Option<u32>]) {
-        let n = names.len().min(out.len());
-        self.burst(&names[..n], |i, m| {
-            if let Some(o) = out.get_mut(i) {
-                *o = m.map(|m| m.value);
-            }
-        });
-    }
-
-    /// Like [`HostMatcher::lookup_burst`], and says what matched: `out[i]` gets what
-    /// [`HostMatcher::find`] returns for `names[i]`.
-    pub fn find_burst(&self, names: &[&[u8]], out: &mut [Option<Match>]) {
-        let n = names.len().min(out.len());
-        self.burst(&names[..n], |i, m| {
-            if let Some(o) = out.get_mut(i) {
-                *o = m;
-            }
-        });
-    }
-
-    /// The passes of a burst lookup, over chunks of [`BURST`] names; hands each name's
-    /// answer to `emit` with its index. A table small enough to stay in cache has no
-    /// misses to hide: its names are simply looked up one after the other (prefetching
-    /// there costs instructions and buys nothing).
-    fn burst(&self, names: &[&[u8]], mut emit: impl FnMut(usize, Option<Match>)) {
-        if !self.prefetch {
-            for (i, name) in names.iter().enumerate() {
-                emit(i, self.find(name));
-            }
-            return;
-        }
-        let done = SCRATCH
-            .try_with(|scratch| match scratch.try_borrow_mut() {
-                Ok(mut scratch) => {
-                    self.burst_in(&mut scratch, names, &mut emit);
-                    true
-                }
-                Err(_) => false,
-            })
-            .unwrap_or(false);
-        // Only a burst inside a burst on one thread (which `emit` never starts), or one
-        // in a thread's exit, gets here.
-        if !done {
-            let mut fresh = Scratch::NEW;
-            self.burst_in(&mut fresh, names, &mut emit);
-        }
-    }
-
-    /// The passes of [`HostMatcher::burst`] over a big table, with `scratch` for what
-    /// they keep per name.
-    #[inline(always)]
-    fn burst_in(
-        &self,
-        scratch: &mut Scratch,
-        names: &[&[u8]],
-        mut emit: impl FnMut(usize, Option<Match>),
-    ) {
-        let Scratch {
-            preps,
-            plans,
-            masks,
-            firsts,
-        } = scratch;
-        for (c, chunk) in names.chunks(BURST).enumerate() {
-            // Pass 0: the names' own bytes (they may be cold: packet buffers), their first
-            // and last lines (a name is at most 253 bytes; most fit in one line).
-            for name in chunk {
-                if let (Some(first), Some(last)) = (name.first(), name.last()) {
-                    crate::mem::prefetch_line(first);
-                    crate::mem::prefetch_line(last);
-                }
-            }
-            let exact = self.exact_count > 0;
-            // Pass 1: hash, and prefetch the fingerprint line of every candidate key.
-            // (Fetching only the whole name's line here, and the wildcard candidates'
-            // in a pass of their own for the names that are not exact hits, saves a
-            // line or two per exact hit but adds a round trip: `bench_inspect`'s 1M-name
-            // spread bursts took 93-95 ns a name against 89-91, in alternating runs.)
-            for ((name, prep), plan) in chunk.iter().zip(preps.iter_mut()).zip(plans.iter_mut()) {
-                *plan = self.prepare(name, prep);
-                if *plan == Plan::Fast {
-                    if exact {
-                        self.prefetch_print(prep.full);
-                    }
-                    self.prefetch_suffix_prints(prep);
-                }
-            }
-            // Pass 2: match the whole name's fingerprint and prefetch the slot it names.
-            // That is almost surely an exact hit, so the wildcard candidates are left
-            // alone (no slot of theirs fetched) unless pass 3 finds it is not: then they
-            // are probed there and their misses paid, in the rare case that the slot
-            // holds only a wildcard or the fingerprint matched by chance. A name whose
-            // fingerprint did not match has its wildcard candidates matched and their
-            // slots prefetched.
-            let taken = preps.iter().zip(plans.iter()).take(chunk.len());
-            for (((prep, plan), mask), first) in taken.zip(masks.iter_mut()).zip(firsts.iter_mut())
-            {
-                if *plan == Plan::Fast {
-                    let (g, hits) = match exact {
-                        true => self.matching_slots(prep.full, true),
-                        false => (0, 0),
-                    };
-                    (*mask, *first) = if hits != 0 {
-                        let at = (g * GROUP) as u32 + hits.trailing_zeros();
-                        (1 | (self.wild_suffixes(prep) << 1), (at, 0))
-                    } else {
-                        // The whole name may still be a key in a later group if its own
-                        // group spilled.
-                        let (m, f) = self.suffix_candidates_first(prep);
-                        (u32::from(exact && self.spilled(g)) | m, f)
-                    };
-                }
-            }
-            // Pass 3: probe and resolve, exact -> longest wildcard -> catch-all.
-            for (k, ((name, prep), (plan, mask))) in chunk
-                .iter()
-                .zip(preps.iter())
-                .zip(plans.iter().zip(masks.iter()))
-                .enumerate()
-            {
-                let found = match plan {
-                    Plan::CatchAll => None,
-                    Plan::Fast => match self.first_hit(name, prep, *mask, firsts[k % BURST]) {
-                        Some(m) => Some(m),
-                        None => self.resolve(name, prep, *mask),
-                    },
-                    Plan::Slow => self.find_slow(name, prep),
-                };
-                emit(c * BURST + k, found.or_else(|| self.catch_all()));
-            }
-        }
-    }
-
+    /// Whether the matcher holds any exact or wildcard pattern.
     fn has_names(&self) -> bool {
         self.exact_count + self.wildcard_count > 0
     }
@@ -1078,27 +827,6 @@ impl HostMatcher {
         self.wild_labels & ((1u32 << prep.count.min(KEPT)) - 1)
     }
 
-    /// Prefetches the fingerprint line of the group of a key with hash `h`.
-    #[inline]
-    fn prefetch_print(&self, h: u64) {
-        if let Some(l) = self.prints.get(group_of(h, self.groups)) {
-            crate::mem::prefetch_line(l);
-        }
-    }
-
-    /// Prefetches the fingerprint lines of a prepared name's wildcard candidates.
-    #[inline]
-    fn prefetch_suffix_prints(&self, prep: &Prep) {
-        let mut rest = self.wild_suffixes(prep);
-        while rest != 0 {
-            let k = rest.trailing_zeros() as usize;
-            rest &= rest - 1;
-            if let Some(&h) = prep.hashes.get(k) {
-                self.prefetch_print(h);
-            }
-        }
-    }
-
     /// The group of a key with this hash, and the slots of that group whose fingerprint is
     /// the key's (bit `i`: the group's slot `i`); with `prefetch`, prefetches those slots.
     #[inline]
@@ -1138,68 +866,10 @@ impl HostMatcher {
         mask
     }
 
-    /// [`HostMatcher::suffix_candidates`] with prefetching, and the slot fetched for the
-    /// longest candidate with a matching fingerprint (its first match) with its candidate
-    /// number (`k + 1` for suffix `k`), or `u32::MAX`. A function of its own: folded into
-    /// `suffix_candidates`, the single lookup (which has no use for the slot) compiled
-    /// larger and ran about 3 % slower on `bench_inspect`'s 10-name table.
-    #[inline]
-    fn suffix_candidates_first(&self, prep: &Prep) -> (u32, (u32, u32)) {
-        let mut mask = 0;
-        let mut first = (u32::MAX, 0);
-        let mut rest = self.wild_suffixes(prep);
-        while rest != 0 {
-            let k = rest.trailing_zeros() as usize;
-            rest &= rest - 1;
-            let h = prep.hashes.get(k).copied().unwrap_or_default();
-            let (g, hits) = self.matching_slots(h, true);
-            let at = (g * GROUP) as u32 + hits.trailing_zeros();
-            first = select_unpredictable(hits != 0, (at, k as u32 + 1), first);
-            mask |= u32::from((hits != 0) | self.spilled(g)) << (k + 1);
-        }
-        (mask, first)
-    }
-
-    /// The answer of the burst's common case, from the one slot pass 2 fetched for a
-    /// name's first candidate (`first`, from [`HostMatcher::suffix_candidates_first`] or
-    /// the whole name's first match): when that candidate is the most specific one in
-    /// `mask`, and the slot holds it with a value of its kind, that value is the answer.
-    /// `None` when any of that is not so: [`HostMatcher::resolve`] then probes in full.
-    /// Its tests do not branch on whether the candidate is the whole name or a suffix,
-    /// which the candidate tests of pass 2 just did for the same name (a branch
-    /// predictor, seeing 31 other names in between, cannot tell).
-    #[inline(always)]
-    fn first_hit(&self, name: &[u8], prep: &Prep, mask: u32, first: (u32, u32)) -> Option<Match> {
-        let (at, cand) = first;
-        let top =
-            select_unpredictable(mask & 1 != 0, 0, u32::BITS - 1 - (mask | 1).leading_zeros());
-        if at == u32::MAX || cand != top {
-            return None;
-        }
-        let slot = self.slots.get(at as usize)?;
-        let wild = cand != 0;
-        let k = (cand as usize).wrapping_sub(1) % KEPT;
-        let start = select_unpredictable(wild, usize::from(prep.starts[k]), 0);
-        let hash = select_unpredictable(wild, prep.hashes[k], prep.full);
-        let key = name.get(start..)?;
-        if key.is_empty() || slot.tag != tag(hash, key.len()) || !self.key_is(slot, key) {
-            return None;
-        }
-        let value = select_unpredictable(wild, slot.wild, slot.exact);
-        let kind = if wild {
-            MatchKind::Wildcard {
-                suffix_len: key.len(),
-            }
-        } else {
-            MatchKind::Exact
-        };
-        HostMatcher::value(value, kind)
-    }
-
     /// Probes the candidates in `mask`: the exact name, then the suffixes longest first;
     /// the first that holds a pattern of its kind wins. Always inlined, as
-    /// [`HostMatcher::key_is`] is: called from both the single and the burst lookup, the
-    /// compiler made calls of them, and single lookups took about a fifth longer.
+    /// [`HostMatcher::key_is`] is: as calls, they made lookups slower (`bench_inspect`;
+    /// `perf/NOTES.md`).
     #[inline(always)]
     fn resolve(&self, name: &[u8], prep: &Prep, mask: u32) -> Option<Match> {
         if mask & 1 != 0 {
@@ -1326,12 +996,6 @@ impl HostMatcher {
             + core::mem::size_of_val(&self.spilled[..])
             + self.arena.len()
     }
-
-    /// Whether [`Self::lookup_burst`] runs its prefetching passes (tables of at least
-    /// [`PREFETCH_MIN`] bytes) rather than looking names up one by one.
-    pub fn prefetches_bursts(&self) -> bool {
-        self.prefetch
-    }
 }
 
 impl fmt::Debug for HostMatcher {
@@ -1436,10 +1100,6 @@ mod tests {
         assert_eq!(pick(&m, &format!("{head}-firsT.example.con")), None);
         assert_eq!(pick(&m, &format!("{}Z", &inline[..INLINE - 1])), None);
         assert_eq!(pick(&m, &format!("x.{a}")), Some(4));
-        let names: Vec<&[u8]> = vec![a.as_bytes(), b.as_bytes(), one_more.as_bytes()];
-        let mut out = [None; 3];
-        m.lookup_burst(&names, &mut out);
-        assert_eq!(out, [Some(0), Some(1), Some(3)]);
     }
 
     #[test]
@@ -1710,15 +1370,16 @@ mod tests {
             }
         }
 
-        /// The burst lookup answers exactly what the single one does (and both what the
-        /// plain reference does), name by name, over bursts of any length (several
-        /// chunks, a partial one, none), mixed and odd queries alike.
+        /// Single lookups answer what the plain reference does on mixed and odd queries
+        /// (malformed, over-long, more label boundaries than the fast path keeps), and
+        /// `find` agrees with `lookup`, whether the table prefetches candidates' slots or
+        /// not.
         #[test]
-        fn burst_agrees_with_lookup_and_the_reference(
+        fn lookups_agree_with_the_reference_on_odd_queries(
             patterns in prop::collection::vec(pattern(), 0..40),
             queries in prop::collection::vec(
                 prop_oneof![3 => query(), 1 => odd_query()],
-                0..(2 * BURST + 7),
+                0..71,
             ),
         ) {
             let mut unique: Vec<HostPattern> = Vec::new();
@@ -1727,7 +1388,7 @@ mod tests {
                     unique.push(p);
                 }
             }
-            let m = HostMatcher::build(unique.iter().cloned().zip(0..)).unwrap();
+            let mut m = HostMatcher::build(unique.iter().cloned().zip(0..)).unwrap();
             let mut asked: Vec<Vec<u8>> = queries;
             for p in unique.iter().take(8) {
                 if let HostPattern::Exact(n) | HostPattern::Wildcard(n) = p {
@@ -1735,34 +1396,14 @@ mod tests {
                     asked.push(format!("z.Q.{n}").into_bytes());
                 }
             }
-            let names: Vec<&[u8]> = asked.iter().map(Vec::as_slice).collect();
-            // Both burst paths: small tables look names up one by one, big ones prefetch.
-            type Answers = (Vec<Option<u32>>, Vec<Option<(u32, MatchKind)>>);
-            let run = |m: &HostMatcher| -> Answers {
-                let mut out = vec![None; names.len()];
-                m.lookup_burst(&names, &mut out);
-                let mut found = vec![None; names.len()];
-                m.find_burst(&names, &mut found);
-                (
-                    out.clone(),
-                    found.iter().map(|f| f.map(|f| (f.value, f.kind))).collect(),
-                )
-            };
-            let mut m = m;
-            m.prefetch = false;
-            let plain = run(&m);
-            m.prefetch = true;
-            let fetched = run(&m);
-            prop_assert_eq!(&plain, &fetched);
-            for (i, q) in names.iter().enumerate() {
-                let shown = String::from_utf8_lossy(q);
-                prop_assert_eq!(plain.0[i], m.lookup(q), "query {:?}", shown);
-                prop_assert_eq!(
-                    plain.1[i],
-                    m.find(q).map(|f| (f.value, f.kind)),
-                    "query {:?}", shown
-                );
-                prop_assert_eq!(plain.0[i], reference(&unique, q), "query {:?}", shown);
+            for prefetch in [false, true] {
+                m.prefetch = prefetch;
+                for q in &asked {
+                    let shown = String::from_utf8_lossy(q);
+                    let want = reference(&unique, q);
+                    prop_assert_eq!(m.lookup(q), want, "query {:?}", shown);
+                    prop_assert_eq!(m.find(q).map(|f| f.value), want, "query {:?}", shown);
+                }
             }
         }
 
@@ -1845,38 +1486,11 @@ mod tests {
         assert_eq!(lanes(&p, 0x4242), 1 << 31);
     }
 
+    /// Names a lookup must answer with nothing but the catch-all or an exact rule
+    /// (empty, over-long, a suffix that is not a name), on a table without a catch-all.
     #[test]
-    fn burst_edges() {
-        let mut m = matcher(&["a.example.com", "*.example.com", "*"]);
-        assert!(!m.prefetch, "a small table is not prefetched for");
-        for prefetch in [false, true] {
-            m.prefetch = prefetch;
-            burst_edges_of(&m);
-        }
-    }
-
-    /// A burst's per-name state lives in a per-thread scratch that outlives it: a burst
-    /// after another (other table, fewer names, names of other kinds) answers as
-    /// `lookup` does, and so does one while the scratch is taken.
-    #[test]
-    fn burst_scratch_carries_nothing_over() {
-        let mut hits = matcher(&["*.one.test", "*.two.test", "a.one.test", "*"]);
-        hits.prefetch = true;
-        let names: Vec<String> = (0..BURST)
-            .map(|i| match i % 3 {
-                0 => "a.one.test".to_string(),
-                1 => format!("x{i}.one.test"),
-                _ => format!("y{i}.two.test"),
-            })
-            .collect();
-        let names: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
-        let mut out = [None; BURST];
-        hits.lookup_burst(&names, &mut out);
-        let want: Vec<Option<u32>> = (0..BURST).map(|i| Some([2, 0, 1][i % 3])).collect();
-        assert_eq!(out.to_vec(), want);
-
-        let mut other = matcher(&["b.three.test", "*.four.test"]);
-        other.prefetch = true;
+    fn edge_names_answer_as_the_rule_says() {
+        let other = matcher(&["b.three.test", "*.four.test"]);
         let long = vec![b'a'; MAX_NAME_LEN + 1];
         let names: [&[u8]; 7] = [
             b"",
@@ -1889,47 +1503,6 @@ mod tests {
         ];
         let want: Vec<Option<u32>> = names.iter().map(|n| other.lookup(n)).collect();
         assert_eq!(want, [None, None, None, Some(0), Some(1), None, None]);
-        let mut out = [Some(9); 7];
-        other.lookup_burst(&names, &mut out);
-        assert_eq!(out.to_vec(), want);
-        SCRATCH.with(|scratch| {
-            let _taken = scratch.borrow_mut();
-            let mut out = [Some(9); 7];
-            other.lookup_burst(&names, &mut out);
-            assert_eq!(out.to_vec(), want);
-        });
-    }
-
-    fn burst_edges_of(m: &HostMatcher) {
-        let names: [&[u8]; 3] = [b"A.EXAMPLE.com", b"b.example.com", b"example.com"];
-        // `out` shorter than `names`: only its length is answered.
-        let mut out = [None; 2];
-        m.lookup_burst(&names, &mut out);
-        assert_eq!(out, [Some(0), Some(1)]);
-        // Longer: the rest stays as it was.
-        let mut out = [Some(9); 5];
-        m.lookup_burst(&names, &mut out);
-        assert_eq!(out, [Some(0), Some(1), Some(2), Some(9), Some(9)]);
-        m.lookup_burst(&[], &mut out);
-        let empty: HostMatcher = HostMatcher::build(Vec::new()).unwrap();
-        let mut out = [Some(9); 3];
-        empty.lookup_burst(&names, &mut out);
-        assert_eq!(out, [None; 3]);
-        // Many bursts' worth, each answer in its place.
-        let many: Vec<Vec<u8>> = (0..100)
-            .map(|i| match i % 3 {
-                0 => format!("x{i}.example.com"),
-                1 => "a.Example.Com".to_string(),
-                _ => format!("n{i}.org"),
-            })
-            .map(String::into_bytes)
-            .collect();
-        let refs: Vec<&[u8]> = many.iter().map(Vec::as_slice).collect();
-        let mut out = vec![None; refs.len()];
-        m.lookup_burst(&refs, &mut out);
-        for (i, got) in out.iter().enumerate() {
-            assert_eq!(*got, Some([1, 0, 2][i % 3]), "#{i}");
-        }
     }
 
     /// A table with as many slots as keys: most groups are full and spill into the next
@@ -1959,12 +1532,9 @@ mod tests {
         let mut m = m;
         for prefetch in [false, true] {
             m.prefetch = prefetch;
-            let mut out = vec![None; names.len()];
-            m.lookup_burst(&names, &mut out);
-            for (q, got) in names.iter().zip(&out) {
+            for q in &names {
                 let want = reference(&patterns, q);
                 assert_eq!(m.lookup(q), want, "{}", String::from_utf8_lossy(q));
-                assert_eq!(*got, want, "{}", String::from_utf8_lossy(q));
             }
         }
     }
@@ -1984,9 +1554,9 @@ mod tests {
         };
         let (small, big) = (table(2_000), table(10_000));
         assert!(small.table_bytes() < 256 << 10, "{}", small.table_bytes());
-        assert!(!small.prefetches_bursts());
+        assert!(!small.prefetch);
         assert!(
-            big.prefetches_bursts(),
+            big.prefetch,
             "a 10k-name table ({} bytes) is prefetched for",
             big.table_bytes()
         );
@@ -2006,9 +1576,7 @@ mod tests {
             b"h40000.example.com",
             b"h7.example.com",
         ];
-        let mut out = [None; 3];
-        t.lookup_burst(&names, &mut out);
-        assert_eq!(out, [Some(39_999), None, Some(7)]);
+        assert_eq!(names.map(|n| t.lookup(n)), [Some(39_999), None, Some(7)]);
         assert_eq!(t.lookup(b"h40000.example.com"), None);
         let v = HugeSlice::filled(7u8, 5 << 20);
         assert!(v.iter().all(|&b| b == 7));

@@ -177,15 +177,6 @@ impl ListenerEntry {
     pub fn route(&self, host: &[u8]) -> Option<u32> {
         self.hosts.lookup(host)
     }
-
-    /// The routes for a burst of connections to this listener: `out[i]` gets what
-    /// [`ListenerEntry::route`] returns for `hosts[i]`, for every `i` below both lengths
-    /// (the rest of `out` is left as it is). The names are looked up together
-    /// ([`HostMatcher::lookup_burst`]), so that the cache misses of a big host table
-    /// overlap. No allocation.
-    pub fn route_burst(&self, hosts: &[&[u8]], out: &mut [Option<u32>]) {
-        self.hosts.lookup_burst(hosts, out);
-    }
 }
 
 /// Transport protocol numbers used as keys.
@@ -430,17 +421,6 @@ mod tests {
         assert_eq!(l.route(b"b.example.com"), Some(0));
         assert_eq!(l.route(b"example.com"), None);
         assert_eq!(l.route(b""), None);
-        let hosts: Vec<&[u8]> = [&b"A.Example.com"[..], b"b.example.com", b"example.com", b""]
-            .into_iter()
-            .cycle()
-            .take(70)
-            .collect();
-        let mut routes = vec![Some(9); 71];
-        l.route_burst(&hosts, &mut routes);
-        for (i, (h, r)) in hosts.iter().zip(&routes).enumerate() {
-            assert_eq!(*r, l.route(h), "#{i}");
-        }
-        assert_eq!(routes[70], Some(9), "past the hosts: untouched");
         assert!(t.lookup(ip("192.0.2.10"), 443, proto::UDP).is_none());
         let r = t.route(1).expect("route");
         assert_eq!(

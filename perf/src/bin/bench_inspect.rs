@@ -9,23 +9,16 @@
 //!    exact names, 20 % wildcards, plus a catch-all), with a query mix of exact hits,
 //!    wildcard hits and misses in mixed case, for several query pools (64 to 256Ki
 //!    distinct queries cycled, each pool's bytes in one contiguous arena as packet
-//!    buffers would be). Two ways: `lookup`, one name per call, and `lookup_burst`, 32
-//!    names per call (ns per name), as a dataplane holds a burst of packets. The lookup's
-//!    work is the same at every size; what grows with the table is the memory a working
-//!    set of queries touches: a fingerprint line per candidate key and a slot per name,
-//!    which a small table keeps in cache and a big one fetches from the last-level cache
-//!    and DRAM. `lookup` pays those misses one after the other, `lookup_burst` overlaps
-//!    them (prefetching; tables small enough for the L2 are looked up one by one in
-//!    bursts too: `burst_path` per size). Printed: both per pool, both
-//!    1M/10 ratios per pool, and the goal (1M/10 within 1.5x for bursts over the spread
-//!    pool) with the measured ratio, from the rounds' medians and from their lower
-//!    quartiles (`quiet`: DRAM latency here rises and falls with load from outside the
-//!    VM, which slows only the big table). Beside them, the latency of one dependent load over
-//!    1 MiB, 4 MiB and the 1M table's size (a pointer chase): the price of each level of
-//!    indirection a lookup cannot find in cache, which is what separates the sizes; and
-//!    the throughput of independent random lines read 32 at a time, each burst
-//!    prefetched first (`burst_load_ns_by_working_set`): the floor a burst lookup that
-//!    must fetch one uncached line per name cannot go below.
+//!    buffers would be), one `lookup` per name as delayed binding makes them. The
+//!    lookup's work is the same at every size; what grows with the table is the memory a
+//!    working set of queries touches: a fingerprint line per candidate key and a slot per
+//!    name, which a small table keeps in cache and a big one fetches from the last-level
+//!    cache and DRAM. Printed: ns per lookup per pool and the 1M/10 ratios per pool, from
+//!    the rounds' medians and from their lower quartiles (`quiet`: DRAM latency here
+//!    rises and falls with load from outside the VM, which slows only the big table).
+//!    Beside them, the latency of one dependent load over 1 MiB, 4 MiB and the 1M table's
+//!    size (a pointer chase): the price of each level of indirection a lookup cannot find
+//!    in cache, which is what separates the sizes.
 //!
 //! All contenders of a table are timed round-robin in the same run (see
 //! [`time_interleaved`]), so load from elsewhere on the machine falls on all of them.
@@ -42,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sluice_dataplane::inspect::tls;
-use sluice_dataplane::tables::hosts::{HostMatcher, HostPattern, MatchKind, BURST};
+use sluice_dataplane::tables::hosts::{HostMatcher, HostPattern, MatchKind};
 
 /// Timed rounds per cell; the median is reported, and for host lookups the quiet
 /// figure too (see [`time_interleaved`]).
@@ -563,7 +556,7 @@ fn bench_hosts() -> Value {
         })
         .collect();
 
-    // The queries of each pool as slices, so that a burst is a plain sub-slice.
+    // The queries of each pool as slices.
     let refs: Vec<Vec<Vec<&[u8]>>> = sizes
         .iter()
         .map(|size| {
@@ -585,27 +578,9 @@ fn bench_hosts() -> Value {
             }));
         }
     }
-    for (size, pools) in sizes.iter().zip(&refs) {
-        for pool in pools {
-            let matcher = &size.matcher;
-            let mut i = 0usize;
-            let mut out = [None; BURST];
-            // Every pool size is a multiple of BURST.
-            work.push(Box::new(move || {
-                let at = i & (pool.len() - 1);
-                i = i.wrapping_add(BURST);
-                matcher.lookup_burst(black_box(&pool[at..at + BURST]), &mut out);
-                out.iter().map(|v| v.map_or(0, |v| v as usize)).sum()
-            }));
-        }
-    }
     let times = time_interleaved(work);
-    let cells = sizes.len() * POOLS.len();
     let ns = |size: usize, pool: usize| times[size * POOLS.len() + pool].0;
-    let burst_ns =
-        |size: usize, pool: usize| times[cells + size * POOLS.len() + pool].0 / BURST as f64;
-    let burst_quiet_ns =
-        |size: usize, pool: usize| times[cells + size * POOLS.len() + pool].1 / BURST as f64;
+    let quiet_ns = |size: usize, pool: usize| times[size * POOLS.len() + pool].1;
     let round = |x: f64| (x * 10.0).round() / 10.0;
     let ratio = |x: f64| (x * 100.0).round() / 100.0;
 
@@ -620,23 +595,6 @@ fn bench_hosts() -> Value {
                 _ => kinds[2] += 1,
             }
         }
-        // The burst path answers what the single one does (the proptest's claim, checked
-        // here on the benchmark's own data too).
-        let mut out = [None; BURST];
-        let agree = refs[k].iter().all(|pool| {
-            pool.chunks(BURST).all(|chunk| {
-                size.matcher.lookup_burst(chunk, &mut out);
-                chunk
-                    .iter()
-                    .zip(&out)
-                    .all(|(q, got)| size.matcher.lookup(q) == *got)
-            })
-        });
-        assert!(
-            agree,
-            "lookup_burst disagrees with lookup at {} names",
-            size.n
-        );
         let by_pool = |f: &dyn Fn(usize, usize) -> f64| -> serde_json::Map<String, Value> {
             POOLS
                 .iter()
@@ -650,10 +608,8 @@ fn bench_hosts() -> Value {
             "wildcard": size.wild,
             "build_ms": round(size.build_ms),
             "table_mib": ((size.matcher.table_bytes() as f64 / f64::from(1 << 20)) * 100.0).round() / 100.0,
-            "burst_path": if size.matcher.prefetches_bursts() { "prefetched" } else { "one_by_one" },
             "lookup_ns_by_query_pool": by_pool(&ns),
-            "burst_lookup_ns_by_query_pool": by_pool(&burst_ns),
-            "burst_lookup_quiet_ns_by_query_pool": by_pool(&burst_quiet_ns),
+            "lookup_quiet_ns_by_query_pool": by_pool(&quiet_ns),
             "matches_in_1024_pool": {"exact": kinds[0], "wildcard": kinds[1], "catch_all": kinds[2]},
         }));
     }
@@ -665,72 +621,26 @@ fn bench_hosts() -> Value {
             .map(|(p, q)| (q.to_string(), json!(ratio(f(last, p) / f(0, p)))))
             .collect()
     };
-    let spread = POOLS.len() - 1;
-    let goal_ratio = ratio(burst_ns(last, spread) / burst_ns(0, spread));
-    let goal_ratio_quiet = ratio(burst_quiet_ns(last, spread) / burst_quiet_ns(0, spread));
     // What one dependent memory access costs at the sizes involved: the floor under a
-    // lookup whose slot is not in cache (a burst overlaps these, a single lookup cannot).
+    // lookup whose slot is not in cache.
     let latency: serde_json::Map<String, Value> =
         [1usize << 20, 4 << 20, sizes[last].matcher.table_bytes()]
             .iter()
             .map(|&bytes| (format!("{}KiB", bytes >> 10), json!(round(chase_ns(bytes)))))
             .collect();
-    // The floor under a big table's burst lookups: one uncached line per name, fetched
-    // 32 at a time with no dependence between them (the best overlap a burst can get).
-    let burst_load: serde_json::Map<String, Value> =
-        [1usize << 20, 4 << 20, sizes[last].matcher.table_bytes()]
-            .iter()
-            .map(|&bytes| {
-                (
-                    format!("{}KiB", bytes >> 10),
-                    json!(round(burst_load_ns(bytes))),
-                )
-            })
-            .collect();
     json!({
-        "what": "ns per lookup (median of interleaved rounds; quiet: their lower quartile), by the number of distinct queries cycled (the working set); queries are 50% exact hits, 30% wildcard hits, 20% misses, mixed case; single = one lookup() per call, burst = lookup_burst() of 32 queries per call, divided by 32",
+        "what": "ns per lookup() call (median of interleaved rounds; quiet: their lower quartile), by the number of distinct queries cycled (the working set); queries are 50% exact hits, 30% wildcard hits, 20% misses, mixed case",
         "sizes": rows,
         "ratio_1m_over_10_by_query_pool": ratios(&ns),
-        "burst_ratio_1m_over_10_by_query_pool": ratios(&burst_ns),
-        "burst_quiet_ratio_1m_over_10_by_query_pool": ratios(&burst_quiet_ns),
-        "goal": "within 1.5x from 10 to 1M hostnames (burst lookups, spread query pool)",
-        "goal_ratio": goal_ratio,
-        "goal_met": goal_ratio <= 1.5,
+        "quiet_ratio_1m_over_10_by_query_pool": ratios(&quiet_ns),
         "quiet": "`quiet`: the lower quartile of a cell's rounds instead of their median (the 10-name table stays in cache, the 1M-name one goes to DRAM, whose latency here rises and falls in phases with load from outside the VM)",
-        "goal_ratio_quiet": goal_ratio_quiet,
         "dependent_load_ns_by_working_set": latency,
-        "burst_load_ns_by_working_set": burst_load,
         // Other work on the machine inflates every cell (the ratios less, since all
         // cells are timed round-robin): the load average says how much there was.
         "loadavg_at_end": std::fs::read_to_string("/proc/loadavg")
             .ok()
             .and_then(|l| l.split_whitespace().next().map(str::to_owned)),
     })
-}
-
-/// ns per line when lines spread at random over `bytes` are read in bursts of [`BURST`]
-/// the way `lookup_burst` reads its slots: every line of a burst prefetched, then every
-/// one read. Nothing depends on a previous read, so this is the throughput floor of one
-/// uncached line per name at that working set (the memory system's parallelism, not its
-/// latency, sets it).
-fn burst_load_ns(bytes: usize) -> f64 {
-    let lines = (bytes / 64).max(2);
-    // In huge pages the way the matcher's tables are (`HugeSlice`).
-    let table = sluice_dataplane::mem::HugeSlice::filled([1u64; 8], lines);
-    let mut rng = Rng(0xb0b5_7000 ^ bytes as u64);
-    let order: Vec<usize> = (0..1 << 20).map(|_| rng.below(lines)).collect();
-    let mut sum = 0u64;
-    let t = Instant::now();
-    for burst in order.chunks_exact(BURST) {
-        for &i in burst {
-            sluice_dataplane::mem::prefetch_line(&table[i]);
-        }
-        for &i in burst {
-            sum = sum.wrapping_add(black_box(table[i][0]));
-        }
-    }
-    black_box(sum);
-    t.elapsed().as_nanos() as f64 / order.len() as f64
 }
 
 /// ns per dependent load over a random cyclic chain of cache lines spanning `bytes`
