@@ -351,18 +351,9 @@ impl Lpm4 {
 /// says so (`spilled`), and only there does a probe go on. So a lookup, hit or miss,
 /// reads its home line alone unless that line spilled (about 6 % of lines at the
 /// table's load of 1.5 addresses a line), and a burst can prefetch exactly that line.
-///
-/// The first layout, one address per 32-byte slot with linear probing, went on to the
-/// next slot whenever its home slot held another address (for a miss, at a load of
-/// 0.4, four times in ten): half of those next slots lie in the next line, which nobody
-/// had prefetched, and `bench_policy`'s IPv6 bursts spent about a sixth of their IPv6
-/// LPM samples (`perf record`) waiting there. This one is half the size (it needs no
-/// empty slot to end a probe) and lives in 2 MiB-aligned huge pages ([`HugeSlice`]: a
-/// 2.4 MB `Box` would have had none). Both built into one program from 50k pod-like
-/// addresses and timed in alternation (30 rounds, medians, ns per address, two runs):
-/// bursts of 64 with 12 % misses, 10.6-12.5 before, 6.5-8.8 now; with `/48` blocks and
-/// `/64` excepts under the misses' prefix, 16.4-17.8 before, 10.5-10.8 now; one by one,
-/// 11.9-14.6 before, 8.8-10.5 now.
+/// It needs no empty slot to end a probe, and lives in 2 MiB-aligned huge pages
+/// ([`HugeSlice`]). An earlier layout of one address per slot with linear probing often
+/// went on to a next line nobody had prefetched; `perf/NOTES.md` has the comparison.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct HostTable {
     lines: HugeSlice<HostLine>,

@@ -91,8 +91,8 @@ impl DirTable {
     /// learn). The plan's kinds are in [`coarse_first`] order; the hash lines of those
     /// that probe are prefetched by [`Self::prefetch_probe`].
     /// Always inlined into the burst loop, as [`Self::finish_burst`] is: as calls they
-    /// cost a prologue and epilogue per packet and direction, and `bench_policy`'s 10k
-    /// policies ran about 5 % slower (thread CPU time, in and out of cache).
+    /// cost a prologue and epilogue per packet and direction (slower in `bench_policy`;
+    /// `perf/NOTES.md`).
     #[inline(always)]
     fn plan_burst(&self, profile: u32, peer: &Ident, proto: ProtoClass, port: u16) -> Plan {
         let info = self.profiles.get(profile as usize).unwrap_or(&NO_PROFILE);
@@ -110,7 +110,7 @@ impl DirTable {
         // The kinds as they are, whatever the state: only the probe stages read them,
         // and only for S_PROBE. (Zeroing them for the other states, even with
         // `select_unpredictable`, compiled to a branch on the loop's back edge that
-        // valgrind's branch simulation saw mispredict on a fifth of the plans.)
+        // mispredicts often: `perf/NOTES.md`.)
         Plan {
             state,
             kinds: order,
@@ -337,12 +337,9 @@ impl Round<'_> {
 
     /// Prefetches the hash lines that the probes listed in `list` (from [`Self::plan`],
     /// both directions) start with. A loop of its own over the few listed connections:
-    /// computed in every plan (and every plan is of an isolated direction, most of
-    /// which end there), the keys and home lines cost `bench_policy`'s 10k policies
-    /// about 10 % more (IPv4 and IPv6, wall time in one process, modes alternated); so
-    /// did the first candidate's alone, even without this loop (IPv4 bursts at 10k, 33
-    /// against 36.5 ns). Nor did an egress loop of its own before the ingress plans,
-    /// for a longer prefetch distance, pay for its exit (31.7 against 32.7 ns).
+    /// computing the keys and home lines in every plan (most of which end there) was
+    /// slower, and so was an egress loop of its own for a longer prefetch distance
+    /// (`bench_policy`; `perf/NOTES.md`).
     #[inline]
     fn prefetch(&self, tables: [&DirTable; 2], list: &List, kinds: &[[u8; 2]; BATCH]) {
         for e in list.iter() {
@@ -516,10 +513,8 @@ impl PolicyTables {
         // 3. Plan the isolated directions from their profiles: decided, or to probe
         // (listed, and the slots prefetched). 4. Probe. Egress connections to a port
         // outside the source's bound are denied first, from its line: a pass over the
-        // isolated sources only (done for every connection in stage 2, its few
-        // instructions made 10 policies 5 % slower), which spares `bench_policy`'s
-        // 50000x10000 a plan in 0.22 of its lookups (about 1 % faster there, three
-        // alternating pairs; 10 policies unchanged).
+        // isolated sources only (in stage 2, for every connection, it slowed small
+        // tables), which spares many connections a plan (`perf/NOTES.md`).
         let mut states = [[S_PASS; 2]; BATCH];
         let mut kinds = [[0u8; 2]; BATCH];
         let r = Round {
@@ -531,10 +526,8 @@ impl PolicyTables {
         // verdict reports egress and ingress is moot. The probes of both directions go
         // through one list (one prefetch loop, one probe loop: a loop's exit is a
         // misprediction, and these lists are short); an ingress probe whose egress probe
-        // then denies is made all the same, for nothing. Against two lists of their own
-        // (the ingress one filtered by the egress outcome), valgrind counted 184.0k ->
-        // 158.0k mispredictions over 262k lookups at `bench_policy`'s 50000x10000, and
-        // bursts there were about 1 % faster (three alternating pairs, noisy).
+        // then denies is made all the same, for nothing: fewer mispredictions than two
+        // lists of their own (`perf/NOTES.md`).
         let tables = [&self.egress, &self.ingress];
         let mut probes = List::new();
         let eg = r.port_denials(&eg, &mut states);

@@ -90,8 +90,8 @@ pub(super) const UNION_KIND: u8 = 7;
 /// Per profile: which peer kinds have entries, and per protocol class the union of the
 /// ports any entry allows (inline when it is at most [`UNION_INLINE`] ranges, else in
 /// the hash table under the pseudo-kind [`UNION_KIND`]). One cache line: a check reads
-/// it whole. 32-bit filters (64-bit ones would not fit) let about 9 % more probes
-/// through on `bench_policy`'s 10k policies, far fewer misses than a second line costs;
+/// it whole. 32-bit filters (64-bit ones would not fit): the few more probes they let
+/// through cost far fewer misses than a second line (`bench_policy`; `perf/NOTES.md`);
 /// the workload filter, which saturates first, is narrowed by a filter of namespaces
 /// (`wl_ns`, see [`candidates_in_order`]).
 ///
@@ -205,10 +205,10 @@ pub(super) fn coarse_first(kinds: u8) -> u8 {
 /// (`ns_slot`: its key's [`bloom_slot`]) is in the profile's `wl_ns` filter too.
 /// Computed without branches.
 ///
-/// The namespace test is for the workload filter, the most often saturated: on
-/// `bench_policy`'s 50000x10000, 27k of the 36.5k probes over 262k IPv4 lookups were of
-/// workload keys, and 0.5 % of them found an entry (mostly a peer from another
-/// namespace than every workload the profile names).
+/// The namespace test is for the workload filter, the most often saturated: without
+/// it, most probes were of workload keys and nearly all found nothing, mostly for a
+/// peer from another namespace than every workload the profile names (`bench_policy`;
+/// `perf/NOTES.md`).
 #[inline]
 pub(super) fn candidates_in_order(
     info: &ProfileInfo,

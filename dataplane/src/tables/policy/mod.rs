@@ -34,7 +34,7 @@
 //! tables. Egress goes first and prunes: ingress is planned only where egress may still
 //! pass (the verdict reports egress first, so an ingress outcome behind an egress denial
 //! is never read). Their answers are those of [`PolicyTables::verdict`], packet by
-//! packet.
+//! packet. `bench_policy` times both forms (`perf/NOTES.md` has the history).
 //!
 //! Layout, for as few cache lines per lookup as possible: an identity (with its peer
 //! keys' Bloom bits) and a profile summary are one line each, the hash table is probed
@@ -199,9 +199,8 @@ impl PortRange {
     }
 
     /// Whether `p` is in the range. Without branches: the bursts' stages call it on
-    /// ports a branch predictor cannot learn (with `&&`, valgrind's branch simulation
-    /// counted 11k mispredictions in the egress port pass over `bench_policy`'s
-    /// 50000x10000 trace, 6 % of them all).
+    /// ports a branch predictor cannot learn (branch-simulation counts over
+    /// `bench_policy` in `perf/NOTES.md`).
     #[inline]
     pub fn contains(self, p: u16) -> bool {
         (self.lo <= p) & (p <= self.hi)
@@ -398,14 +397,9 @@ pub const BATCH: usize = 32;
 /// ([`PolicyTables::verdict`]); smaller ones stay in cache, where the burst's stages cost
 /// more than the misses they overlap.
 ///
-/// Set from `bench_balance_policy` (the balancer's routed new connections, each a check
-/// and a flow or a drop; Zen 3 VM, 512 KiB of L2 a core; one-by-one over burst time per
-/// packet, IPv4 / IPv6, over six runs in quiet and noisy phases of the shared machine):
-/// 0.58 MiB of tables 0.85-0.94 / 0.84-0.94; 2.24 MiB 0.86-1.01 / 0.89-1.12; 3.77 MiB
-/// 0.86-1.13 / 0.95-1.16; 22 MiB 0.96-1.21 / 1.04-1.36. Bursts win more where memory is
-/// contended. Since profiles filter workload keys by namespace (fewer probes for both
-/// forms), 22 MiB measured 1.00-1.02 / 0.96-1.01 over three runs: a wash, so the
-/// threshold stands. (Connections to a virtual address are checked one by one whatever
+/// Set for a core with 512 KiB of L2 from `bench_balance_policy` (the balancer's routed
+/// new connections checked one by one and a burst at a time, in alternation); figures in
+/// `perf/NOTES.md`. (Connections to a virtual address are checked one by one whatever
 /// the size: see the balancer.)
 pub const BURST_MIN: usize = 4 << 20;
 
@@ -450,30 +444,12 @@ pub struct Conn {
 
 /// One direction's entries: `(profile, peer kind, peer key, protocol)` -> port ranges.
 ///
-/// Most probes that get here find nothing: over `bench_policy`'s 50000x10000 IPv4 trace
-/// (0.069 probes a lookup, 1.01 candidate kinds each), 13 % find an entry and 7.9 % are
-/// allowed; before the namespace test of workload keys there were twice as many
-/// probes, and 6.4 % found an entry. Each costs a line from memory: with every probe's
-/// line read from L1 instead (a throwaway build giving wrong answers at the same work),
-/// bursts at 10k took 28.5 ns a lookup against 31.5 then. A blocked Bloom filter over
-/// every key (12 bits each, 0.9 MiB for both directions), checked before a probe's line
-/// is prefetched, was measured and rejected all the same: it made bursts at 10k slower
-/// (63 ns against 46–50 per IPv4 lookup, both tables timed in alternation), and
-/// prefetching its words a stage ahead did not make up for it. On that machine a
-/// prefetched line from memory, overlapped with a burst's others, costs less than a
-/// read from a megabyte of cache that the next stage waits for.
-///
-/// The rest of the growth from 10 to 10k policies is the isolation work itself: at 10
-/// policies 0.1 % of sources and 0.6 % of destinations are isolated and a lookup plans
-/// and probes almost nothing; at 10k, 42 % and 88 % are. A trace of 256 connections
-/// cycled, so that every table line stays in cache, grew 1.49–1.56 (IPv4) and 1.41–1.47
-/// (IPv6) the same way, before the namespace test (Zen 3 VM, five runs, two of them
-/// with every software prefetch removed, which changed nothing). Prefetching a probe's
-/// line as its plan is made, for a longer distance, was slower every time it was tried
-/// (last: 10k IPv4 bursts 31.4 -> 34.0 ns, two alternating pairs). Also rejected:
-/// prefetching an ingress profile only once egress planning has kept the connection
-/// (fewer lines fetched; three alternating runs of 1.84–2.04 IPv4 growth against
-/// 1.75–1.89).
+/// The profile's summary line filters a peer's keys before any probe, so most checks
+/// probe nothing; of the probes that are made, most find nothing, and each costs a line
+/// from memory, which a burst prefetches. What grows from 10 to 10k policies is mostly
+/// the isolation work itself (more endpoints isolated, more plans and probes), in cache
+/// or not. `bench_policy` shows it; `perf/NOTES.md` has the probe statistics and the
+/// filters and prefetch distances tried and rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirTable {
     profiles: HugeSlice<ProfileInfo>,
