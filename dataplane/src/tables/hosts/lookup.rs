@@ -8,23 +8,23 @@ use crate::inspect::name::MAX_NAME_LEN;
 
 /// Suffix hashes kept per name from the one right-to-left pass; names with more label
 /// boundaries (with a non-empty part before them) take the slow path.
-pub(super) const KEPT: usize = 16;
+const KEPT: usize = 16;
 
 /// A name's hashes, from the one right-to-left pass of [`HostMatcher::prepare`].
 #[derive(Clone, Copy)]
-pub(super) struct Prep {
+struct Prep {
     /// Hash of the whole name.
-    pub(super) full: u64,
+    full: u64,
     /// Hashes of the suffixes that start after a dot with a non-empty part before it
     /// (the ones a wildcard can match), shortest first; the first `count.min(KEPT)`.
-    pub(super) hashes: [u64; KEPT],
+    hashes: [u64; KEPT],
     /// Where each of those suffixes starts in the name (names are at most 253 bytes).
-    pub(super) starts: [u8; KEPT],
+    starts: [u8; KEPT],
     /// How many such suffixes the name has (more than [`KEPT`]: the slow path).
-    pub(super) count: usize,
+    count: usize,
 }
 
-pub(super) const PREP: Prep = Prep {
+const PREP: Prep = Prep {
     full: 0,
     hashes: [0; KEPT],
     starts: [0; KEPT],
@@ -33,7 +33,7 @@ pub(super) const PREP: Prep = Prep {
 
 /// How a name is looked up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Plan {
+enum Plan {
     /// Nothing but the catch-all can match (empty or over-long name, no named pattern).
     CatchAll,
     /// Probe the candidates that [`Prep`] holds.

@@ -31,7 +31,7 @@ pub(super) fn pack(profile: u32, kind: u8, proto: u8, key: u32) -> u64 {
 }
 
 /// Slots per cache line.
-pub(super) const LINE_SLOTS: usize = 4;
+const LINE_SLOTS: usize = 4;
 
 const _: () = assert!(std::mem::size_of::<SlotLine>() == 64);
 
@@ -39,11 +39,11 @@ const _: () = assert!(std::mem::size_of::<SlotLine>() == 64);
 /// a line whatever the allocator returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, align(64))]
-pub(super) struct SlotLine(pub(super) [Slot; LINE_SLOTS]);
+struct SlotLine([Slot; LINE_SLOTS]);
 
 /// The hash table's slots, addressed one by one or a line at a time.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Slots(pub(super) HugeSlice<SlotLine>);
+pub(super) struct Slots(HugeSlice<SlotLine>);
 
 impl Slots {
     /// Lines of `slots` (whose length is a multiple of [`LINE_SLOTS`]).
