@@ -1,8 +1,13 @@
 //! Pipeline tests: literal frames in, exact frames or drop reasons out.
 
 use super::*;
+use crate::pipeline::fib::{IfAddr, Route};
+use crate::pipeline::neigh::NeighConfig;
+use crate::pipeline::stage::StageIo;
+use crate::pipeline::PortConf;
 use crate::port::Pool;
-use crate::wire::{tcp, udp};
+use crate::stats::{Counters, Event};
+use crate::wire::{arp, icmpv4, icmpv6, tcp, udp};
 use proptest::prelude::*;
 
 mod neigh;

@@ -1,0 +1,33 @@
+//! The per-packet stages the worker calls once per burst.
+//!
+//! [`Stage`] is the interface ([`stage`]): a burst of received packets in, one [`Verdict`]
+//! per packet out (send on a port, or drop with a named reason). The worker does the I/O
+//! and the counting of verdicts; a stage only looks at and rewrites packets, so the same
+//! code runs on DPDK, TAP, pcap and in-memory ports.
+//!
+//! The rooms, each with one job:
+//!
+//! - [`stage`]: the interface ([`Stage`], [`Verdict`], [`Ctx`], [`StageIo`]).
+//! - [`forward`]: the [`Forwarder`], a small router (ARP/ND, echo, neighbour learning,
+//!   routed forwarding), configured by [`ForwarderConfig`]; its answers to packets for
+//!   sluice itself live in `local`, next-hop resolution and parking in `resolve`, the
+//!   routes in [`fib`] and the shared neighbour cache in [`neigh`].
+//! - [`balancer`]: the L4 load-balancing stage in front of the forwarder.
+//!
+//! Nothing here imports this file: it only names the rooms and re-exports what the rest of
+//! the workspace uses, so the modules below form a graph without cycles.
+
+pub mod balancer;
+mod config;
+pub mod fib;
+pub mod forward;
+mod local;
+pub mod neigh;
+mod resolve;
+pub mod stage;
+
+pub use config::{ForwarderConfig, PortConf};
+pub use fib::{Fib, IfAddr, NextHop, Route};
+pub use forward::Forwarder;
+pub use neigh::{NeighConfig, Neighbour, NeighbourCache};
+pub use stage::{Ctx, Stage, StageIo, Verdict, EXTRA_TX};
