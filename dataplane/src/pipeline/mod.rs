@@ -22,7 +22,10 @@ mod config;
 pub mod fib;
 pub mod forward;
 mod local;
+pub mod nat;
 pub mod neigh;
+pub mod parse;
+pub mod reply;
 mod resolve;
 pub mod stage;
 
