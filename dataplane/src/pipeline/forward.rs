@@ -33,6 +33,7 @@
 use super::config::ForwarderConfig;
 use super::local::Responder;
 use super::neigh::{Neighbour, NeighbourCache};
+use super::parse::{mac_word, parse_ip, Meta, ETH};
 use super::resolve::{self, Resolver};
 use super::stage::{Ctx, Stage, Verdict};
 use crate::port::Pkt;
@@ -54,7 +55,7 @@ pub struct Forwarder {
     /// The same for the IPv4 fast path, keyed by the next hop as a word.
     memo4: Option<Memo4>,
     /// Memos of many IPv4 destinations (out port and next hop's MAC), direct-mapped by
-    /// the destination's low bits, for [`Forwarder::forward_checked_v4`]: a balancer's
+    /// the destination's low bits, for [`Forwarder::forward_parsed`]: a balancer's
     /// flows alternate between many backends, which would defeat a one-entry memo, and a
     /// hit skips the route lookup too.
     hops4: Box<[Hop4]>,
@@ -124,14 +125,22 @@ fn empty_hops4() -> Box<[Hop4]> {
     vec![Hop4::EMPTY; HOPS4].into_boxed_slice()
 }
 
-const ETH: usize = ethernet::HEADER_LEN;
-
-/// The routed IPv4 packet's rewrite in frame `d` (Ethernet + an IPv4 header without
-/// options, checked by the caller): the next hop's MAC and the out port's, the TTL
-/// decremented with the header checksum updated. Returns whether the frame carries link
-/// padding past the datagram's `total` bytes.
+/// The routed IPv4 packet's rewrite for port `out` (Ethernet + an IPv4 header without options of
+/// `total` bytes, as the caller's [`Meta`] says): the next hop's MAC and the out port's,
+/// the TTL decremented with the header checksum updated, link padding past the datagram
+/// cut. `None` (nothing written) if the frame is shorter than `meta` said.
 #[inline(always)]
-fn rewrite_hop_v4(d: &mut [u8], mac: MacAddr, out_mac: MacAddr, total: usize) -> bool {
+fn rewrite_hop_v4(
+    pkt: &mut Pkt,
+    out: usize,
+    mac: MacAddr,
+    out_mac: MacAddr,
+    total: usize,
+) -> Option<Verdict> {
+    let d = pkt.data_mut();
+    if total < ipv4::HEADER_LEN || d.len() < ETH + total {
+        return None;
+    }
     // Both addresses in one 12-byte store.
     let mut addrs = [0u8; 12];
     addrs[..6].copy_from_slice(&mac.0);
@@ -140,15 +149,11 @@ fn rewrite_hop_v4(d: &mut [u8], mac: MacAddr, out_mac: MacAddr, total: usize) ->
     d[22] -= 1;
     let c = checksum::after_ttl_decrement(u16::from_be_bytes([d[24], d[25]]));
     d[24..26].copy_from_slice(&c.to_be_bytes());
-    d.len() != ETH + total
-}
-
-/// A MAC address (the first six bytes of `b`, which has at least six) as a word: one
-/// compare instead of six.
-#[inline(always)]
-fn mac_word(b: &[u8]) -> u64 {
-    u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-        | u64::from(u16::from_ne_bytes([b[4], b[5]])) << 32
+    if d.len() != ETH + total {
+        // Link padding is not part of the datagram.
+        let _ = pkt.set_len(ETH + total);
+    }
+    Some(Verdict::tx(out))
 }
 
 impl Forwarder {
@@ -210,14 +215,15 @@ impl Forwarder {
         self.process_on(in_port, port_mac, pkt, ctx)
     }
 
-    /// The MAC of port `in_port` as a word for [`Forwarder::fast_v4`]'s compare (`None`:
-    /// no such port, which only the general path answers).
+    /// The MAC of port `in_port` as a word for the parse's compare (`None`: no such port,
+    /// which only the general path answers).
     #[inline(always)]
     fn port_mac_word(&self, in_port: usize) -> Option<u64> {
         self.macs.get(in_port).map(|m| mac_word(&m.0))
     }
 
-    /// [`Forwarder::process`] with the in port's MAC looked up once per burst.
+    /// [`Forwarder::process`] with the in port's MAC looked up once per burst: the IP
+    /// layer parsed ([`parse_ip`]), then the fast path or the general path.
     #[inline(always)]
     fn process_on(
         &mut self,
@@ -226,45 +232,49 @@ impl Forwarder {
         pkt: &mut Pkt,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        if let Some(v) = self.fast_v4(port_mac, pkt, ctx.now_ms) {
+        if let Some(mac) = port_mac {
+            let mut meta = Meta::EMPTY;
+            if parse_ip(pkt.data(), mac, &mut meta) {
+                if let Some(v) = self.fast_v4(&meta, pkt, ctx.now_ms) {
+                    return v;
+                }
+            }
+        }
+        self.slow(in_port, pkt, ctx)
+    }
+
+    /// Decides a packet that [`parse`](super::parse::parse) has described in `meta`
+    /// (received on `in_port`, unchanged since, or rewritten with `meta` kept in step):
+    /// the fast path from `meta`, else the general path. What [`Forwarder::process`]
+    /// decides, without parsing the packet again.
+    #[inline]
+    pub fn process_parsed(
+        &mut self,
+        in_port: usize,
+        pkt: &mut Pkt,
+        meta: &Meta,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        if let Some(v) = self.fast_v4(meta, pkt, ctx.now_ms) {
             return v;
         }
         self.slow(in_port, pkt, ctx)
     }
 
-    /// The common case in one pass over fixed offsets: an IPv4 packet without options,
-    /// unicast to our MAC, correct header checksum, TTL > 1, not for us, routed to a
-    /// resolved (Reachable) next hop. Anything else returns `None` and takes the general
-    /// path, which decides it (and names the drop reason) from scratch; so does a memo miss
-    /// while packets are parked (they must leave before newer ones).
+    /// The common case, from the packet's [`Meta`]: an IPv4 packet without options,
+    /// unicast to our MAC, correct header checksum ([`Meta::plain_v4`]), TTL > 1, not for
+    /// us, routed to a resolved (Reachable) next hop. Anything else returns `None` and
+    /// takes the general path, which decides it (and names the drop reason) from scratch;
+    /// so does a memo miss while packets are parked (they must leave before newer ones).
     #[inline(always)]
-    fn fast_v4(&mut self, port_mac: Option<u64>, pkt: &mut Pkt, now: u64) -> Option<Verdict> {
-        // The packet's bytes are found once (its buffer's header read once) for the
-        // checks and the rewrite.
-        let d = pkt.data_mut();
-        let (total, dst) = {
-            let h: &[u8; 34] = d.get(..34)?.try_into().ok()?;
-            // IPv4 (0x0800), version 4 without options (0x45): three bytes, one compare.
-            let kind = u32::from_be_bytes([h[12], h[13], h[14], h[15]]) & 0xffff_ff00;
-            if kind != 0x0800_4500 || mac_word(&h[..6]) != port_mac? {
-                return None;
-            }
-            let total = usize::from(u16::from_be_bytes([h[16], h[17]]));
-            if total < ipv4::HEADER_LEN || ETH + total > d.len() || h[22] <= 1 {
-                return None;
-            }
-            // The ones' complement sum is byte-order independent (RFC 1071 §2): add the
-            // header as five native 32-bit words; all-ones reads the same either way.
-            let w = |i: usize| u64::from(u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
-            if !checksum::sums_to_all_ones(w(14) + w(18) + w(22) + w(26) + w(30)) {
-                return None;
-            }
-            let dst = u32::from_be_bytes([h[30], h[31], h[32], h[33]]);
-            if !self.conf.passes_through_v4(dst) {
-                return None;
-            }
-            (total, dst)
-        };
+    fn fast_v4(&mut self, meta: &Meta, pkt: &mut Pkt, now: u64) -> Option<Verdict> {
+        if !meta.plain_v4 || meta.ttl <= 1 {
+            return None;
+        }
+        let (total, dst) = (usize::from(meta.total), meta.dst[3]);
+        if !self.conf.passes_through_v4(dst) {
+            return None;
+        }
         let (out, nh) = self.conf.fib.lookup_v4_word(dst)?;
         let mac = match self.memo4 {
             Some(m) if m.nh == nh && now < m.until && self.neigh.unchanged(m.slot, m.seq) => m.mac,
@@ -289,50 +299,45 @@ impl Forwarder {
             },
         };
         let out_mac = *self.macs.get(out)?;
-        if rewrite_hop_v4(d, mac, out_mac, total) {
-            // Link padding is not part of the datagram.
-            let _ = pkt.set_len(ETH + total);
-        }
-        Some(Verdict::tx(out))
+        rewrite_hop_v4(pkt, out, mac, out_mac, total)
     }
 
-    /// Forwards an IPv4 packet that the caller has just validated and rewritten (the
-    /// balancer's NAT, which updated the checksums incrementally): Ethernet addressed to
-    /// this port, IPv4 without options, total length within the frame, header checksum
-    /// correct. Skips what [`Forwarder::process`] would check again and looks the
+    /// Forwards a packet that the caller has parsed into `meta` and may have rewritten
+    /// since (the balancer's NAT, which updates the checksums incrementally and keeps
+    /// `meta`'s addresses and ports in step). An IPv4 packet without options
+    /// ([`Meta::plain_v4`]) skips everything the parse vouches for and looks its
     /// destination up in a memo table of many destinations, route and next hop's MAC
     /// together (a balancer's flows alternate between backends). Anything out of the
     /// ordinary (TTL exhausted, a local, broadcast or multicast destination, no route, a
     /// next hop not memoised as Reachable while packets are parked, or not Reachable at
-    /// all) goes to [`Forwarder::process`], which decides it from scratch; so a caller
-    /// that breaks the promise gets the general path, never a wrong packet.
+    /// all) goes to [`Forwarder::process_parsed`], and the rest (IPv6, IPv4 options) to the
+    /// general path, which decides from the bytes.
     #[inline]
-    pub fn forward_checked_v4(
+    pub fn forward_parsed(
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
+        meta: &Meta,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        match self.checked_v4(pkt, ctx.now_ms) {
+        if !meta.plain_v4 {
+            return self.slow(in_port, pkt, ctx);
+        }
+        match self.checked_v4(meta, pkt, ctx.now_ms) {
             Some(v) => v,
-            None => self.process(in_port, pkt, ctx),
+            None => self.process_parsed(in_port, pkt, meta, ctx),
         }
     }
 
     #[inline(always)]
-    fn checked_v4(&mut self, pkt: &mut Pkt, now: u64) -> Option<Verdict> {
-        let (total, dst) = {
-            let h: &[u8; 34] = pkt.data().get(..34)?.try_into().ok()?;
-            if h[12] != 0x08 || h[13] != 0x00 || h[14] != 0x45 || h[22] <= 1 {
-                return None;
-            }
-            let total = usize::from(u16::from_be_bytes([h[16], h[17]]));
-            let dst = u32::from_be_bytes([h[30], h[31], h[32], h[33]]);
-            if !self.conf.passes_through_v4(dst) {
-                return None;
-            }
-            (total, dst)
-        };
+    fn checked_v4(&mut self, meta: &Meta, pkt: &mut Pkt, now: u64) -> Option<Verdict> {
+        if meta.ttl <= 1 {
+            return None;
+        }
+        let (total, dst) = (usize::from(meta.total), meta.dst[3]);
+        if !self.conf.passes_through_v4(dst) {
+            return None;
+        }
         let slot = dst as usize & (HOPS4 - 1);
         // Read before any lookup, so that a change after it invalidates what it finds.
         let epoch = self.neigh.epoch();
@@ -362,15 +367,7 @@ impl Forwarder {
             }
         };
         let out_mac = *self.macs.get(out)?;
-        let d = pkt.data_mut();
-        if total < ipv4::HEADER_LEN || d.len() < ETH + total {
-            return None;
-        }
-        if rewrite_hop_v4(d, mac, out_mac, total) {
-            // Link padding is not part of the datagram.
-            let _ = pkt.set_len(ETH + total);
-        }
-        Some(Verdict::tx(out))
+        rewrite_hop_v4(pkt, out, mac, out_mac, total)
     }
 
     /// The general path: every packet the fast path declines.

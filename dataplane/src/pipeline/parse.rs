@@ -1,45 +1,87 @@
-//! The parse step of the L4 path: a frame's Ethernet, IP and TCP/UDP headers into an [`L4`].
+//! The parse step: one pass over a received frame's headers fills its [`Meta`], which the
+//! balancer and the forwarder both read instead of the bytes.
+//!
+//! Contract: [`parse`] and [`parse_ip`] read only within the frame, never panic, never
+//! allocate, and say which fields they filled ([`Meta::found`], [`Meta::plain_v4`]). The
+//! common case (Ethernet to the port's MAC, IPv4 without options, a total length within
+//! the frame, a correct header checksum, then TCP or UDP) takes one pass over fixed
+//! offsets; IPv4 with options, IPv6 and everything else go through the
+//! [`wire`](crate::wire) views, and what no stage here handles (ARP, ICMP, neighbour
+//! discovery, malformed frames) is left to the forwarder's general path, which names the
+//! drop.
+//!
+//! Why: a packet the balancer does not take falls to the forwarder, and a packet the
+//! balancer rewrites is routed by the forwarder; parsed once, neither parses it again.
+//! Measured with `bench_forward` and `bench_balance` (`perf/NOTES.md`).
 
 use crate::flow::{TcpFlags, Tuple, Tuple4};
 use crate::wire::{checksum, ethernet, ip_proto, ipv4, ipv6, tcp};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// Length of the Ethernet header (no VLAN tag): where the IP header starts.
-pub(crate) const ETH: usize = ethernet::HEADER_LEN;
+pub const ETH: usize = ethernet::HEADER_LEN;
 
-/// The transport header of a packet, as the balancer needs it.
+/// What [`parse`] found in a frame, and so which fields of its [`Meta`] hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// TCP or UDP over IPv4 or IPv6 (IPv6: right after the fixed header): every field.
+    Transport,
+    /// Another IP protocol (an IPv4 fragment of one too), or IPv6 with extension headers:
+    /// `v6`, `proto` and the addresses.
+    OtherIp,
+    /// A TCP or UDP IPv4 fragment (sluice does not reassemble).
+    Fragment,
+    /// Anything else: not IP (ARP), not to the port's MAC, ICMPv6 or IPv6 multicast
+    /// (neighbour discovery), or malformed. The forwarder's general path decides it.
+    Other,
+}
+
+/// A packet's headers as the stages read them.
+///
+/// The layout is plain words, written whole by [`parse`] and read at once by the burst's
+/// first pass (the flow hash): addresses as `[u32; 4]`, not `IpAddr`, whose one-byte
+/// alignment had the compiler copy them in odd-sized pieces that the following loads
+/// could not take from the store buffer; both ports in one word and both TCP sequence
+/// numbers in one, for the same reason (two halves written apart and read as one word are
+/// not forwarded). 64 bytes.
 #[derive(Debug, Clone, Copy)]
-pub struct L4 {
+pub struct Meta {
+    /// What the parse found (which fields below hold).
+    pub found: Found,
+    /// Ethernet to the port's MAC, IPv4 without options, total length within the frame,
+    /// header checksum correct: `ttl`, `total`, `proto` and the addresses hold (whatever
+    /// `found` says), and the forwarder's fast path routes it from them.
+    pub plain_v4: bool,
+    /// IPv4 TTL (with `plain_v4`).
+    pub ttl: u8,
+    /// IPv4 total length (with `plain_v4`): the datagram without link padding.
+    pub total: u16,
     /// IPv6 (else IPv4).
     pub v6: bool,
+    /// The IP protocol (next header).
+    pub proto: u8,
+    /// TCP flags (low byte), 0 for UDP.
+    pub flags: u8,
     /// Offset of the TCP/UDP header in the frame.
     pub l4: usize,
-    /// The IP protocol (next header): TCP or UDP.
-    pub proto: u8,
     /// Source address: IPv4 in the last word (`u32::from(Ipv4Addr)`, the others zero),
-    /// IPv6 as four big-endian words. Plain aligned words, not `IpAddr`: the burst's first
-    /// pass hashes them as soon as `parse` has written them, and `IpAddr`'s one-byte
-    /// alignment had the compiler copy them in odd-sized pieces that the following loads
-    /// could not take from the store buffer.
+    /// IPv6 as four big-endian words.
     pub src: [u32; 4],
     /// Destination address, like `src`.
     pub dst: [u32; 4],
-    /// Source port (low half) and destination port (high half): one word, written once
-    /// and read whole by the hash (two `u16` fields were written apart and read as one
-    /// word, which the store buffer could not forward).
+    /// Source port (low half) and destination port (high half).
     pub ports: u32,
-    /// TCP flags (low byte), 0 for UDP.
-    pub flags: u8,
-    /// TCP: the sequence number (low half) and the acknowledgment number (high half), one
-    /// word for the same store-forwarding reason as `ports`.
+    /// TCP: the sequence number (low half) and the acknowledgment number (high half).
     pub seq_ack: u64,
     /// TCP payload length (for a RST and delayed binding).
     pub payload: u32,
 }
 
-/// An address as [`L4`] holds it.
+const _: () = assert!(std::mem::size_of::<Meta>() == 64);
+
+/// An address as [`Meta`] holds it.
 #[inline(always)]
-pub(crate) fn addr_words(a: IpAddr) -> [u32; 4] {
+pub fn addr_words(a: IpAddr) -> [u32; 4] {
     match a {
         IpAddr::V4(a) => [0, 0, 0, u32::from(a)],
         IpAddr::V6(a) => {
@@ -50,28 +92,39 @@ pub(crate) fn addr_words(a: IpAddr) -> [u32; 4] {
     }
 }
 
-impl L4 {
-    /// A placeholder, overwritten by [`parse`].
-    pub(crate) const EMPTY: L4 = L4 {
+/// A MAC address (six bytes) as a word: one compare instead of six.
+#[inline(always)]
+pub fn mac_word(b: &[u8; 6]) -> u64 {
+    u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        | u64::from(u16::from_ne_bytes([b[4], b[5]])) << 32
+}
+
+impl Meta {
+    /// Nothing found; a placeholder that [`parse`] overwrites.
+    pub const EMPTY: Meta = Meta {
+        found: Found::Other,
+        plain_v4: false,
+        ttl: 0,
+        total: 0,
         v6: false,
-        l4: 0,
         proto: 0,
+        flags: 0,
+        l4: 0,
         src: [0; 4],
         dst: [0; 4],
         ports: 0,
-        flags: 0,
         seq_ack: 0,
         payload: 0,
     };
 
-    /// An address of this packet's family from its [`L4`] words.
-    pub(crate) fn addr(&self, w: [u32; 4]) -> IpAddr {
+    /// An address of this packet's family from its words.
+    pub fn addr(&self, w: [u32; 4]) -> IpAddr {
         if self.v6 {
             let mut o = [0u8; 16];
             for (c, w) in o.chunks_exact_mut(4).zip(w) {
                 c.copy_from_slice(&w.to_be_bytes());
             }
-            IpAddr::V6(std::net::Ipv6Addr::from(o))
+            IpAddr::V6(Ipv6Addr::from(o))
         } else {
             IpAddr::V4(Ipv4Addr::from(w[3]))
         }
@@ -79,37 +132,44 @@ impl L4 {
 
     /// The source port.
     #[inline(always)]
-    pub(crate) fn sport(&self) -> u16 {
+    pub fn sport(&self) -> u16 {
         self.ports as u16
     }
 
     /// The destination port.
     #[inline(always)]
-    pub(crate) fn dport(&self) -> u16 {
+    pub fn dport(&self) -> u16 {
         (self.ports >> 16) as u16
     }
 
+    /// Both ports as [`Meta::ports`] holds them.
+    #[inline(always)]
+    pub fn ports_word(sport: u16, dport: u16) -> u32 {
+        u32::from(sport) | u32::from(dport) << 16
+    }
+
     /// The TCP sequence number.
-    pub(crate) fn seq(&self) -> u32 {
+    pub fn seq(&self) -> u32 {
         self.seq_ack as u32
     }
 
     /// The TCP acknowledgment number.
-    pub(crate) fn ack(&self) -> u32 {
+    pub fn ack(&self) -> u32 {
         (self.seq_ack >> 32) as u32
     }
 
     /// The source address.
-    pub(crate) fn src(&self) -> IpAddr {
+    pub fn src(&self) -> IpAddr {
         self.addr(self.src)
     }
 
     /// The destination address.
-    pub(crate) fn dst(&self) -> IpAddr {
+    pub fn dst(&self) -> IpAddr {
         self.addr(self.dst)
     }
 
-    pub(crate) fn tuple(&self) -> Tuple {
+    /// The 5-tuple, as the flow table keys it.
+    pub fn tuple(&self) -> Tuple {
         Tuple::new(
             SocketAddr::new(self.src(), self.sport()),
             SocketAddr::new(self.dst(), self.dport()),
@@ -119,7 +179,7 @@ impl L4 {
 
     /// The IPv4 key (no IPv4-mapped copies), for an IPv4 packet.
     #[inline]
-    pub(crate) fn tuple4(&self) -> Option<Tuple4> {
+    pub fn tuple4(&self) -> Option<Tuple4> {
         (!self.v6).then_some(Tuple4 {
             src: self.src[3],
             dst: self.dst[3],
@@ -129,175 +189,226 @@ impl L4 {
         })
     }
 
-    pub(crate) fn tcp_flags(&self) -> Option<TcpFlags> {
+    /// The TCP flags, for a TCP packet.
+    pub fn tcp_flags(&self) -> Option<TcpFlags> {
         (self.proto == ip_proto::TCP).then_some(TcpFlags(self.flags))
     }
 }
 
-/// What the parser made of a frame.
-pub(crate) enum Parsed {
-    /// TCP or UDP over IPv4/IPv6, written into the caller's [`L4`] (in place: returned,
-    /// it went through the stack in pieces that the burst's next loads could not take
-    /// from the store buffer).
-    L4,
-    /// Another IP protocol (or IPv6 with extension headers): policy check if routed.
-    OtherIp { src: IpAddr, dst: IpAddr, proto: u8 },
-    /// A fragment: sluice does not reassemble.
-    Fragment,
-    /// Not IP, not for our MAC, or malformed: the forwarder decides and names the drop.
-    Other,
+/// The IP layer of a frame, before the transport header is read.
+#[derive(Clone, Copy)]
+struct Ip {
+    plain_v4: bool,
+    ttl: u8,
+    total: u16,
+    v6: bool,
+    proto: u8,
+    src: [u32; 4],
+    dst: [u32; 4],
 }
 
-// `parse`, its IPv4 fast path and `l4_ports` are inlined into the burst's first pass:
-// called, the result went through memory in pieces and the hash that reads it at once
-// stalled on store forwarding (about 9 cycles a packet in `perf annotate`).
-#[inline(always)]
-pub(crate) fn parse(d: &[u8], port_mac: &[u8; 6], out: &mut L4) -> Parsed {
-    let Some(h) = d.get(..ETH) else {
-        return Parsed::Other;
-    };
-    if h[..6] != port_mac[..] {
-        return Parsed::Other;
-    }
-    match u16::from_be_bytes([h[12], h[13]]) {
-        0x0800 => parse_v4(d, out),
-        0x86dd => parse_v6(d, out),
-        _ => Parsed::Other,
-    }
-}
-
-#[inline(always)]
-fn parse_v4(d: &[u8], out: &mut L4) -> Parsed {
-    // The common case in one pass over fixed offsets: no options, a sound length, a good
-    // header checksum, TCP or UDP, not a fragment. Everything else takes the general path.
-    if let Some(h) = d.get(ETH..ETH + ipv4::HEADER_LEN) {
-        let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
-        let proto = h[9];
-        let frag = u16::from_be_bytes([h[6], h[7]]) & 0x3fff;
-        if h[0] == 0x45
-            && total >= ipv4::HEADER_LEN
-            && ETH + total <= d.len()
-            && frag == 0
-            && (proto == ip_proto::TCP || proto == ip_proto::UDP)
-        {
-            // Byte-order independent ones' complement sum (RFC 1071 §2).
-            let w = |i: usize| u64::from(u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
-            if checksum::fold(w(0) + w(4) + w(8) + w(12) + w(16)) == 0xffff {
-                let src = u32::from_be_bytes([h[12], h[13], h[14], h[15]]);
-                let dst = u32::from_be_bytes([h[16], h[17], h[18], h[19]]);
-                return l4_ports(
-                    d,
-                    ETH + ipv4::HEADER_LEN,
-                    ETH + total,
-                    false,
-                    [0, 0, 0, src],
-                    [0, 0, 0, dst],
-                    proto,
-                    out,
-                );
-            }
+impl Ip {
+    /// The metadata of a packet whose transport header is not read.
+    #[inline(always)]
+    fn without_ports(self, found: Found) -> Meta {
+        Meta {
+            found,
+            plain_v4: self.plain_v4,
+            ttl: self.ttl,
+            total: self.total,
+            v6: self.v6,
+            proto: self.proto,
+            src: self.src,
+            dst: self.dst,
+            ..Meta::EMPTY
         }
     }
-    parse_v4_general(d, out)
 }
 
-/// IPv4 with options, a bad checksum, fragments or another protocol.
+/// The Ethernet and IPv4 fixed headers in one pass over fixed offsets: to `port_mac`
+/// (as [`mac_word`]), IPv4 (0x0800) version 4 without options (0x45), a total length
+/// within the frame, a correct header checksum. Its TTL and fragment word are read but not
+/// judged.
+#[inline(always)]
+fn plain_v4(d: &[u8], port_mac: u64) -> Option<(Ip, u16)> {
+    let h: &[u8; 34] = d.get(..34)?.try_into().ok()?;
+    // IPv4 (0x0800), version 4 without options (0x45): three bytes, one compare.
+    let kind = u32::from_be_bytes([h[12], h[13], h[14], h[15]]) & 0xffff_ff00;
+    if kind != 0x0800_4500 || mac_word(&[h[0], h[1], h[2], h[3], h[4], h[5]]) != port_mac {
+        return None;
+    }
+    let total = u16::from_be_bytes([h[16], h[17]]);
+    if usize::from(total) < ipv4::HEADER_LEN || ETH + usize::from(total) > d.len() {
+        return None;
+    }
+    // The ones' complement sum is byte-order independent (RFC 1071 §2): add the header as
+    // five native 32-bit words; all-ones reads the same either way.
+    let w = |i: usize| u64::from(u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
+    if !checksum::sums_to_all_ones(w(14) + w(18) + w(22) + w(26) + w(30)) {
+        return None;
+    }
+    let ip = Ip {
+        plain_v4: true,
+        ttl: h[22],
+        total,
+        v6: false,
+        proto: h[23],
+        src: [0, 0, 0, u32::from_be_bytes([h[26], h[27], h[28], h[29]])],
+        dst: [0, 0, 0, u32::from_be_bytes([h[30], h[31], h[32], h[33]])],
+    };
+    Some((ip, u16::from_be_bytes([h[20], h[21]]) & 0x3fff))
+}
+
+/// The IP layer only, as the forwarder's own stage needs it: fills [`Meta::plain_v4`]
+/// and, when it is set, `ttl`, `total`, `v6`, `proto`, the addresses and `l4`; nothing
+/// else (`found` is left as it was). Returns `plain_v4`.
+#[inline(always)]
+pub fn parse_ip(d: &[u8], port_mac: u64, out: &mut Meta) -> bool {
+    let Some((ip, _)) = plain_v4(d, port_mac) else {
+        out.plain_v4 = false;
+        return false;
+    };
+    out.plain_v4 = true;
+    out.ttl = ip.ttl;
+    out.total = ip.total;
+    out.v6 = false;
+    out.proto = ip.proto;
+    out.src = ip.src;
+    out.dst = ip.dst;
+    out.l4 = ETH + ipv4::HEADER_LEN;
+    true
+}
+
+/// Fills `out` from the frame `d` received on a port whose MAC is `port_mac` (as
+/// [`mac_word`]); returns [`Meta::found`].
+///
+/// Written into the caller's `out` whole, in place, and inlined into the burst's first
+/// pass: returned, or called, the result went through memory in pieces and the flow hash
+/// that reads it at once stalled on store forwarding.
+#[inline(always)]
+pub fn parse(d: &[u8], port_mac: u64, out: &mut Meta) -> Found {
+    match plain_v4(d, port_mac) {
+        Some((ip, frag)) => {
+            if ip.proto != ip_proto::TCP && ip.proto != ip_proto::UDP {
+                *out = ip.without_ports(Found::OtherIp);
+                Found::OtherIp
+            } else if frag != 0 {
+                *out = ip.without_ports(Found::Fragment);
+                Found::Fragment
+            } else {
+                let end = ETH + usize::from(ip.total);
+                transport(d, ETH + ipv4::HEADER_LEN, end, ip, out)
+            }
+        }
+        None => parse_general(d, port_mac, out),
+    }
+}
+
+/// Every frame the fixed IPv4 pass declines: another EtherType, IPv4 with options or a
+/// bad checksum or length, IPv6.
+#[inline(never)]
+fn parse_general(d: &[u8], port_mac: u64, out: &mut Meta) -> Found {
+    *out = Meta::EMPTY;
+    let Some(h) = d.get(..ETH) else {
+        return Found::Other;
+    };
+    if mac_word(&[h[0], h[1], h[2], h[3], h[4], h[5]]) != port_mac {
+        return Found::Other;
+    }
+    match u16::from_be_bytes([h[12], h[13]]) {
+        0x0800 => parse_v4_general(d, out),
+        0x86dd => parse_v6(d, out),
+        _ => Found::Other,
+    }
+}
+
+/// IPv4 with options, a bad checksum or length (through the view).
 #[cold]
 #[inline(never)]
-fn parse_v4_general(d: &[u8], out: &mut L4) -> Parsed {
+fn parse_v4_general(d: &[u8], out: &mut Meta) -> Found {
     let Ok(ip) = ipv4::Packet::new_checked(&d[ETH..]) else {
-        return Parsed::Other;
+        return Found::Other;
     };
     if ip.version() != 4 || !ip.verify_checksum() {
-        return Parsed::Other;
+        return Found::Other;
     }
-    let (src, dst, proto) = (
-        IpAddr::V4(ip.src_addr()),
-        IpAddr::V4(ip.dst_addr()),
-        ip.protocol(),
-    );
-    if proto != ip_proto::TCP && proto != ip_proto::UDP {
-        return Parsed::OtherIp { src, dst, proto };
+    let v4 = Ip {
+        plain_v4: false,
+        ttl: 0,
+        total: 0,
+        v6: false,
+        proto: ip.protocol(),
+        src: addr_words(IpAddr::V4(ip.src_addr())),
+        dst: addr_words(IpAddr::V4(ip.dst_addr())),
+    };
+    if v4.proto != ip_proto::TCP && v4.proto != ip_proto::UDP {
+        *out = v4.without_ports(Found::OtherIp);
+        return Found::OtherIp;
     }
     if ip.more_frags() || ip.frag_offset() != 0 {
-        return Parsed::Fragment;
+        *out = v4.without_ports(Found::Fragment);
+        return Found::Fragment;
     }
     let l4 = ETH + usize::from(ip.header_len());
     let end = ETH + usize::from(ip.total_len());
-    l4_ports(
-        d,
-        l4,
-        end,
-        false,
-        addr_words(src),
-        addr_words(dst),
-        proto,
-        out,
-    )
+    transport(d, l4, end, v4, out)
 }
 
-#[inline(never)]
-fn parse_v6(d: &[u8], out: &mut L4) -> Parsed {
+/// IPv6: TCP or UDP right after the fixed header (through the view).
+#[inline(always)]
+fn parse_v6(d: &[u8], out: &mut Meta) -> Found {
     let Ok(ip) = ipv6::Packet::new_checked(&d[ETH..]) else {
-        return Parsed::Other;
+        return Found::Other;
     };
     if ip.version() != 6 {
-        return Parsed::Other;
+        return Found::Other;
     }
-    let (src, dst, proto) = (
-        IpAddr::V6(ip.src_addr()),
-        IpAddr::V6(ip.dst_addr()),
-        ip.next_header(),
-    );
+    let (dst, proto) = (ip.dst_addr(), ip.next_header());
     if dst.is_multicast() || proto == ip_proto::ICMPV6 {
-        return Parsed::Other;
+        return Found::Other;
     }
+    let v6 = Ip {
+        plain_v4: false,
+        ttl: 0,
+        total: 0,
+        v6: true,
+        proto,
+        src: addr_words(IpAddr::V6(ip.src_addr())),
+        dst: addr_words(IpAddr::V6(dst)),
+    };
     if proto != ip_proto::TCP && proto != ip_proto::UDP {
-        return Parsed::OtherIp { src, dst, proto };
+        *out = v6.without_ports(Found::OtherIp);
+        return Found::OtherIp;
     }
     let l4 = ETH + ipv6::HEADER_LEN;
     let end = l4 + usize::from(ip.payload_len());
-    l4_ports(
-        d,
-        l4,
-        end,
-        true,
-        addr_words(src),
-        addr_words(dst),
-        proto,
-        out,
-    )
+    transport(d, l4, end, v6, out)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The TCP or UDP header at `l4` of a datagram ending at `end`: its ports (and TCP's
+/// flags, sequence numbers and payload length), or [`Found::Other`] when it does not fit.
 #[inline(always)]
-fn l4_ports(
-    d: &[u8],
-    l4: usize,
-    end: usize,
-    v6: bool,
-    src: [u32; 4],
-    dst: [u32; 4],
-    proto: u8,
-    out: &mut L4,
-) -> Parsed {
+fn transport(d: &[u8], l4: usize, end: usize, ip: Ip, out: &mut Meta) -> Found {
     let Some(seg) = d.get(l4..end) else {
-        return Parsed::Other;
+        *out = ip.without_ports(Found::Other);
+        return Found::Other;
     };
-    let need = if proto == ip_proto::TCP {
+    let need = if ip.proto == ip_proto::TCP {
         tcp::HEADER_LEN
     } else {
         8
     };
     if seg.len() < need {
-        return Parsed::Other;
+        *out = ip.without_ports(Found::Other);
+        return Found::Other;
     }
     let sport = u16::from_be_bytes([seg[0], seg[1]]);
     let dport = u16::from_be_bytes([seg[2], seg[3]]);
-    let (flags, seq, ack, payload) = if proto == ip_proto::TCP {
+    let (flags, seq, ack, payload) = if ip.proto == ip_proto::TCP {
         let hl = usize::from(seg[12] >> 4) * 4;
         if hl < tcp::HEADER_LEN || hl > seg.len() {
-            return Parsed::Other;
+            *out = ip.without_ports(Found::Other);
+            return Found::Other;
         }
         (
             seg[13],
@@ -308,16 +419,23 @@ fn l4_ports(
     } else {
         (0, 0, 0, 0)
     };
-    *out = L4 {
-        v6,
-        l4,
-        proto,
-        src,
-        dst,
-        ports: u32::from(sport) | u32::from(dport) << 16,
+    *out = Meta {
+        found: Found::Transport,
+        plain_v4: ip.plain_v4,
+        ttl: ip.ttl,
+        total: ip.total,
+        v6: ip.v6,
+        proto: ip.proto,
         flags,
+        l4,
+        src: ip.src,
+        dst: ip.dst,
+        ports: Meta::ports_word(sport, dport),
         seq_ack: u64::from(seq) | u64::from(ack) << 32,
         payload,
     };
-    Parsed::L4
+    Found::Transport
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,7 @@
 //! Packets sluice writes in reply, in the received buffer: Ethernet + IP headers, the RST
 //! and the ICMP port unreachable that refuse a connection, and whole TCP segments.
 
-use super::parse::{ETH, L4};
+use super::parse::{Meta, ETH};
 use super::stage::Verdict;
 use crate::flow::TcpFlags;
 use crate::port::Pkt;
@@ -55,12 +55,12 @@ pub(crate) fn reply_headers(
 /// Turns a TCP segment into the RST that refuses it (RFC 9293 §3.10.7.1).
 pub(crate) fn tcp_reset(
     pkt: &mut Pkt,
-    l4: &L4,
+    meta: &Meta,
     to_mac: [u8; 6],
     from_mac: [u8; 6],
     out: usize,
 ) -> Verdict {
-    let ip_len = if l4.v6 {
+    let ip_len = if meta.v6 {
         ipv6::HEADER_LEN
     } else {
         ipv4::HEADER_LEN
@@ -73,28 +73,28 @@ pub(crate) fn tcp_reset(
         d,
         to_mac,
         from_mac,
-        l4.dst(),
-        l4.src(),
+        meta.dst(),
+        meta.src(),
         ip_proto::TCP,
         tcp::HEADER_LEN,
     );
     let mut seg = tcp::Packet::new_unchecked(&mut d[ETH + ip_len..]);
-    seg.set_src_port(l4.dport());
-    seg.set_dst_port(l4.sport());
-    if l4.flags & TcpFlags::ACK != 0 {
-        seg.set_seq_number(l4.ack());
+    seg.set_src_port(meta.dport());
+    seg.set_dst_port(meta.sport());
+    if meta.flags & TcpFlags::ACK != 0 {
+        seg.set_seq_number(meta.ack());
         seg.set_ack_number(0);
         seg.set_header_len_and_flags(tcp::HEADER_LEN as u8, tcp::flags::RST);
     } else {
-        let syn = u32::from(l4.flags & TcpFlags::SYN != 0);
-        let fin = u32::from(l4.flags & TcpFlags::FIN != 0);
+        let syn = u32::from(meta.flags & TcpFlags::SYN != 0);
+        let fin = u32::from(meta.flags & TcpFlags::FIN != 0);
         seg.set_seq_number(0);
-        seg.set_ack_number(l4.seq().wrapping_add(l4.payload + syn + fin));
+        seg.set_ack_number(meta.seq().wrapping_add(meta.payload + syn + fin));
         seg.set_header_len_and_flags(tcp::HEADER_LEN as u8, tcp::flags::RST | tcp::flags::ACK);
     }
     seg.set_window_len(0);
     seg.set_urgent_at(0);
-    seg.fill_checksum(l4.dst(), l4.src());
+    seg.fill_checksum(meta.dst(), meta.src());
     Verdict::tx(out)
 }
 
@@ -102,20 +102,20 @@ pub(crate) fn tcp_reset(
 /// much of it as the RFCs allow.
 pub(crate) fn port_unreachable(
     pkt: &mut Pkt,
-    l4: &L4,
+    meta: &Meta,
     to_mac: [u8; 6],
     from_mac: [u8; 6],
     out: usize,
 ) -> Verdict {
     let total = pkt.data().len().saturating_sub(ETH);
-    let (ip_len, icmp_len, quote) = if l4.v6 {
+    let (ip_len, icmp_len, quote) = if meta.v6 {
         (
             ipv6::HEADER_LEN,
             icmpv6::HEADER_LEN,
             total.min(ICMPV6_QUOTE_MAX),
         )
     } else {
-        let hl = l4.l4 - ETH;
+        let hl = meta.l4 - ETH;
         (ipv4::HEADER_LEN, icmpv4::HEADER_LEN, total.min(hl + 8))
     };
     let shift = ip_len + icmp_len;
@@ -124,7 +124,7 @@ pub(crate) fn port_unreachable(
     }
     let d = pkt.data_mut();
     d.copy_within(ETH..ETH + quote, ETH + shift);
-    let proto = if l4.v6 {
+    let proto = if meta.v6 {
         ip_proto::ICMPV6
     } else {
         ip_proto::ICMP
@@ -133,13 +133,13 @@ pub(crate) fn port_unreachable(
         d,
         to_mac,
         from_mac,
-        l4.dst(),
-        l4.src(),
+        meta.dst(),
+        meta.src(),
         proto,
         icmp_len + quote,
     );
     let icmp = &mut d[ETH + ip_len..];
-    match (l4.dst(), l4.src()) {
+    match (meta.dst(), meta.src()) {
         (IpAddr::V4(_), IpAddr::V4(_)) => icmpv4::Repr::DstUnreachable {
             code: 3,
             data_len: quote,

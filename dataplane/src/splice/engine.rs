@@ -22,7 +22,7 @@ use super::{options, Embryo, Embryos, Phase, SpliceConfig, REPLAY_TRIES};
 use crate::flow::{Dir, FlowId, FlowTable, InsertError, Splice, TcpFlags, TcpState, Tuple};
 use crate::pipeline::forward::Forwarder;
 use crate::pipeline::nat::{rekey_snat, SnatPorts};
-use crate::pipeline::parse::L4;
+use crate::pipeline::parse::Meta;
 use crate::pipeline::reply::{write_seg, Seg};
 use crate::pipeline::stage::{Ctx, Verdict};
 use crate::port::Pkt;
@@ -109,11 +109,11 @@ impl<'a> Engine<'a> {
 }
 
 /// The TCP header length, options, window and payload of a parsed segment.
-fn tcp_parts<'p>(pkt: &'p Pkt, l4: &L4) -> (&'p [u8], u16, &'p [u8]) {
-    let seg = &pkt.data()[l4.l4..];
+fn tcp_parts<'p>(pkt: &'p Pkt, meta: &Meta) -> (&'p [u8], u16, &'p [u8]) {
+    let seg = &pkt.data()[meta.l4..];
     let hl = usize::from(seg[12] >> 4) * 4;
     let win = u16::from_be_bytes([seg[14], seg[15]]);
-    let end = (hl + l4.payload as usize).min(seg.len());
+    let end = (hl + meta.payload as usize).min(seg.len());
     (&seg[tcp::HEADER_LEN..hl], win, &seg[hl..end])
 }
 
@@ -133,42 +133,42 @@ impl Engine<'_> {
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
         let Some(&port_mac) = self.macs.get(in_port) else {
             return Verdict::Drop(DropReason::BadPort);
         };
         let src_mac: [u8; 6] = pkt.data()[6..12].try_into().unwrap_or([0; 6]);
-        if src_mac[0] & 1 != 0 || l4.src().is_multicast() || l4.src().is_unspecified() {
+        if src_mac[0] & 1 != 0 || meta.src().is_multicast() || meta.src().is_unspecified() {
             return Verdict::Drop(DropReason::NoFlow);
         }
-        let (opts, _, _) = tcp_parts(pkt, l4);
+        let (opts, _, _) = tcp_parts(pkt, meta);
         let o = options::parse_syn(opts);
         let syn = SynOptions {
             mss: o.mss.unwrap_or(536),
             wscale: o.wscale,
             sack: o.sack,
         };
-        let t = l4.tuple();
+        let t = meta.tuple();
         let tb = cookie::tuple_bytes(&t.src, &t.dst, t.sport, t.dport);
         let isn = self
             .splice
             .cookies
-            .make(&tb, l4.seq(), syn, ctx.now_ms / 1000);
+            .make(&tb, meta.seq(), syn, ctx.now_ms / 1000);
         let mut ob = [0u8; 20];
         let n = options::emit_syn(
             &mut ob,
-            self.our_mss(l4.v6),
+            self.our_mss(meta.v6),
             o.wscale.map(|_| self.splice.cfg.wscale),
             o.sack,
         );
         let window = self.splice.cfg.buffer_bytes.min(0xffff) as u16;
         let seg = Seg {
-            src: SocketAddr::new(l4.dst(), l4.dport()),
-            dst: SocketAddr::new(l4.src(), l4.sport()),
+            src: SocketAddr::new(meta.dst(), meta.dport()),
+            dst: SocketAddr::new(meta.src(), meta.sport()),
             seq: isn,
-            ack: l4.seq().wrapping_add(1),
+            ack: meta.seq().wrapping_add(1),
             flags: tcp::flags::SYN | tcp::flags::ACK,
             window,
             options: &ob[..n],
@@ -188,19 +188,19 @@ impl Engine<'_> {
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         snap: &Snapshot,
         generation: u32,
         now_s: u32,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        if l4.flags & (SYN | RST) != 0 || l4.flags & ACK == 0 {
+        if meta.flags & (SYN | RST) != 0 || meta.flags & ACK == 0 {
             return Verdict::Drop(DropReason::NoFlow);
         }
-        let t = l4.tuple();
+        let t = meta.tuple();
         let tb = cookie::tuple_bytes(&t.src, &t.dst, t.sport, t.dport);
-        let client_isn = l4.seq().wrapping_sub(1);
-        let our_isn = l4.ack().wrapping_sub(1);
+        let client_isn = meta.seq().wrapping_sub(1);
+        let our_isn = meta.ack().wrapping_sub(1);
         let Some(syn) = self
             .splice
             .cookies
@@ -208,7 +208,7 @@ impl Engine<'_> {
         else {
             return Verdict::Drop(DropReason::BadCookie);
         };
-        let (_, win, _) = tcp_parts(pkt, l4);
+        let (_, win, _) = tcp_parts(pkt, meta);
         let mut e = Embryo::new(t, syn, client_isn, our_isn);
         e.in_port = in_port as u8;
         e.client_win = win;
@@ -236,7 +236,7 @@ impl Engine<'_> {
             value: idx,
         };
         ctx.counters.event(Event::EmbryoOpened);
-        self.embryo_client(pkt, l4, id, idx, snap, generation, ctx)
+        self.embryo_client(pkt, meta, id, idx, snap, generation, ctx)
     }
 
     /// Whether flow `id`'s embryo `idx` is gone (or its slot serves another connection by
@@ -256,7 +256,7 @@ impl Engine<'_> {
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         (id, dir): (FlowId, Dir),
         idx: u32,
         snap: &Snapshot,
@@ -267,8 +267,8 @@ impl Engine<'_> {
             return Verdict::Drop(DropReason::NoFlow);
         }
         match dir {
-            Dir::Orig => self.embryo_client(pkt, l4, id, idx, snap, generation, ctx),
-            Dir::Reply => self.embryo_backend(in_port, pkt, l4, id, idx, snap, generation, ctx),
+            Dir::Orig => self.embryo_client(pkt, meta, id, idx, snap, generation, ctx),
+            Dir::Reply => self.embryo_backend(in_port, pkt, meta, id, idx, snap, generation, ctx),
         }
     }
 
@@ -277,40 +277,40 @@ impl Engine<'_> {
     fn embryo_client(
         &mut self,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         id: FlowId,
         idx: u32,
         snap: &Snapshot,
         generation: u32,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        if l4.flags & RST != 0 {
+        if meta.flags & RST != 0 {
             // Only a RST inside the window sluice announced ends the connection (RFC 9293
             // §3.10.7.4; sluice acknowledges no first bytes, so the window starts at the
             // client's first byte): anyone who merely knows the four-tuple cannot reset
             // it blind.
             let e = self.splice.embryos.get(idx);
-            let off = l4.seq().wrapping_sub(e.client_isn.wrapping_add(1));
+            let off = meta.seq().wrapping_sub(e.client_isn.wrapping_add(1));
             if off <= self.splice.cfg.buffer_bytes.min(0xffff) as u32 {
                 self.embryo_close(idx, Some(id));
             }
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
-        if l4.flags & SYN != 0 {
+        if meta.flags & SYN != 0 {
             return Verdict::Drop(DropReason::SpliceConsumed); // a late retransmitted SYN
         }
-        let (_, win, payload) = tcp_parts(pkt, l4);
+        let (_, win, payload) = tcp_parts(pkt, meta);
         let payload_empty = payload.is_empty();
         let phase = self.splice.embryos.get(idx).phase;
         if phase == Phase::Responding {
-            return self.responding_client(pkt, l4, id, idx, payload.len(), ctx);
+            return self.responding_client(pkt, meta, id, idx, payload.len(), ctx);
         }
         let mut end = None;
         {
             let (e, buf) = self.splice.embryos.with_buf(idx);
             e.client_win = win;
             let base = e.client_isn.wrapping_add(1);
-            let off = l4.seq().wrapping_sub(base) as i32;
+            let off = meta.seq().wrapping_sub(base) as i32;
             // Bytes before the stream's start (cannot happen after a valid cookie, but a
             // wrapped sequence number must not index the buffer).
             let skip = if off < 0 {
@@ -327,7 +327,7 @@ impl Engine<'_> {
                     }
                 }
             }
-            if l4.flags & FIN != 0 {
+            if meta.flags & FIN != 0 {
                 e.client_fin = true;
             }
             if e.client_fin && end.is_none() && e.pieces.pieces() <= 1 {
@@ -537,7 +537,7 @@ impl Engine<'_> {
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         id: FlowId,
         idx: u32,
         snap: &Snapshot,
@@ -549,16 +549,16 @@ impl Engine<'_> {
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
         let expected_ack = e.client_isn.wrapping_add(1);
-        if l4.flags & RST != 0 {
-            if l4.flags & ACK != 0 && l4.ack() != expected_ack {
+        if meta.flags & RST != 0 {
+            if meta.flags & ACK != 0 && meta.ack() != expected_ack {
                 return Verdict::Drop(DropReason::SpliceConsumed); // not for our SYN
             }
             return self.failover(pkt, id, idx, snap, generation, ctx);
         }
-        if l4.flags & (SYN | ACK) != SYN | ACK || l4.ack() != expected_ack {
+        if meta.flags & (SYN | ACK) != SYN | ACK || meta.ack() != expected_ack {
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
-        let (opts, _, _) = tcp_parts(pkt, l4);
+        let (opts, _, _) = tcp_parts(pkt, meta);
         let b = options::parse_syn(opts);
         let ours = self.splice.cfg.wscale;
         let (bws, ows, fix) = match (e.syn.wscale, b.wscale) {
@@ -566,7 +566,7 @@ impl Engine<'_> {
             (Some(_), Some(bw)) => (bw, ours, 0),
             (Some(cw), None) => (0, ours, cw),
         };
-        let backend_isn = l4.seq();
+        let backend_isn = meta.seq();
         let now_s = (ctx.now_ms / 1000) as u32;
         let spliced = Splice {
             phase: Splice::SPLICED | (fix << 4),
@@ -708,7 +708,7 @@ impl Engine<'_> {
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         (id, dir): (FlowId, Dir),
         idx: u32,
         ctx: &mut Ctx<'_>,
@@ -718,17 +718,17 @@ impl Engine<'_> {
         }
         let e = *self.splice.embryos.get(idx);
         if dir == Dir::Reply {
-            if l4.flags & SYN != 0 {
-                return Err(self.splice_reack(in_port, pkt, l4, id, ctx));
+            if meta.flags & SYN != 0 {
+                return Err(self.splice_reack(in_port, pkt, meta, id, ctx));
             }
             let owned = e.replay + u32::from(e.client_fin);
-            let acked = l4.flags & ACK != 0
-                && l4.ack().wrapping_sub(e.client_isn.wrapping_add(1)) as i32 >= owned as i32;
-            if acked || l4.flags & RST != 0 {
+            let acked = meta.flags & ACK != 0
+                && meta.ack().wrapping_sub(e.client_isn.wrapping_add(1)) as i32 >= owned as i32;
+            if acked || meta.flags & RST != 0 {
                 self.flows.get_mut(id).splice = e.spliced;
                 self.splice.embryos.close(idx);
             }
-        } else if l4.flags & RST != 0 {
+        } else if meta.flags & RST != 0 {
             self.flows.get_mut(id).splice = e.spliced;
             self.splice.embryos.close(idx);
         }
@@ -834,7 +834,7 @@ impl Engine<'_> {
     fn responding_client(
         &mut self,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         id: FlowId,
         idx: u32,
         payload: usize,
@@ -842,13 +842,13 @@ impl Engine<'_> {
     ) -> Verdict {
         let e = *self.splice.embryos.get(idx);
         let our_fin_acked =
-            l4.flags & ACK != 0 && l4.ack() == e.our_isn.wrapping_add(2 + u32::from(e.answer));
-        if l4.flags & FIN != 0 {
+            meta.flags & ACK != 0 && meta.ack() == e.our_isn.wrapping_add(2 + u32::from(e.answer));
+        if meta.flags & FIN != 0 {
             let seg = Seg {
                 src: e.client.destination(),
                 dst: e.client.source(),
                 seq: e.our_isn.wrapping_add(2 + u32::from(e.answer)),
-                ack: l4.seq().wrapping_add(payload as u32 + 1),
+                ack: meta.seq().wrapping_add(payload as u32 + 1),
                 flags: tcp::flags::ACK,
                 window: 0,
                 options: &[],
@@ -895,7 +895,7 @@ impl Engine<'_> {
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         id: FlowId,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
@@ -903,8 +903,8 @@ impl Engine<'_> {
         let seg = Seg {
             src,
             dst,
-            seq: l4.ack(),
-            ack: l4.seq().wrapping_add(1),
+            seq: meta.ack(),
+            ack: meta.seq().wrapping_add(1),
             flags: tcp::flags::ACK,
             window: 0xffff,
             options: &[],

@@ -4,7 +4,7 @@
 use super::options;
 use crate::flow::{Dir, Splice, TcpFlags};
 use crate::pipeline::nat::fold_not;
-use crate::pipeline::parse::L4;
+use crate::pipeline::parse::Meta;
 use crate::port::Pkt;
 use crate::wire::{checksum, tcp};
 
@@ -28,9 +28,9 @@ pub fn rescale(win: u16, from: u8, to: u8) -> u16 {
 /// `Orig` `ack -= delta`, SACK edges `-= delta`, and the window scaled up when the backend
 /// declined scaling. The TCP checksum is updated incrementally.
 #[inline]
-pub fn splice_rewrite(pkt: &mut Pkt, l4: &L4, dir: Dir, s: Splice) {
+pub fn splice_rewrite(pkt: &mut Pkt, meta: &Meta, dir: Dir, s: Splice) {
     let d = pkt.data_mut();
-    let seg = &mut d[l4.l4..];
+    let seg = &mut d[meta.l4..];
     let word = |v: u32| u64::from(v >> 16) + u64::from(v & 0xffff);
     let get = |b: &[u8], i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
     let (mut old, mut new) = (0u64, 0u64);
@@ -46,7 +46,7 @@ pub fn splice_rewrite(pkt: &mut Pkt, l4: &L4, dir: Dir, s: Splice) {
             rescale(win, s.scales >> 4, s.scales & 0x0f)
         }
         Dir::Orig => {
-            if l4.flags & ACK != 0 {
+            if meta.flags & ACK != 0 {
                 let ack = get(seg, 8);
                 let nack = ack.wrapping_sub(s.value);
                 seg[8..12].copy_from_slice(&nack.to_be_bytes());
@@ -77,7 +77,7 @@ pub fn splice_rewrite(pkt: &mut Pkt, l4: &L4, dir: Dir, s: Splice) {
         new += u64::from(nwin);
     }
     if odd_sack {
-        recompute_tcp_checksum(pkt, l4);
+        recompute_tcp_checksum(pkt, meta);
         return;
     }
     let c = u16::from_be_bytes([seg[16], seg[17]]);
@@ -87,9 +87,9 @@ pub fn splice_rewrite(pkt: &mut Pkt, l4: &L4, dir: Dir, s: Splice) {
 
 /// Recomputes a TCP checksum from scratch (for the rare layouts the incremental update
 /// does not cover).
-fn recompute_tcp_checksum(pkt: &mut Pkt, l4: &L4) {
+fn recompute_tcp_checksum(pkt: &mut Pkt, meta: &Meta) {
     let d = pkt.data_mut();
-    let hl = usize::from(d[l4.l4 + 12] >> 4) * 4;
-    let end = (l4.l4 + hl + l4.payload as usize).min(d.len());
-    tcp::Packet::new_unchecked(&mut d[l4.l4..end]).fill_checksum(l4.src(), l4.dst());
+    let hl = usize::from(d[meta.l4 + 12] >> 4) * 4;
+    let end = (meta.l4 + hl + meta.payload as usize).min(d.len());
+    tcp::Packet::new_unchecked(&mut d[meta.l4..end]).fill_checksum(meta.src(), meta.dst());
 }

@@ -67,11 +67,11 @@ impl PolicyAhead {
             // (`bench_balance_policy`'s `ipv4_vip`: 0.88-0.94 of one-by-one at 22 MiB of
             // tables, while routed connections, both ends spread over the cluster, gained
             // 1.06-1.09 in the same runs).
-            if !a.is_l4 || e.is_some() || st.fwd.config().is_ours(a.l4.dst()) {
+            if !a.is_transport() || e.is_some() || st.fwd.config().is_ours(a.meta.dst()) {
                 continue;
             }
-            *target = st.target(&a.l4, snap);
-            let Some(conn) = State::checks(&a.l4, *target) else {
+            *target = st.target(&a.meta, snap);
+            let Some(conn) = State::checks(&a.meta, *target) else {
                 continue;
             };
             if let Some(c) = self.conns.get_mut(n) {

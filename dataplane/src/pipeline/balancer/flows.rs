@@ -4,7 +4,7 @@
 
 use super::super::forward::Forwarder;
 use super::super::nat::{insert_snat, rewrite, rewrite_raw, rewrite_v4, SnatPorts};
-use super::super::parse::{parse, Parsed, ETH, L4};
+use super::super::parse::{Found, Meta};
 use super::super::reply::{port_unreachable, tcp_reset};
 use super::super::stage::{Ctx, Verdict};
 use crate::flow::{Dir, FlowId, FlowTable, Splice, TcpFlags, TcpState, Tuple};
@@ -16,7 +16,7 @@ use crate::tables::listeners::ListenerKind;
 use crate::tables::maglev::Pick;
 use crate::tables::policy::{self, Conn};
 use crate::tables::snapshot::Snapshot;
-use crate::wire::{ethernet, ip_proto, ipv4};
+use crate::wire::{ethernet, ip_proto};
 use std::net::SocketAddr;
 
 /// Whether policy allows `conn`: the verdict `ahead` holds when it was decided for
@@ -98,31 +98,32 @@ impl State {
             },
         )
     }
+
+    /// A packet the burst's parse did not find TCP/UDP to the balancer in (as `meta`
+    /// says): other IP traffic to elsewhere passes the policy tables first (protocol and
+    /// addresses, stateless), fragments are dropped, and the rest is the forwarder's,
+    /// which does not parse it again.
     #[inline]
-    pub(super) fn process(
+    pub(super) fn other(
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
+        meta: &Meta,
         snap: &Snapshot,
-        generation: u32,
-        now_s: u32,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        let Some(mac) = self.macs.get(in_port) else {
-            return Verdict::Drop(DropReason::BadPort);
-        };
-        let mut l4 = L4::EMPTY;
-        match parse(pkt.data(), mac, &mut l4) {
-            Parsed::L4 => self.l4(in_port, pkt, &l4, snap, generation, now_s, ctx),
-            Parsed::OtherIp { src, dst, proto } => {
+        match meta.found {
+            Found::OtherIp => {
+                let (src, dst) = (meta.src(), meta.dst());
                 let ours = self.fwd.config().is_ours(dst);
-                if !ours && !snap.policy.verdict(src, dst, proto, 0).is_allow() {
+                if !ours && !snap.policy.verdict(src, dst, meta.proto, 0).is_allow() {
                     return Verdict::Drop(DropReason::PolicyDenied);
                 }
-                self.fwd.process(in_port, pkt, ctx)
+                self.fwd.process_parsed(in_port, pkt, meta, ctx)
             }
-            Parsed::Fragment => Verdict::Drop(DropReason::Fragment),
-            Parsed::Other => self.fwd.process(in_port, pkt, ctx),
+            Found::Fragment => Verdict::Drop(DropReason::Fragment),
+            // (TCP/UDP takes the flow path; the forwarder would decide it all the same.)
+            Found::Other | Found::Transport => self.fwd.process_parsed(in_port, pkt, meta, ctx),
         }
     }
 
@@ -134,7 +135,7 @@ impl State {
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &mut Meta,
         (id, dir): (FlowId, Dir),
         snap: &Snapshot,
         generation: u32,
@@ -144,21 +145,21 @@ impl State {
         let f = self.flows.entry(id);
         if dir == Dir::Orig
             && matches!(f.state, TcpState::TimeWait | TcpState::Close)
-            && l4.tcp_flags().is_some_and(TcpFlags::is_syn_only)
+            && meta.tcp_flags().is_some_and(TcpFlags::is_syn_only)
         {
             // A new connection reusing a closed one's 5-tuple (as Linux conntrack does on
             // a SYN in TIME_WAIT or CLOSE): forget the old flow, so the new connection
             // gets the current tables' backend and policy (a drained backend stays
             // drained).
             self.flows.remove(id);
-            return self.l4(in_port, pkt, l4, snap, generation, now_s, ctx);
+            return self.transport(in_port, pkt, meta, snap, generation, now_s, ctx);
         }
         let mut sp = f.splice;
         if sp.phase == Splice::EMBRYO {
             return self.engine().embryo_packet(
                 in_port,
                 pkt,
-                l4,
+                meta,
                 (id, dir),
                 sp.value,
                 snap,
@@ -169,7 +170,7 @@ impl State {
         if sp.phase == Splice::REPLAYING {
             match self
                 .engine()
-                .replaying(in_port, pkt, l4, (id, dir), sp.value, ctx)
+                .replaying(in_port, pkt, meta, (id, dir), sp.value, ctx)
             {
                 Ok(s) => sp = s,
                 Err(v) => return v,
@@ -191,74 +192,64 @@ impl State {
             self.flows.get_mut(id).generation = generation;
         }
         if sp.phase & 0x0f == Splice::SPLICED {
-            if dir == Dir::Reply && l4.flags & TcpFlags::SYN != 0 {
-                return self.engine().splice_reack(in_port, pkt, l4, id, ctx);
+            if dir == Dir::Reply && meta.flags & TcpFlags::SYN != 0 {
+                return self.engine().splice_reack(in_port, pkt, meta, id, ctx);
             }
-            splice_rewrite(pkt, l4, dir, sp);
+            splice_rewrite(pkt, meta, dir, sp);
         }
         // The packet leaves as the other direction's tuple, reversed.
         let other_dir = match dir {
             Dir::Orig => Dir::Reply,
             Dir::Reply => Dir::Orig,
         };
-        match (self.flows.entry(id).tuple4(other_dir), l4.tuple4()) {
+        match (self.flows.entry(id).tuple4(other_dir), meta.tuple4()) {
             (Some(o), Some(k)) => {
-                self.flows.on_packet(id, dir, l4.tcp_flags(), now_s);
+                self.flows.on_packet(id, dir, meta.tcp_flags(), now_s);
                 if o.dst != k.src || o.src != k.dst || o.dport != k.sport || o.sport != k.dport {
-                    rewrite_v4(pkt, l4, o.dst, o.dport, o.src, o.sport);
+                    rewrite_v4(pkt, meta, o.dst, o.dport, o.src, o.sport);
                 }
             }
             _ => {
                 let other = self.flows.get(id).tuple(other_dir);
-                self.flows.on_packet(id, dir, l4.tcp_flags(), now_s);
-                if other != l4.tuple().reversed() {
-                    rewrite_raw(pkt, l4, &other.dst, other.dport, &other.src, other.sport);
+                self.flows.on_packet(id, dir, meta.tcp_flags(), now_s);
+                if other != meta.tuple().reversed() {
+                    rewrite_raw(pkt, meta, &other.dst, other.dport, &other.src, other.sport);
                 }
             }
         }
-        self.forward(in_port, pkt, l4, ctx)
-    }
-
-    /// Routes a packet that [`parse`] validated and the flow's action rewrote (checksums
-    /// kept correct incrementally): IPv4 without options skips the forwarder's
-    /// re-validation.
-    #[inline]
-    fn forward(&mut self, in_port: usize, pkt: &mut Pkt, l4: &L4, ctx: &mut Ctx<'_>) -> Verdict {
-        if !l4.v6 && l4.l4 == ETH + ipv4::HEADER_LEN {
-            self.fwd.forward_checked_v4(in_port, pkt, ctx)
-        } else {
-            self.fwd.process(in_port, pkt, ctx)
-        }
+        // Validated by the parse, rewritten with checksums and `meta` kept in step.
+        self.fwd.forward_parsed(in_port, pkt, meta, ctx)
     }
 
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    fn l4(
+    fn transport(
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &mut Meta,
         snap: &Snapshot,
         generation: u32,
         now_s: u32,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        let t = l4.tuple();
+        let t = meta.tuple();
         if let Some((id, dir)) = self.flows.lookup(&t, now_s) {
-            return self.hit(in_port, pkt, l4, (id, dir), snap, generation, now_s, ctx);
+            return self.hit(in_port, pkt, meta, (id, dir), snap, generation, now_s, ctx);
         }
-        self.miss(in_port, pkt, l4, t, snap, generation, now_s, ctx, None)
+        self.miss(in_port, pkt, meta, t, snap, generation, now_s, ctx, None)
     }
 
     /// Where a TCP/UDP packet without a flow goes ([`State::miss`] acts on it). Reads
     /// only, so a burst can also ask it ahead ([`State::new_conn_check`]).
     #[inline]
-    pub(super) fn target(&self, l4: &L4, snap: &Snapshot) -> Target {
-        let ours = self.fwd.config().is_ours(l4.dst());
+    pub(super) fn target(&self, meta: &Meta, snap: &Snapshot) -> Target {
+        let ours = self.fwd.config().is_ours(meta.dst());
         let listener = if ours {
-            snap.listeners.lookup(l4.dst(), l4.dport(), l4.proto)
+            snap.listeners.lookup(meta.dst(), meta.dport(), meta.proto)
         } else {
-            snap.listeners.lookup_bound(l4.dst(), l4.dport(), l4.proto)
+            snap.listeners
+                .lookup_bound(meta.dst(), meta.dport(), meta.proto)
         };
         let Some(listener) = listener else {
             return if ours {
@@ -270,24 +261,26 @@ impl State {
         if listener.kind.routes_by_name() {
             return Target::ByName(listener.kind);
         }
-        if l4.tcp_flags().is_some_and(|f| !f.is_syn_only()) {
+        if meta.tcp_flags().is_some_and(|f| !f.is_syn_only()) {
             return Target::Drop(DropReason::NoFlow);
         }
         let Some(route) = listener.route(b"").and_then(|i| snap.listeners.route(i)) else {
             return Target::Drop(DropReason::NoRouteMatch);
         };
-        if !route.applies_to(l4.dst()) {
+        if !route.applies_to(meta.dst()) {
             return Target::Drop(DropReason::NoRouteMatch);
         }
-        let client = SocketAddr::new(l4.src(), l4.sport());
-        let vip = SocketAddr::new(l4.dst(), l4.dport());
-        match route.pick(client, vip, l4.proto) {
+        let client = SocketAddr::new(meta.src(), meta.sport());
+        let vip = SocketAddr::new(meta.dst(), meta.dport());
+        match route.pick(client, vip, meta.proto) {
             // Full NAT keeps the family (NAT64 would need header translation): a backend
             // of the other family is as unreachable as an invalid one.
-            Pick::Backend(backend) if backend.is_ipv4() == l4.src().is_ipv4() => Target::Backend {
-                backend,
-                transparent: listener.transparent,
-            },
+            Pick::Backend(backend) if backend.is_ipv4() == meta.src().is_ipv4() => {
+                Target::Backend {
+                    backend,
+                    transparent: listener.transparent,
+                }
+            }
             Pick::Backend(_) | Pick::Reject => Target::Reject,
         }
     }
@@ -296,16 +289,16 @@ impl State {
     /// that goes to `target`, if it checks one: routed traffic as addressed, a new flow
     /// to its backend.
     #[inline]
-    pub(super) fn checks(l4: &L4, target: Target) -> Option<Conn> {
+    pub(super) fn checks(meta: &Meta, target: Target) -> Option<Conn> {
         let (dst, dst_port) = match target {
-            Target::Routed => (l4.dst(), l4.dport()),
+            Target::Routed => (meta.dst(), meta.dport()),
             Target::Backend { backend, .. } => (backend.ip(), backend.port()),
             _ => return None,
         };
         Some(Conn {
-            src: l4.src(),
+            src: meta.src(),
             dst,
-            proto: l4.proto,
+            proto: meta.proto,
             dst_port,
         })
     }
@@ -319,7 +312,7 @@ impl State {
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &mut Meta,
         t: Tuple,
         snap: &Snapshot,
         generation: u32,
@@ -329,7 +322,7 @@ impl State {
     ) -> Verdict {
         let target = match ahead {
             Some(p) => p.target,
-            None => self.target(l4, snap),
+            None => self.target(meta, snap),
         };
         let (backend, transparent) = match target {
             Target::Backend {
@@ -337,47 +330,47 @@ impl State {
                 transparent,
             } => (backend, transparent),
             Target::Routed => {
-                return self.routed(in_port, pkt, l4, t, snap, generation, now_s, ctx, ahead)
+                return self.routed(in_port, pkt, meta, t, snap, generation, now_s, ctx, ahead)
             }
             // A reply to a SNAT port without a flow here: its owner may be another
             // worker (its port range says which).
             Target::SnatReply => {
-                return match self.snat.owner(l4.dport()) {
+                return match self.snat.owner(meta.dport()) {
                     Some(w) if w != self.worker => Verdict::Redirect(w),
                     Some(_) => Verdict::Drop(DropReason::NoFlow),
-                    None => self.fwd.process(in_port, pkt, ctx),
+                    None => self.fwd.process_parsed(in_port, pkt, meta, ctx),
                 };
             }
             Target::ByName(kind) => {
                 if kind == ListenerKind::TlsTerminate {
                     return Verdict::Drop(DropReason::TlsTerminateUnsupported);
                 }
-                if l4.proto != ip_proto::TCP {
+                if meta.proto != ip_proto::TCP {
                     return Verdict::Drop(DropReason::NoRouteMatch);
                 }
-                return if l4.tcp_flags().is_some_and(TcpFlags::is_syn_only) {
-                    self.engine().splice_syn(in_port, pkt, l4, ctx)
+                return if meta.tcp_flags().is_some_and(TcpFlags::is_syn_only) {
+                    self.engine().splice_syn(in_port, pkt, meta, ctx)
                 } else {
                     self.engine()
-                        .splice_open(in_port, pkt, l4, snap, generation, now_s, ctx)
+                        .splice_open(in_port, pkt, meta, snap, generation, now_s, ctx)
                 };
             }
             Target::Drop(reason) => return Verdict::Drop(reason),
             Target::Reject => {
                 ctx.counters.drop(DropReason::BackendRejected);
-                let v = self.reject(in_port, pkt, l4);
+                let v = self.reject(in_port, pkt, meta);
                 if matches!(v, Verdict::Tx(_)) {
                     ctx.counters.event(Event::RejectSent);
                 }
                 return v;
             }
         };
-        let flags = l4.tcp_flags();
-        let client = SocketAddr::new(l4.src(), l4.sport());
+        let flags = meta.tcp_flags();
+        let client = SocketAddr::new(meta.src(), meta.sport());
         let conn = Conn {
-            src: l4.src(),
+            src: meta.src(),
             dst: backend.ip(),
-            proto: l4.proto,
+            proto: meta.proto,
             dst_port: backend.port(),
         };
         if !policy_allows(snap, ahead.as_ref(), conn, ctx) {
@@ -392,7 +385,7 @@ impl State {
             TcpState::UdpUnreplied
         };
         let created = if transparent {
-            let reply = Tuple::new(backend, client, l4.proto);
+            let reply = Tuple::new(backend, client, meta.proto);
             self.flows
                 .insert(t, reply, state, generation, now_s)
                 .map_err(|e| match e {
@@ -410,8 +403,8 @@ impl State {
             Ok(id) => {
                 ctx.counters.event(Event::FlowCreated);
                 let (src, dst) = self.flows.get(id).rewrite(Dir::Orig);
-                rewrite(pkt, l4, src, dst);
-                self.fwd.process(in_port, pkt, ctx)
+                rewrite(pkt, meta, src, dst);
+                self.fwd.process_parsed(in_port, pkt, meta, ctx)
             }
             Err(reason) => Verdict::Drop(reason),
         }
@@ -424,7 +417,7 @@ impl State {
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         t: Tuple,
         snap: &Snapshot,
         generation: u32,
@@ -433,15 +426,15 @@ impl State {
         ahead: Option<Prechecked>,
     ) -> Verdict {
         let conn = Conn {
-            src: l4.src(),
-            dst: l4.dst(),
-            proto: l4.proto,
-            dst_port: l4.dport(),
+            src: meta.src(),
+            dst: meta.dst(),
+            proto: meta.proto,
+            dst_port: meta.dport(),
         };
         if !policy_allows(snap, ahead.as_ref(), conn, ctx) {
             return Verdict::Drop(DropReason::PolicyDenied);
         }
-        let state = match l4.tcp_flags() {
+        let state = match meta.tcp_flags() {
             Some(f) if f.is_syn_only() => TcpState::SynSent,
             // Picked up mid-stream (sluice restarted, or the flow expired): conntrack's
             // loose mode.
@@ -453,12 +446,12 @@ impl State {
             Err(crate::flow::InsertError::Full) => return Verdict::Drop(DropReason::FlowTableFull),
             Err(crate::flow::InsertError::Exists) => {}
         }
-        self.fwd.process(in_port, pkt, ctx)
+        self.fwd.process_parsed(in_port, pkt, meta, ctx)
     }
 
     /// Answers a connection that fell in a reject slot: TCP RST, or ICMP port
     /// unreachable (UDP), back out of `in_port`.
-    fn reject(&self, in_port: usize, pkt: &mut Pkt, l4: &L4) -> Verdict {
+    fn reject(&self, in_port: usize, pkt: &mut Pkt, meta: &Meta) -> Verdict {
         let Some(&port_mac) = self.macs.get(in_port) else {
             return Verdict::Drop(DropReason::BadPort);
         };
@@ -466,16 +459,16 @@ impl State {
             let f = ethernet::Frame::new_unchecked(pkt.data());
             f.src_addr()
         };
-        if !src_mac.is_unicast() || l4.src().is_multicast() || l4.src().is_unspecified() {
+        if !src_mac.is_unicast() || meta.src().is_multicast() || meta.src().is_unspecified() {
             return Verdict::Drop(DropReason::BackendRejected);
         }
-        if l4.proto == ip_proto::TCP {
-            if l4.flags & TcpFlags::RST != 0 {
+        if meta.proto == ip_proto::TCP {
+            if meta.flags & TcpFlags::RST != 0 {
                 return Verdict::Drop(DropReason::BackendRejected);
             }
-            tcp_reset(pkt, l4, src_mac.0, port_mac, in_port)
+            tcp_reset(pkt, meta, src_mac.0, port_mac, in_port)
         } else {
-            port_unreachable(pkt, l4, src_mac.0, port_mac, in_port)
+            port_unreachable(pkt, meta, src_mac.0, port_mac, in_port)
         }
     }
 }

@@ -56,7 +56,7 @@ mod flows;
 
 use super::forward::Forwarder;
 use super::nat::SnatPorts;
-use super::parse::{parse, Parsed, L4};
+use super::parse::{mac_word, parse, Found, Meta};
 use super::stage::{Ctx, Stage, Verdict};
 use crate::flow::{FlowTable, Splice, Timeouts};
 use crate::port::{Pkt, BURST};
@@ -114,21 +114,26 @@ impl Default for BalancerConfig {
 const L1_LEAD: usize = 2;
 
 /// A packet of the burst, parsed and hashed ahead of the decision pass (its key is
-/// rebuilt from `l4` where needed: for IPv4 that is two words, cheaper than carrying it).
+/// rebuilt from `meta` where needed: for IPv4 that is two words, cheaper than carrying it).
 #[derive(Clone, Copy)]
 struct Ahead {
-    /// Valid when `is_l4`.
-    l4: L4,
-    is_l4: bool,
+    /// The packet's headers, which every later pass and the forwarder read.
+    meta: Meta,
+    /// The flow hash (valid when `meta.found` is [`Found::Transport`]).
     hash: u64,
 }
 
 impl Ahead {
     const NONE: Ahead = Ahead {
-        l4: L4::EMPTY,
-        is_l4: false,
+        meta: Meta::EMPTY,
         hash: 0,
     };
+
+    /// Whether the packet is TCP/UDP to the balancer (its flow hash is valid).
+    #[inline(always)]
+    fn is_transport(&self) -> bool {
+        self.meta.found == Found::Transport
+    }
 }
 
 /// The load-balancing stage of one worker (see the [module docs](self)).
@@ -209,7 +214,7 @@ impl Stage for Balancer {
         let now_s = (ctx.now_ms / 1000) as u32;
         let st = &mut self.state;
         let n = pkts.len().min(verdicts.len()).min(BURST);
-        let Some(&mac) = st.macs.get(in_port) else {
+        let Some(mac) = st.macs.get(in_port).map(mac_word) else {
             verdicts[..n].fill(Verdict::Drop(DropReason::BadPort));
             return;
         };
@@ -221,15 +226,14 @@ impl Stage for Balancer {
         // decide. The lookup itself waits for the last pass, so a flow an earlier packet
         // of the burst created, removed or re-keyed is seen as it is now.
         let ahead = &mut self.ahead[..n];
-        // `parse` writes the packet's fields straight into its entry: a returned `L4`
+        // `parse` writes the packet's fields straight into its entry: a returned `Meta`
         // (or one `*a = match ...` choosing between it and `NONE`) was copied through the
         // stack, and that copy waited on store forwarding.
         for (a, p) in ahead.iter_mut().zip(pkts[..n].iter()) {
-            a.is_l4 = matches!(parse(p.data(), &mac, &mut a.l4), Parsed::L4);
-            if a.is_l4 {
-                let h = match a.l4.tuple4() {
+            if parse(p.data(), mac, &mut a.meta) == Found::Transport {
+                let h = match a.meta.tuple4() {
                     Some(k) => st.flows.hash4(&k),
-                    None => st.flows.hash(&a.l4.tuple()),
+                    None => st.flows.hash(&a.meta.tuple()),
                 };
                 st.flows.prefetch(h);
                 a.hash = h;
@@ -240,9 +244,9 @@ impl Stage for Balancer {
         for (a, e) in ahead
             .iter()
             .zip(entries.iter_mut())
-            .filter(|(a, _)| a.is_l4)
+            .filter(|(a, _)| a.is_transport())
         {
-            *e = st.flows.prefetch_entry(a.hash, a.l4.v6);
+            *e = st.flows.prefetch_entry(a.hash, a.meta.v6);
         }
         // Big policy tables: the new connections' checks in one burst lookup.
         let checked = if snap.policy.prefers_bursts(self.policy_bursts_from) {
@@ -252,7 +256,7 @@ impl Stage for Balancer {
         };
         let checks = &self.checks;
         for (i, ((a, p), v)) in ahead
-            .iter()
+            .iter_mut()
             .zip(pkts.iter_mut())
             .zip(verdicts.iter_mut())
             .enumerate()
@@ -262,31 +266,22 @@ impl Stage for Balancer {
             if let Some(&Some(id)) = entries.get(i + L1_LEAD) {
                 st.flows.prefetch_flow(id);
             }
-            *v = match a.is_l4.then_some(&a.l4) {
-                Some(l4) => {
-                    let found = match l4.tuple4() {
-                        Some(k) => st.flows.lookup4_hashed(&k, a.hash, now_s),
-                        None => st.flows.lookup_hashed(&l4.tuple(), a.hash, now_s),
-                    };
-                    match found {
-                        Some(hit) => st.hit(in_port, p, l4, hit, snap, generation, now_s, ctx),
-                        None => {
-                            let ahead = checks.get(checked, i);
-                            st.miss(
-                                in_port,
-                                p,
-                                l4,
-                                l4.tuple(),
-                                snap,
-                                generation,
-                                now_s,
-                                ctx,
-                                ahead,
-                            )
-                        }
+            *v = if a.is_transport() {
+                let meta = &mut a.meta;
+                let found = match meta.tuple4() {
+                    Some(k) => st.flows.lookup4_hashed(&k, a.hash, now_s),
+                    None => st.flows.lookup_hashed(&meta.tuple(), a.hash, now_s),
+                };
+                match found {
+                    Some(hit) => st.hit(in_port, p, meta, hit, snap, generation, now_s, ctx),
+                    None => {
+                        let ahead = checks.get(checked, i);
+                        let t = meta.tuple();
+                        st.miss(in_port, p, meta, t, snap, generation, now_s, ctx, ahead)
                     }
                 }
-                None => st.process(in_port, p, snap, generation, now_s, ctx),
+            } else {
+                st.other(in_port, p, &a.meta, snap, ctx)
             };
         }
     }
