@@ -17,8 +17,12 @@
 //! property tests).
 //!
 //! The common IPv4 case (unicast to our MAC, no options, good checksum, TTL > 1, routed to a
-//! resolved next hop) takes a one-pass fast path over fixed offsets; everything else takes
-//! the general path, and a property test checks both decide every packet alike.
+//! resolved next hop) takes a fast path that reads the packet's [`Meta`] (filled by the one
+//! parse pass over fixed offsets, [`parse_ip`] here or the balancer's
+//! [`parse`](super::parse::parse)); everything else takes the general path over the
+//! [`wire`](crate::wire) views, and a property test checks both decide every packet alike,
+//! whichever way it came in. Why: the common case in one pass, and never parsed twice.
+//! Measured with `bench_forward` and `bench_forward_pipeline` (`perf/NOTES.md`).
 //!
 //! Packets a stage makes up or sends late (requests, released packets) go out through the
 //! worker's [`StageIo`](super::StageIo) in [`Ctx::io`]; without one (a caller that offers

@@ -63,10 +63,8 @@ impl PolicyAhead {
         for (i, ((a, e), (at, target))) in ahead.iter().zip(entries).zip(per_packet).enumerate() {
             // Connections to sluice's own addresses (its virtual addresses) are left to
             // `miss`: their backends are few and cached, and with one end of the lookup
-            // in cache the burst's stages cost more than they overlap
-            // (`bench_balance_policy`'s `ipv4_vip`: 0.88-0.94 of one-by-one at 22 MiB of
-            // tables, while routed connections, both ends spread over the cluster, gained
-            // 1.06-1.09 in the same runs).
+            // in cache the burst's stages cost more than they overlap (measured with
+            // `bench_balance_policy`: `perf/NOTES.md`).
             if !a.is_transport() || e.is_some() || st.fwd.config().is_ours(a.meta.dst()) {
                 continue;
             }

@@ -3,10 +3,11 @@
 //!
 //! Per packet (one snapshot read per burst, see [`crate::rcu`]):
 //!
-//! 1. **Parse** Ethernet -> IPv4 (no fragments) / IPv6 (TCP or UDP right after the fixed
-//!    header) -> TCP/UDP ports. Anything else (ARP, ND, ICMP, IPv6 with extension headers)
-//!    goes to the [`Forwarder`] unchanged; routed non-TCP/UDP traffic passes the policy
-//!    tables first (stateless: protocol and addresses).
+//! 1. **Parse** ([`parse`](super::parse), once for the whole pipeline) Ethernet -> IPv4
+//!    (no fragments) / IPv6 (TCP or UDP right after the fixed header) -> TCP/UDP ports.
+//!    Anything else (ARP, ND, ICMP, IPv6 with extension headers) goes to the [`Forwarder`]
+//!    unchanged, with its metadata; routed non-TCP/UDP traffic passes the policy tables
+//!    first (stateless: protocol and addresses).
 //! 2. **Flow hit** (either direction's 5-tuple): re-check policy if the snapshot
 //!    generation moved on since the flow was admitted (a flow the new policy denies is
 //!    closed), advance the TCP state and expiry, rewrite addresses and ports with
@@ -50,6 +51,15 @@
 //! has no flow for it. Use one worker, or SNAT, for transparent listeners until rte_flow
 //! steering lands.
 //!
+//! Nothing here allocates after [`Balancer::new`], takes a lock, or panics on input; every
+//! packet that does not go out is counted under a [`DropReason`].
+//!
+//! The rooms: this file holds the configuration and the burst's passes; `flows` decides
+//! one TCP/UDP packet (hit, miss, routed, reject), `ahead` makes the burst's policy
+//! checks. NAT and the replies are [`nat`](super::nat) and [`reply`](super::reply),
+//! delayed binding is [`crate::splice::engine`]. Measured with `bench_balance`
+//! (established flows, new connections) and `bench_balance_policy` (burst policy checks);
+//! history in `perf/NOTES.md`.
 
 mod ahead;
 mod flows;
@@ -108,9 +118,8 @@ impl Default for BalancerConfig {
 }
 
 /// How many packets ahead of the one being decided the burst's last pass moves a flow
-/// entry from L2 (where the second pass prefetched it) into L1. Medians of alternating
-/// `bench_balance --only-flows` runs' quiet rates, cycles a packet, without -> with (2):
-/// 1k flows 148 -> 148, 100k 185 -> 179-182, 1M 257 -> 245; leads of 1 to 4 were alike.
+/// entry from L2 (where the second pass prefetched it) into L1. Chosen with
+/// `bench_balance --only-flows` (figures in `perf/NOTES.md`).
 const L1_LEAD: usize = 2;
 
 /// A packet of the burst, parsed and hashed ahead of the decision pass (its key is
