@@ -6,6 +6,7 @@
 
 use super::config::ForwarderConfig;
 use super::neigh::NeighbourCache;
+use super::reply::{ICMPV6_QUOTE_MAX, REPLY_TTL};
 use super::stage::{Ctx, Verdict};
 use crate::port::Pkt;
 use crate::stats::DropReason;
@@ -24,12 +25,6 @@ pub(super) enum IcmpError {
     /// The next hop did not resolve (host / address unreachable).
     Unreachable,
 }
-
-/// The TTL / hop limit of the packets sluice writes.
-const DEFAULT_TTL: u8 = 64;
-/// The most of the offending packet an ICMPv6 error quotes (RFC 4443 §2.4: the error
-/// must fit the minimum MTU of 1280).
-pub(super) const ICMPV6_QUOTE_MAX: usize = 1280 - ipv6::HEADER_LEN - icmpv6::HEADER_LEN;
 
 /// The forwarder's answering side for one packet: its configuration and neighbour cache,
 /// borrowed.
@@ -120,7 +115,7 @@ impl Responder<'_> {
         let mut ip = ipv4::Packet::new_unchecked(&mut d[ETH..]);
         ip.set_src_addr(dst);
         ip.set_dst_addr(src);
-        ip.set_ttl(DEFAULT_TTL);
+        ip.set_ttl(REPLY_TTL);
         ip.fill_checksum();
         let mut icmp = icmpv4::Packet::new_unchecked(ip.payload_mut());
         let c = icmp.checksum();
@@ -193,7 +188,7 @@ impl Responder<'_> {
             dst_addr: src,
             protocol: ip_proto::ICMP,
             payload_len: icmpv4::HEADER_LEN + quote,
-            ttl: DEFAULT_TTL,
+            ttl: REPLY_TTL,
         };
         let mut ip = ipv4::Packet::new_unchecked(&mut d[ETH..]);
         repr.emit(&mut ip);
@@ -257,7 +252,7 @@ impl Responder<'_> {
                 let mut ip = ipv6::Packet::new_unchecked(&mut d[ETH..]);
                 ip.set_src_addr(dst);
                 ip.set_dst_addr(src);
-                ip.set_hop_limit(DEFAULT_TTL);
+                ip.set_hop_limit(REPLY_TTL);
                 icmpv6::Repr::EchoReply {
                     ident,
                     seq_no,
@@ -387,7 +382,7 @@ impl Responder<'_> {
             dst_addr: src,
             next_header: ip_proto::ICMPV6,
             payload_len: icmpv6::HEADER_LEN + quote,
-            hop_limit: DEFAULT_TTL,
+            hop_limit: REPLY_TTL,
         }
         .emit(&mut ip);
         match kind {

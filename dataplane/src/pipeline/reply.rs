@@ -10,12 +10,13 @@ use crate::wire::{ethernet, icmpv4, icmpv6, ip_proto, ipv4, ipv6, tcp, EtherType
 use std::net::{IpAddr, SocketAddr};
 
 /// The TTL / hop limit of the packets sluice writes.
-const REPLY_TTL: u8 = 64;
-/// The most of an offending packet an ICMPv6 error quotes (fits the minimum MTU).
-const ICMPV6_QUOTE_MAX: usize = 1280 - ipv6::HEADER_LEN - icmpv6::HEADER_LEN;
+pub const REPLY_TTL: u8 = 64;
+/// The most of an offending packet an ICMPv6 error quotes (RFC 4443 §2.4: the error
+/// must fit the minimum MTU of 1280).
+pub const ICMPV6_QUOTE_MAX: usize = 1280 - ipv6::HEADER_LEN - icmpv6::HEADER_LEN;
 
 /// Writes Ethernet + IP headers of a reply from `from` to `to`, `l4_len` bytes of payload.
-pub(crate) fn reply_headers(
+pub fn reply_headers(
     d: &mut [u8],
     to_mac: [u8; 6],
     from_mac: [u8; 6],
@@ -53,7 +54,7 @@ pub(crate) fn reply_headers(
 }
 
 /// Turns a TCP segment into the RST that refuses it (RFC 9293 §3.10.7.1).
-pub(crate) fn tcp_reset(
+pub fn tcp_reset(
     pkt: &mut Pkt,
     meta: &Meta,
     to_mac: [u8; 6],
@@ -100,7 +101,7 @@ pub(crate) fn tcp_reset(
 
 /// Turns a datagram into the ICMP / ICMPv6 port unreachable that refuses it, quoting as
 /// much of it as the RFCs allow.
-pub(crate) fn port_unreachable(
+pub fn port_unreachable(
     pkt: &mut Pkt,
     meta: &Meta,
     to_mac: [u8; 6],
@@ -156,19 +157,28 @@ pub(crate) fn port_unreachable(
 }
 
 /// A TCP segment sluice writes.
-pub(crate) struct Seg<'a> {
-    pub(crate) src: SocketAddr,
-    pub(crate) dst: SocketAddr,
-    pub(crate) seq: u32,
-    pub(crate) ack: u32,
-    pub(crate) flags: u16,
-    pub(crate) window: u16,
-    pub(crate) options: &'a [u8],
-    pub(crate) payload: &'a [u8],
+#[derive(Debug, Clone, Copy)]
+pub struct Seg<'a> {
+    /// Source address and port.
+    pub src: SocketAddr,
+    /// Destination address and port.
+    pub dst: SocketAddr,
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgment number.
+    pub ack: u32,
+    /// TCP flags ([`tcp::flags`]).
+    pub flags: u16,
+    /// Window field.
+    pub window: u16,
+    /// Options (a multiple of 4 bytes).
+    pub options: &'a [u8],
+    /// Payload.
+    pub payload: &'a [u8],
 }
 
 /// Writes Ethernet (`to`, `from`), IP and TCP headers and the payload into `pkt`.
-pub(crate) fn write_seg(pkt: &mut Pkt, to: [u8; 6], from: [u8; 6], s: &Seg<'_>) -> bool {
+pub fn write_seg(pkt: &mut Pkt, to: [u8; 6], from: [u8; 6], s: &Seg<'_>) -> bool {
     let ip_len = if s.src.is_ipv6() {
         ipv6::HEADER_LEN
     } else {

@@ -1,12 +1,37 @@
-//! New connections' policy checked a burst at a time (big policy tables only).
+//! What the burst's first passes prepare for its decision pass: each packet's parsed
+//! headers and flow hash ([`Ahead`]), and the new connections' policy checked a burst at
+//! a time ([`PolicyAhead`], big policy tables only).
 
 use super::flows::{Prechecked, State, Target};
-use super::Ahead;
 use crate::flow::FlowId;
+use crate::pipeline::parse::{Found, Meta};
 use crate::port::BURST;
 use crate::tables::policy::{self, Conn};
 use crate::tables::snapshot::Snapshot;
 use std::net::{IpAddr, Ipv4Addr};
+
+/// A packet of the burst, parsed and hashed ahead of the decision pass (its key is
+/// rebuilt from `meta` where needed: for IPv4 that is two words, cheaper than carrying it).
+#[derive(Clone, Copy)]
+pub(super) struct Ahead {
+    /// The packet's headers, which every later pass and the forwarder read.
+    pub(super) meta: Meta,
+    /// The flow hash (valid when `meta.found` is [`Found::Transport`]).
+    pub(super) hash: u64,
+}
+
+impl Ahead {
+    pub(super) const NONE: Ahead = Ahead {
+        meta: Meta::EMPTY,
+        hash: 0,
+    };
+
+    /// Whether the packet is TCP/UDP to the balancer (its flow hash is valid).
+    #[inline(always)]
+    pub(super) fn is_transport(&self) -> bool {
+        self.meta.found == Found::Transport
+    }
+}
 
 /// New connections' policy checks made ahead, a burst at a time: the connections that
 /// [`State::miss`] would check for the burst's packets whose flow the index did not show

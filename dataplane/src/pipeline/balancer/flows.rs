@@ -2,12 +2,12 @@
 //! state, rewrite), a miss (listener, Maglev, policy, SNAT, a new flow; delayed binding
 //! handed to the splice engine), routed traffic, and the rejects.
 
-use super::super::forward::Forwarder;
-use super::super::nat::{insert_snat, rewrite, rewrite_raw, rewrite_v4, SnatPorts};
-use super::super::parse::{Found, Meta};
-use super::super::reply::{port_unreachable, tcp_reset};
-use super::super::stage::{Ctx, Verdict};
 use crate::flow::{Dir, FlowId, FlowTable, Splice, TcpFlags, TcpState, Tuple};
+use crate::pipeline::forward::Forwarder;
+use crate::pipeline::nat::{insert_snat, rewrite, rewrite_raw, rewrite_v4, SnatPorts};
+use crate::pipeline::parse::{Found, Meta};
+use crate::pipeline::reply::{port_unreachable, tcp_reset};
+use crate::pipeline::stage::{Ctx, Verdict};
 use crate::port::Pkt;
 use crate::splice::engine::{Engine, Shared, Splicer};
 use crate::splice::rewrite::splice_rewrite;

@@ -66,7 +66,7 @@ mod flows;
 
 use super::forward::Forwarder;
 use super::nat::SnatPorts;
-use super::parse::{mac_word, parse, Found, Meta};
+use super::parse::{mac_word, parse, Found};
 use super::stage::{Ctx, Stage, Verdict};
 use crate::flow::{FlowTable, Splice, Timeouts};
 use crate::port::{Pkt, BURST};
@@ -76,7 +76,7 @@ use crate::splice::SpliceConfig;
 use crate::stats::{DropReason, Event};
 use crate::tables::policy;
 use crate::tables::snapshot::Snapshot;
-use ahead::PolicyAhead;
+use ahead::{Ahead, PolicyAhead};
 use flows::State;
 
 /// A worker's balancer settings (plain data; `sluice-ctrl` fills it from the Appliance).
@@ -121,29 +121,6 @@ impl Default for BalancerConfig {
 /// entry from L2 (where the second pass prefetched it) into L1. Chosen with
 /// `bench_balance --only-flows` (figures in `perf/NOTES.md`).
 const L1_LEAD: usize = 2;
-
-/// A packet of the burst, parsed and hashed ahead of the decision pass (its key is
-/// rebuilt from `meta` where needed: for IPv4 that is two words, cheaper than carrying it).
-#[derive(Clone, Copy)]
-struct Ahead {
-    /// The packet's headers, which every later pass and the forwarder read.
-    meta: Meta,
-    /// The flow hash (valid when `meta.found` is [`Found::Transport`]).
-    hash: u64,
-}
-
-impl Ahead {
-    const NONE: Ahead = Ahead {
-        meta: Meta::EMPTY,
-        hash: 0,
-    };
-
-    /// Whether the packet is TCP/UDP to the balancer (its flow hash is valid).
-    #[inline(always)]
-    fn is_transport(&self) -> bool {
-        self.meta.found == Found::Transport
-    }
-}
 
 /// The load-balancing stage of one worker (see the [module docs](self)).
 pub struct Balancer {
