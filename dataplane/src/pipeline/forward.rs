@@ -129,35 +129,53 @@ fn empty_hops4() -> Box<[Hop4]> {
     vec![Hop4::EMPTY; HOPS4].into_boxed_slice()
 }
 
-/// The routed IPv4 packet's rewrite for port `out` (Ethernet + an IPv4 header without options of
-/// `total` bytes, as the caller's [`Meta`] says): the next hop's MAC and the out port's,
-/// the TTL decremented with the header checksum updated, link padding past the datagram
-/// cut. `None` (nothing written) if the frame is shorter than `meta` said.
+/// What a fast path did with a packet's bytes: rewrote them for port `out`; `padded`: the
+/// frame carries link padding past the datagram, which [`finish`] cuts.
+#[derive(Debug, Clone, Copy)]
+struct Rewritten {
+    out: usize,
+    padded: bool,
+}
+
+/// The routed IPv4 packet's rewrite for port `out` in frame `d` (Ethernet + an IPv4
+/// header without options, `total` bytes of datagram, as the caller's [`Meta`] says): the
+/// next hop's MAC and the out port's, the TTL decremented with the header checksum
+/// updated. `None` (nothing written) if the frame is shorter than `meta` said.
 #[inline(always)]
 fn rewrite_hop_v4(
-    pkt: &mut Pkt,
+    d: &mut [u8],
     out: usize,
     mac: MacAddr,
     out_mac: MacAddr,
     total: usize,
-) -> Option<Verdict> {
-    let d = pkt.data_mut();
-    if total < ipv4::HEADER_LEN || d.len() < ETH + total {
+) -> Option<Rewritten> {
+    let len = d.len();
+    if total < ipv4::HEADER_LEN || len < ETH + total {
         return None;
     }
+    let h: &mut [u8; 26] = d.get_mut(..26)?.try_into().ok()?;
     // Both addresses in one 12-byte store.
     let mut addrs = [0u8; 12];
     addrs[..6].copy_from_slice(&mac.0);
     addrs[6..].copy_from_slice(&out_mac.0);
-    d[..12].copy_from_slice(&addrs);
-    d[22] -= 1;
-    let c = checksum::after_ttl_decrement(u16::from_be_bytes([d[24], d[25]]));
-    d[24..26].copy_from_slice(&c.to_be_bytes());
-    if d.len() != ETH + total {
-        // Link padding is not part of the datagram.
-        let _ = pkt.set_len(ETH + total);
+    h[..12].copy_from_slice(&addrs);
+    h[22] -= 1;
+    let c = checksum::after_ttl_decrement(u16::from_be_bytes([h[24], h[25]]));
+    h[24..26].copy_from_slice(&c.to_be_bytes());
+    Some(Rewritten {
+        out,
+        padded: len != ETH + total,
+    })
+}
+
+/// The verdict of a packet a fast path rewrote, its link padding cut (not part of the
+/// datagram).
+#[inline(always)]
+fn finish(pkt: &mut Pkt, meta: &Meta, r: Rewritten) -> Verdict {
+    if r.padded {
+        let _ = pkt.set_len(ETH + usize::from(meta.total));
     }
-    Some(Verdict::tx(out))
+    Verdict::tx(r.out)
 }
 
 impl Forwarder {
@@ -237,10 +255,13 @@ impl Forwarder {
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
         if let Some(mac) = port_mac {
+            // The packet's bytes are found once (its buffer's header read once) for the
+            // parse and the rewrite.
+            let d = pkt.data_mut();
             let mut meta = Meta::EMPTY;
-            if parse_ip(pkt.data(), mac, &mut meta) {
-                if let Some(v) = self.fast_v4(&meta, pkt, ctx.now_ms) {
-                    return v;
+            if parse_ip(d, mac, &mut meta) {
+                if let Some(r) = self.fast_v4(&meta, d, ctx.now_ms) {
+                    return finish(pkt, &meta, r);
                 }
             }
         }
@@ -259,8 +280,8 @@ impl Forwarder {
         meta: &Meta,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        if let Some(v) = self.fast_v4(meta, pkt, ctx.now_ms) {
-            return v;
+        if let Some(r) = self.fast_v4(meta, pkt.data_mut(), ctx.now_ms) {
+            return finish(pkt, meta, r);
         }
         self.slow(in_port, pkt, ctx)
     }
@@ -271,7 +292,7 @@ impl Forwarder {
     /// takes the general path, which decides it (and names the drop reason) from scratch;
     /// so does a memo miss while packets are parked (they must leave before newer ones).
     #[inline(always)]
-    fn fast_v4(&mut self, meta: &Meta, pkt: &mut Pkt, now: u64) -> Option<Verdict> {
+    fn fast_v4(&mut self, meta: &Meta, d: &mut [u8], now: u64) -> Option<Rewritten> {
         if !meta.plain_v4 || meta.ttl <= 1 {
             return None;
         }
@@ -303,7 +324,7 @@ impl Forwarder {
             },
         };
         let out_mac = *self.macs.get(out)?;
-        rewrite_hop_v4(pkt, out, mac, out_mac, total)
+        rewrite_hop_v4(d, out, mac, out_mac, total)
     }
 
     /// Forwards a packet that the caller has parsed into `meta` and may have rewritten
@@ -327,14 +348,14 @@ impl Forwarder {
         if !meta.plain_v4 {
             return self.slow(in_port, pkt, ctx);
         }
-        match self.checked_v4(meta, pkt, ctx.now_ms) {
-            Some(v) => v,
+        match self.checked_v4(meta, pkt.data_mut(), ctx.now_ms) {
+            Some(r) => finish(pkt, meta, r),
             None => self.process_parsed(in_port, pkt, meta, ctx),
         }
     }
 
     #[inline(always)]
-    fn checked_v4(&mut self, meta: &Meta, pkt: &mut Pkt, now: u64) -> Option<Verdict> {
+    fn checked_v4(&mut self, meta: &Meta, d: &mut [u8], now: u64) -> Option<Rewritten> {
         if meta.ttl <= 1 {
             return None;
         }
@@ -371,7 +392,7 @@ impl Forwarder {
             }
         };
         let out_mac = *self.macs.get(out)?;
-        rewrite_hop_v4(pkt, out, mac, out_mac, total)
+        rewrite_hop_v4(d, out, mac, out_mac, total)
     }
 
     /// The general path: every packet the fast path declines.
