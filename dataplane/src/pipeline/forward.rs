@@ -129,11 +129,11 @@ fn empty_hops4() -> Box<[Hop4]> {
     vec![Hop4::EMPTY; HOPS4].into_boxed_slice()
 }
 
-/// What a fast path did with a packet's bytes: rewrote them for port `out`; `padded`: the
-/// frame carries link padding past the datagram, which [`finish`] cuts.
+/// What a fast path did with a packet's bytes: rewrote them to go out as `verdict`;
+/// `padded`: the frame carries link padding past the datagram, which [`finish`] cuts.
 #[derive(Debug, Clone, Copy)]
 struct Rewritten {
-    out: usize,
+    verdict: Verdict,
     padded: bool,
 }
 
@@ -163,8 +163,8 @@ fn rewrite_hop_v4(
     let c = checksum::after_ttl_decrement(u16::from_be_bytes([h[24], h[25]]));
     h[24..26].copy_from_slice(&c.to_be_bytes());
     Some(Rewritten {
-        out,
-        padded: len != ETH + total,
+        verdict: Verdict::tx(out),
+        padded: d.len() != ETH + total,
     })
 }
 
@@ -175,7 +175,7 @@ fn finish(pkt: &mut Pkt, meta: &Meta, r: Rewritten) -> Verdict {
     if r.padded {
         let _ = pkt.set_len(ETH + usize::from(meta.total));
     }
-    Verdict::tx(r.out)
+    r.verdict
 }
 
 impl Forwarder {
@@ -260,7 +260,7 @@ impl Forwarder {
             let d = pkt.data_mut();
             let mut meta = Meta::EMPTY;
             if parse_ip(d, mac, &mut meta) {
-                if let Some(r) = self.fast_v4(&meta, d, ctx.now_ms) {
+                if let Some(r) = self.fast_v4(&meta, || d, ctx.now_ms) {
                     return finish(pkt, &meta, r);
                 }
             }
@@ -272,7 +272,10 @@ impl Forwarder {
     /// (received on `in_port`, unchanged since, or rewritten with `meta` kept in step):
     /// the fast path from `meta`, else the general path. What [`Forwarder::process`]
     /// decides, without parsing the packet again.
-    #[inline]
+    ///
+    /// Always inlined: called, it cost the balancer's packets for the forwarder about 30
+    /// instructions each (callgrind, `perf/NOTES.md`).
+    #[inline(always)]
     pub fn process_parsed(
         &mut self,
         in_port: usize,
@@ -280,7 +283,7 @@ impl Forwarder {
         meta: &Meta,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        if let Some(r) = self.fast_v4(meta, pkt.data_mut(), ctx.now_ms) {
+        if let Some(r) = self.fast_v4(meta, || pkt.data_mut(), ctx.now_ms) {
             return finish(pkt, meta, r);
         }
         self.slow(in_port, pkt, ctx)
@@ -291,8 +294,16 @@ impl Forwarder {
     /// us, routed to a resolved (Reachable) next hop. Anything else returns `None` and
     /// takes the general path, which decides it (and names the drop reason) from scratch;
     /// so does a memo miss while packets are parked (they must leave before newer ones).
+    ///
+    /// `bytes` gives the packet's bytes for the rewrite: asked only once the route is
+    /// known (a caller that has them already passes them in).
     #[inline(always)]
-    fn fast_v4(&mut self, meta: &Meta, d: &mut [u8], now: u64) -> Option<Rewritten> {
+    fn fast_v4<'d>(
+        &mut self,
+        meta: &Meta,
+        bytes: impl FnOnce() -> &'d mut [u8],
+        now: u64,
+    ) -> Option<Rewritten> {
         if !meta.plain_v4 || meta.ttl <= 1 {
             return None;
         }
@@ -324,7 +335,7 @@ impl Forwarder {
             },
         };
         let out_mac = *self.macs.get(out)?;
-        rewrite_hop_v4(d, out, mac, out_mac, total)
+        rewrite_hop_v4(bytes(), out, mac, out_mac, total)
     }
 
     /// Forwards a packet that the caller has parsed into `meta` and may have rewritten
@@ -348,14 +359,19 @@ impl Forwarder {
         if !meta.plain_v4 {
             return self.slow(in_port, pkt, ctx);
         }
-        match self.checked_v4(meta, pkt.data_mut(), ctx.now_ms) {
+        match self.checked_v4(meta, || pkt.data_mut(), ctx.now_ms) {
             Some(r) => finish(pkt, meta, r),
             None => self.process_parsed(in_port, pkt, meta, ctx),
         }
     }
 
     #[inline(always)]
-    fn checked_v4(&mut self, meta: &Meta, d: &mut [u8], now: u64) -> Option<Rewritten> {
+    fn checked_v4<'d>(
+        &mut self,
+        meta: &Meta,
+        bytes: impl FnOnce() -> &'d mut [u8],
+        now: u64,
+    ) -> Option<Rewritten> {
         if meta.ttl <= 1 {
             return None;
         }
@@ -392,7 +408,7 @@ impl Forwarder {
             }
         };
         let out_mac = *self.macs.get(out)?;
-        rewrite_hop_v4(d, out, mac, out_mac, total)
+        rewrite_hop_v4(bytes(), out, mac, out_mac, total)
     }
 
     /// The general path: every packet the fast path declines.
