@@ -315,27 +315,35 @@ impl Forwarder {
         let mac = match self.memo4 {
             Some(m) if m.nh == nh && now < m.until && self.neigh.unchanged(m.slot, m.seq) => m.mac,
             _ if !self.lot.is_empty() => return None,
-            _ => match self
-                .neigh
-                .lookup_pinned(IpAddr::V4(Ipv4Addr::from(nh)), now)
-            {
-                (Neighbour::Reachable(mac), pin) => {
-                    if let Some(p) = pin {
-                        self.memo4 = Some(Memo4 {
-                            nh,
-                            slot: p.slot,
-                            seq: p.seq,
-                            until: p.fresh_until,
-                            mac,
-                        });
-                    }
-                    mac
-                }
-                _ => return None,
-            },
+            _ => self.memo4_miss(nh, now)?,
         };
         let out_mac = *self.macs.get(out)?;
         rewrite_hop_v4(bytes(), out, mac, out_mac, total)
+    }
+
+    /// The fast path's next hop `nh` missed the memo: looked up (Reachable only) and
+    /// memoised. Out of line: a worker's traffic goes to few next hops, and inlined, the
+    /// lookup took registers from the fast path around it.
+    #[inline(never)]
+    fn memo4_miss(&mut self, nh: u32, now: u64) -> Option<MacAddr> {
+        match self
+            .neigh
+            .lookup_pinned(IpAddr::V4(Ipv4Addr::from(nh)), now)
+        {
+            (Neighbour::Reachable(mac), pin) => {
+                if let Some(p) = pin {
+                    self.memo4 = Some(Memo4 {
+                        nh,
+                        slot: p.slot,
+                        seq: p.seq,
+                        until: p.fresh_until,
+                        mac,
+                    });
+                }
+                Some(mac)
+            }
+            _ => None,
+        }
     }
 
     /// Forwards a packet that the caller has parsed into `meta` and may have rewritten
