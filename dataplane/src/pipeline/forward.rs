@@ -373,6 +373,9 @@ impl Forwarder {
         }
     }
 
+    /// [`Forwarder::forward_parsed`]'s way for IPv4 without options: the destination
+    /// memo (route and next hop together), then the rewrite; `None` for anything out of
+    /// the ordinary. `bytes` as for [`Forwarder::fast_v4`].
     #[inline(always)]
     fn checked_v4<'d>(
         &mut self,
