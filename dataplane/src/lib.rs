@@ -11,10 +11,11 @@
 //!   matcher, backend sets) bundled in one snapshot.
 //! - [`flow`]: the per-worker flow table: both directions' 5-tuples to one entry, TCP/UDP
 //!   state, timing wheel, fixed capacity.
-//! - [`splice`]: delayed binding for SNI/Host routing: SYN cookies, the first bytes
-//!   buffered, sequence numbers rewritten once spliced.
-//! - [`pipeline`]: the per-burst packet stage the worker calls (ARP/ND, echo, neighbour
-//!   learning, routed forwarding, the L4 balancer with delayed binding) and its verdicts.
+//! - [`pipeline`]: the per-burst packet stages the worker calls and their verdicts: one
+//!   parse step, the forwarder (ARP/ND, echo, neighbour learning, routed forwarding) and
+//!   the L4 balancer in front of it (flows, Maglev, policy, full NAT).
+//! - [`splice`]: delayed binding for SNI/Host routing: SYN cookies, first bytes, and the
+//!   engine that binds a backend and splices the two connections.
 //! - [`worker`]: pinned run-to-completion loops: burst rx, the pipeline, per-port tx
 //!   buffers, counters, clean stop.
 //! - [`stats`]: named drop reasons and per-worker counters.

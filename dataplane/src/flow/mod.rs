@@ -52,6 +52,9 @@
 //! - **TCP**: the states and timeouts of Linux conntrack (SYN_SENT 120 s, SYN_RECV 60 s,
 //!   ESTABLISHED 5 days, FIN_WAIT 120 s, CLOSE_WAIT 60 s, LAST_ACK 30 s, TIME_WAIT 120 s,
 //!   CLOSE 10 s), configurable ([`Timeouts`]); UDP 30 s unreplied, 120 s once replied.
+//!
+//! Measured with `bench_balance` (established flows at 1k, 100k and 1M, new connections);
+//! history in `perf/NOTES.md`.
 
 mod tcp;
 
@@ -778,15 +781,10 @@ impl FlowTable {
     ///
     /// The entry is prefetched into the core's L2 ([`crate::mem::prefetch_l2`],
     /// `PREFETCHT1`), not its L1: an entry is written by the packet that reads it (state,
-    /// expiry), and on the Zen 4 machine the benchmarks run on, entries fetched into L1
-    /// (`PREFETCHT0`) were still missing when the lookup came to them, even 580 ns later.
-    /// Medians of alternating `bench_balance` runs, cycles a packet, `T0` -> `T1`: 100k
-    /// flows in the default 1M-flow table 311 -> 200, both directions at 100k 259 -> 206,
-    /// 100k flows in a 100k table 250 -> 228, 1M flows 296 -> 260, 1k flows unchanged.
-    /// `PREFETCHW` was no better than `T0`; a plain load of one word of the entry (244 at
-    /// 100k) was worse than `T1` wherever the table is out of cache. The index line of
-    /// [`FlowTable::prefetch`] goes to L2 too (2-4 % fewer cycles at 100k and 1M); the
-    /// wide record, only ever read, to L1.
+    /// expiry), and entries fetched into L1 (`PREFETCHT0`) were still missing when the
+    /// lookup came to them. The index line of [`FlowTable::prefetch`] goes to L2 too; the
+    /// wide record, only ever read, to L1. Measured with `bench_balance` (figures in
+    /// `perf/NOTES.md`).
     #[inline]
     pub fn prefetch_entry(&self, hash: u64, wide: bool) -> Option<FlowId> {
         let tag = Self::tag(hash);
@@ -1110,7 +1108,7 @@ impl FlowTable {
             Some(fl) => f.state.on_tcp(dir, fl),
             None => f.state.on_datagram(dir),
         };
-        // (`self.timeouts` borrowed in place: a copy of the struct cost 18 instructions.)
+        // (`self.timeouts` borrowed in place, not copied: `perf/NOTES.md`.)
         let expires = now.saturating_add(self.timeouts.for_state(state));
         // Store only what changed: an established flow's entry then stays clean for a
         // second at a time instead of being written back to memory after every packet.

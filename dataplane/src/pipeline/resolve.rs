@@ -11,7 +11,7 @@
 //!
 //! Who sends requests, and when the address counts as failed, is decided in the shared
 //! [`NeighbourCache`] ([`NeighbourCache::solicit`]), so workers parking for the same next
-//! hop do not multiply requests. [`Forwarder::maintain_neighbours`] (the stage's
+//! hop do not multiply requests. [`Resolver::maintain`] (the forwarder's
 //! `maintain`, once per poll round) releases the packets of next hops that became
 //! resolved (learned by any worker), in order, with their MACs set and TTL / hop limit
 //! decremented; retransmits when due; and on failure drops the packets as
@@ -33,8 +33,28 @@
 //! Without [`StageIo`] or its allocator (a caller that offers neither), nothing is parked
 //! and the packet itself becomes the request, as before parking existed.
 
-use super::neigh::{NeighConfig, Probe, Solicit};
-use super::*;
+use super::config::ForwarderConfig;
+use super::fib::NextHop;
+use super::local::{IcmpError, Responder};
+use super::neigh::{NeighConfig, Neighbour, NeighbourCache, Probe, Solicit};
+use super::stage::{Ctx, StageIo, Verdict};
+use crate::port::Pkt;
+use crate::stats::{DropReason, Event};
+use crate::wire::{arp, ethernet, icmpv6, ip_proto, ipv4, ipv6, EtherType, MacAddr};
+use std::net::IpAddr;
+
+const ETH: usize = ethernet::HEADER_LEN;
+
+/// The last next hop a worker resolved, pinned to its cache slot and sequence: a hit
+/// costs one compare and one load instead of a hash lookup.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Memo {
+    addr: IpAddr,
+    slot: usize,
+    seq: u32,
+    until: u64,
+    mac: MacAddr,
+}
 
 /// One parked packet and the port it came in on (for the ICMP error).
 #[derive(Debug)]
@@ -171,18 +191,36 @@ impl Lot {
     }
 }
 
-impl Forwarder {
+/// The forwarder's resolution side for one call: its tables, borrowed, and its own memo
+/// and parking lot, borrowed mutably.
+#[derive(Debug)]
+pub(super) struct Resolver<'a> {
+    pub(super) conf: &'a ForwarderConfig,
+    pub(super) neigh: &'a NeighbourCache,
+    pub(super) memo: &'a mut Option<Memo>,
+    pub(super) lot: &'a mut Lot,
+}
+
+impl Resolver<'_> {
+    /// The answering side (ICMP errors for packets that failed).
+    fn responder(&self) -> Responder<'_> {
+        Responder {
+            conf: self.conf,
+            neigh: self.neigh,
+        }
+    }
+
     /// The neighbour entry of a next hop at `now`, through the memo (Reachable only).
     #[inline(always)]
     fn next_hop_mac(&mut self, addr: IpAddr, now: u64) -> Neighbour {
-        if let Some(m) = self.memo {
+        if let Some(m) = *self.memo {
             if m.addr == addr && now < m.until && self.neigh.unchanged(m.slot, m.seq) {
                 return Neighbour::Reachable(m.mac);
             }
         }
         let (n, pin) = self.neigh.lookup_pinned(addr, now);
         if let (Neighbour::Reachable(mac), Some(p)) = (n, pin) {
-            self.memo = Some(Memo {
+            *self.memo = Some(Memo {
                 addr,
                 slot: p.slot,
                 seq: p.seq,
@@ -516,9 +554,11 @@ impl Forwarder {
             let in_port = p.in_port as usize;
             let is_v4 = p.pkt.data().get(12..14) == Some(&[0x08, 0x00]);
             let sent = if is_v4 {
-                self.icmp_error_v4(in_port, &mut p.pkt, IcmpError::Unreachable)
+                self.responder()
+                    .icmp_error_v4(in_port, &mut p.pkt, IcmpError::Unreachable)
             } else {
-                self.icmp_error_v6(in_port, &mut p.pkt, IcmpError::Unreachable)
+                self.responder()
+                    .icmp_error_v6(in_port, &mut p.pkt, IcmpError::Unreachable)
             };
             if sent {
                 if let Some(io) = ctx.io.as_deref_mut() {
@@ -531,7 +571,7 @@ impl Forwarder {
 
     /// The per-round work: releases what resolved, retransmits what is due, fails what
     /// timed out. Costs one branch when nothing is parked.
-    pub(super) fn maintain_neighbours(&mut self, ctx: &mut Ctx<'_>) {
+    pub(super) fn maintain(&mut self, ctx: &mut Ctx<'_>) {
         if self.lot.is_empty() {
             return;
         }

@@ -14,6 +14,13 @@
 //!   ◀─────── seq + delta, window rescaled ─── spliced ─── ack - delta, SACK - delta ──▶
 //! ```
 //!
+//! Everything drawn in the middle column is the [`engine`]: the L4 balancer hands it the
+//! packets of delayed-binding listeners and of flows whose embryo is open, and its timers
+//! once per poll round; a spliced flow's packets then get the balancer's flow path plus
+//! [`rewrite::splice_rewrite`]. The engine's decision for an embryo's bytes (route, pick,
+//! redirect answer) is a value of its own (module `plan`). Measured with `bench_splice`
+//! (new connections per second, spliced against plain forwarding).
+//!
 //! - **Handshake** ([`cookie`]): the SYN-ACK's sequence number is a keyed SYN cookie
 //!   carrying the client's MSS, window scale and SACK-permitted; a SYN creates no state.
 //!   The SYN-ACK offers MSS (sluice's), window scale [`SpliceConfig::wscale`] and SACK
@@ -61,8 +68,11 @@
 //!   FIN is acknowledged, and the embryo returned.
 
 pub mod cookie;
+pub mod engine;
 pub mod first_bytes;
 pub mod options;
+mod plan;
+pub mod rewrite;
 
 use crate::inspect::name::HostName;
 use crate::inspect::{http, tls};

@@ -1,26 +1,35 @@
-//! The packet side of delayed binding ([`crate::splice`]) in the balancer: SYN cookies,
-//! embryos reading first bytes, the backend handshake, failover, sluice's own answers,
-//! and the per-packet rewrite of spliced flows.
+//! The packet side of delayed binding (see the [module docs](super) for the handshake):
+//! SYN cookies, embryos reading first bytes, the backend handshake, failover, sluice's own
+//! answers, the replay, and the embryo timers.
 //!
-//! Packets sluice makes itself leave through the [`Forwarder`](super::Forwarder) (FIB,
-//! neighbours, MACs), written as if received on the port they concern, except the SYN-ACK,
-//! which goes straight back to the sender's MAC like a RST. A reply is written into the
-//! packet that caused it where there is one; timers draw fresh buffers from
-//! [`StageIo`](super::super::StageIo).
+//! The engine keeps its own state ([`Splicer`]: cookies, embryos, the timer scan) and
+//! borrows, for each call, the parts of the worker's L4 state it shares with the balancer
+//! ([`Shared`]: forwarder, flow table, SNAT ports, port MACs): an [`Engine`] is the two
+//! together. It writes packets with [`crate::pipeline::reply`] and allocates SNAT ports
+//! with [`crate::pipeline::nat`]; it does not know the balancer, which calls it.
+//!
+//! Packets sluice makes itself leave through the [`Forwarder`] (FIB, neighbours, MACs),
+//! written as if received on the port they concern, except the SYN-ACK, which goes
+//! straight back to the sender's MAC like a RST. A reply is written into the packet that
+//! caused it where there is one; timers draw fresh buffers from
+//! [`StageIo`](crate::pipeline::StageIo).
 
-use super::{fold_not, reply_headers, State, ETH, L4, SNAT_ATTEMPTS};
-use crate::flow::{Dir, FlowId, InsertError, Splice, TcpFlags, TcpState, Tuple};
-use crate::pipeline::{Ctx, Verdict};
+use super::cookie::{self, Cookies, SynOptions};
+use super::first_bytes::{Overflow, Pieces};
+use super::plan::{decide, Plan, ANSWER_MAX};
+use super::rewrite::rescale;
+use super::{options, Embryo, Embryos, Phase, SpliceConfig, REPLAY_TRIES};
+use crate::flow::{Dir, FlowId, FlowTable, InsertError, Splice, TcpFlags, TcpState, Tuple};
+use crate::pipeline::forward::Forwarder;
+use crate::pipeline::nat::{rekey_snat, SnatPorts};
+use crate::pipeline::parse::Meta;
+use crate::pipeline::reply::{write_seg, Seg};
+use crate::pipeline::stage::{Ctx, Verdict};
 use crate::port::Pkt;
-use crate::splice::cookie::{self, Cookies, SynOptions};
-use crate::splice::first_bytes::{Overflow, Pieces};
-use crate::splice::{self, options, Embryo, Embryos, Phase, SpliceConfig};
 use crate::stats::{DropReason, Event};
-use crate::tables::listeners::{ListenerEntry, ListenerKind, Redirect};
-use crate::tables::maglev::{flow_hash, Pick};
 use crate::tables::snapshot::Snapshot;
-use crate::wire::{checksum, ip_proto, ipv4, ipv6, tcp};
-use std::net::{IpAddr, SocketAddr};
+use crate::wire::{ip_proto, tcp};
+use std::net::SocketAddr;
 
 const SYN: u8 = TcpFlags::SYN;
 const ACK: u8 = TcpFlags::ACK;
@@ -30,19 +39,18 @@ const FIN: u8 = TcpFlags::FIN;
 const SCAN_MS: u64 = 10;
 /// Times sluice sends its own answer (redirect) before giving up on an acknowledgment.
 const ANSWER_TRIES: u8 = 3;
-/// The largest answer sluice writes (one segment).
-const ANSWER_MAX: usize = 1200;
 
 /// A worker's delayed-binding state.
-pub(super) struct Splicer {
-    pub(super) cfg: SpliceConfig,
+pub struct Splicer {
+    cfg: SpliceConfig,
     cookies: Cookies,
-    pub(super) embryos: Embryos,
+    embryos: Embryos,
     next_scan_ms: u64,
 }
 
 impl Splicer {
-    pub(super) fn new(cfg: SpliceConfig) -> Splicer {
+    /// The state for `cfg`: every embryo slot and buffer allocated here.
+    pub fn new(cfg: SpliceConfig) -> Splicer {
         Splicer {
             cookies: Cookies::new(cfg.cookie_secret),
             embryos: Embryos::new(cfg.embryos, cfg.buffer_bytes),
@@ -50,150 +58,66 @@ impl Splicer {
             cfg,
         }
     }
-}
 
-/// A TCP segment sluice writes.
-struct Seg<'a> {
-    src: SocketAddr,
-    dst: SocketAddr,
-    seq: u32,
-    ack: u32,
-    flags: u16,
-    window: u16,
-    options: &'a [u8],
-    payload: &'a [u8],
-}
-
-/// Writes Ethernet (`to`, `from`), IP and TCP headers and the payload into `pkt`.
-fn write_seg(pkt: &mut Pkt, to: [u8; 6], from: [u8; 6], s: &Seg<'_>) -> bool {
-    let ip_len = if s.src.is_ipv6() {
-        ipv6::HEADER_LEN
-    } else {
-        ipv4::HEADER_LEN
-    };
-    let tcp_len = tcp::HEADER_LEN + s.options.len();
-    if !pkt.set_len(ETH + ip_len + tcp_len + s.payload.len()) {
-        return false;
+    /// The embryos (connections between the cookie's return and the splice or sluice's
+    /// own answer).
+    pub fn embryos(&self) -> &Embryos {
+        &self.embryos
     }
-    let d = pkt.data_mut();
-    reply_headers(
-        d,
-        to,
-        from,
-        s.src.ip(),
-        s.dst.ip(),
-        ip_proto::TCP,
-        tcp_len + s.payload.len(),
-    );
-    let seg = &mut d[ETH + ip_len..];
-    seg[tcp::HEADER_LEN..tcp_len].copy_from_slice(s.options);
-    seg[tcp_len..].copy_from_slice(s.payload);
-    let mut t = tcp::Packet::new_unchecked(seg);
-    t.set_src_port(s.src.port());
-    t.set_dst_port(s.dst.port());
-    t.set_seq_number(s.seq);
-    t.set_ack_number(s.ack);
-    t.set_header_len_and_flags(tcp_len as u8, s.flags);
-    t.set_window_len(s.window);
-    t.set_urgent_at(0);
-    t.fill_checksum(s.src.ip(), s.dst.ip());
-    true
+
+    /// The embryos, to return one whose flow expired.
+    pub fn embryos_mut(&mut self) -> &mut Embryos {
+        &mut self.embryos
+    }
+}
+
+/// The parts of a worker's L4 state that the engine shares with the balancer, borrowed
+/// for one call.
+pub struct Shared<'a> {
+    /// Routes the packets sluice writes.
+    pub fwd: &'a mut Forwarder,
+    /// The worker's flow table (an embryo's flow, re-keyed to its backend).
+    pub flows: &'a mut FlowTable,
+    /// The worker's SNAT ports.
+    pub snat: &'a mut SnatPorts,
+    /// sluice's MAC per port.
+    pub macs: &'a [[u8; 6]],
+}
+
+/// The engine at work: the worker's [`Splicer`] and the [`Shared`] parts, for one packet
+/// or one timer scan.
+pub struct Engine<'a> {
+    splice: &'a mut Splicer,
+    fwd: &'a mut Forwarder,
+    flows: &'a mut FlowTable,
+    snat: &'a mut SnatPorts,
+    macs: &'a [[u8; 6]],
+}
+
+impl<'a> Engine<'a> {
+    /// The engine over `splice` and the shared parts.
+    #[inline]
+    pub fn new(splice: &'a mut Splicer, shared: Shared<'a>) -> Engine<'a> {
+        Engine {
+            splice,
+            fwd: shared.fwd,
+            flows: shared.flows,
+            snat: shared.snat,
+            macs: shared.macs,
+        }
+    }
 }
 
 /// The TCP header length, options, window and payload of a parsed segment.
-fn tcp_parts<'p>(pkt: &'p Pkt, l4: &L4) -> (&'p [u8], u16, &'p [u8]) {
-    let seg = &pkt.data()[l4.l4..];
+fn tcp_parts<'p>(pkt: &'p Pkt, meta: &Meta) -> (&'p [u8], u16, &'p [u8]) {
+    let seg = &pkt.data()[meta.l4..];
     let hl = usize::from(seg[12] >> 4) * 4;
     let win = u16::from_be_bytes([seg[14], seg[15]]);
-    let end = (hl + l4.payload as usize).min(seg.len());
+    let end = (hl + meta.payload as usize).min(seg.len());
     (&seg[tcp::HEADER_LEN..hl], win, &seg[hl..end])
 }
 
-/// A window field scaled by `from` re-expressed at scale `to`: rounded down, but never to
-/// zero from a non-zero window (that would stall the sender), at most 65535.
-#[inline]
-fn rescale(win: u16, from: u8, to: u8) -> u16 {
-    if from == to {
-        return win;
-    }
-    let bytes = u64::from(win) << from;
-    let v = bytes >> to;
-    let v = if v == 0 && bytes > 0 { 1 } else { v };
-    v.min(0xffff) as u16
-}
-
-/// Rewrites a spliced segment's sequence space (see [`crate::splice`]): `Reply`
-/// (backend -> client) `seq += delta` and the window from the backend's scale to sluice's;
-/// `Orig` `ack -= delta`, SACK edges `-= delta`, and the window scaled up when the backend
-/// declined scaling. The TCP checksum is updated incrementally.
-#[inline]
-pub(super) fn splice_rewrite(pkt: &mut Pkt, l4: &L4, dir: Dir, s: Splice) {
-    let d = pkt.data_mut();
-    let seg = &mut d[l4.l4..];
-    let word = |v: u32| u64::from(v >> 16) + u64::from(v & 0xffff);
-    let get = |b: &[u8], i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-    let (mut old, mut new) = (0u64, 0u64);
-    let win = u16::from_be_bytes([seg[14], seg[15]]);
-    let mut odd_sack = false;
-    let nwin = match dir {
-        Dir::Reply => {
-            let seq = get(seg, 4);
-            let nseq = seq.wrapping_add(s.value);
-            seg[4..8].copy_from_slice(&nseq.to_be_bytes());
-            old += word(seq);
-            new += word(nseq);
-            rescale(win, s.scales >> 4, s.scales & 0x0f)
-        }
-        Dir::Orig => {
-            if l4.flags & ACK != 0 {
-                let ack = get(seg, 8);
-                let nack = ack.wrapping_sub(s.value);
-                seg[8..12].copy_from_slice(&nack.to_be_bytes());
-                old += word(ack);
-                new += word(nack);
-            }
-            let hl = (usize::from(seg[12] >> 4) * 4).min(seg.len());
-            if hl > tcp::HEADER_LEN {
-                match options::shift_sack_edges(&mut seg[tcp::HEADER_LEN..hl], s.value) {
-                    Some((o, n)) => {
-                        old += o;
-                        new += n;
-                    }
-                    None => odd_sack = true,
-                }
-            }
-            let fix = s.phase >> 4;
-            if fix == 0 {
-                win
-            } else {
-                rescale(win, fix, 0)
-            }
-        }
-    };
-    if nwin != win {
-        seg[14..16].copy_from_slice(&nwin.to_be_bytes());
-        old += u64::from(win);
-        new += u64::from(nwin);
-    }
-    if odd_sack {
-        recompute_tcp_checksum(pkt, l4);
-        return;
-    }
-    let c = u16::from_be_bytes([seg[16], seg[17]]);
-    let c = !checksum::fold(u64::from(!c) + fold_not(old) + new);
-    seg[16..18].copy_from_slice(&c.to_be_bytes());
-}
-
-/// Recomputes a TCP checksum from scratch (for the rare layouts the incremental update
-/// does not cover).
-fn recompute_tcp_checksum(pkt: &mut Pkt, l4: &L4) {
-    let d = pkt.data_mut();
-    let hl = usize::from(d[l4.l4 + 12] >> 4) * 4;
-    let end = (l4.l4 + hl + l4.payload as usize).min(d.len());
-    tcp::Packet::new_unchecked(&mut d[l4.l4..end]).fill_checksum(l4.src(), l4.dst());
-}
-
-impl State {
+impl Engine<'_> {
     fn our_mss(&self, v6: bool) -> u16 {
         let m = self.splice.cfg.mss_v4;
         if v6 {
@@ -205,46 +129,46 @@ impl State {
 
     /// A SYN to a delayed-binding listener: answered in place with a SYN-ACK whose
     /// sequence number is the cookie. No state.
-    pub(super) fn splice_syn(
+    pub fn splice_syn(
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
         let Some(&port_mac) = self.macs.get(in_port) else {
             return Verdict::Drop(DropReason::BadPort);
         };
         let src_mac: [u8; 6] = pkt.data()[6..12].try_into().unwrap_or([0; 6]);
-        if src_mac[0] & 1 != 0 || l4.src().is_multicast() || l4.src().is_unspecified() {
+        if src_mac[0] & 1 != 0 || meta.src().is_multicast() || meta.src().is_unspecified() {
             return Verdict::Drop(DropReason::NoFlow);
         }
-        let (opts, _, _) = tcp_parts(pkt, l4);
+        let (opts, _, _) = tcp_parts(pkt, meta);
         let o = options::parse_syn(opts);
         let syn = SynOptions {
             mss: o.mss.unwrap_or(536),
             wscale: o.wscale,
             sack: o.sack,
         };
-        let t = l4.tuple();
+        let t = meta.tuple();
         let tb = cookie::tuple_bytes(&t.src, &t.dst, t.sport, t.dport);
         let isn = self
             .splice
             .cookies
-            .make(&tb, l4.seq(), syn, ctx.now_ms / 1000);
+            .make(&tb, meta.seq(), syn, ctx.now_ms / 1000);
         let mut ob = [0u8; 20];
         let n = options::emit_syn(
             &mut ob,
-            self.our_mss(l4.v6),
+            self.our_mss(meta.v6),
             o.wscale.map(|_| self.splice.cfg.wscale),
             o.sack,
         );
         let window = self.splice.cfg.buffer_bytes.min(0xffff) as u16;
         let seg = Seg {
-            src: SocketAddr::new(l4.dst(), l4.dport()),
-            dst: SocketAddr::new(l4.src(), l4.sport()),
+            src: SocketAddr::new(meta.dst(), meta.dport()),
+            dst: SocketAddr::new(meta.src(), meta.sport()),
             seq: isn,
-            ack: l4.seq().wrapping_add(1),
+            ack: meta.seq().wrapping_add(1),
             flags: tcp::flags::SYN | tcp::flags::ACK,
             window,
             options: &ob[..n],
@@ -260,23 +184,23 @@ impl State {
     /// A segment without a flow to a delayed-binding listener: the handshake's third
     /// segment (or the first data) if its cookie checks out, which opens an embryo.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn splice_open(
+    pub fn splice_open(
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         snap: &Snapshot,
         generation: u32,
         now_s: u32,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        if l4.flags & (SYN | RST) != 0 || l4.flags & ACK == 0 {
+        if meta.flags & (SYN | RST) != 0 || meta.flags & ACK == 0 {
             return Verdict::Drop(DropReason::NoFlow);
         }
-        let t = l4.tuple();
+        let t = meta.tuple();
         let tb = cookie::tuple_bytes(&t.src, &t.dst, t.sport, t.dport);
-        let client_isn = l4.seq().wrapping_sub(1);
-        let our_isn = l4.ack().wrapping_sub(1);
+        let client_isn = meta.seq().wrapping_sub(1);
+        let our_isn = meta.ack().wrapping_sub(1);
         let Some(syn) = self
             .splice
             .cookies
@@ -284,7 +208,7 @@ impl State {
         else {
             return Verdict::Drop(DropReason::BadCookie);
         };
-        let (_, win, _) = tcp_parts(pkt, l4);
+        let (_, win, _) = tcp_parts(pkt, meta);
         let mut e = Embryo::new(t, syn, client_isn, our_isn);
         e.in_port = in_port as u8;
         e.client_win = win;
@@ -312,7 +236,7 @@ impl State {
             value: idx,
         };
         ctx.counters.event(Event::EmbryoOpened);
-        self.embryo_client(pkt, l4, id, idx, snap, generation, ctx)
+        self.embryo_client(pkt, meta, id, idx, snap, generation, ctx)
     }
 
     /// Whether flow `id`'s embryo `idx` is gone (or its slot serves another connection by
@@ -328,11 +252,11 @@ impl State {
 
     /// A packet of a flow whose embryo is open.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn embryo_packet(
+    pub fn embryo_packet(
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         (id, dir): (FlowId, Dir),
         idx: u32,
         snap: &Snapshot,
@@ -343,8 +267,8 @@ impl State {
             return Verdict::Drop(DropReason::NoFlow);
         }
         match dir {
-            Dir::Orig => self.embryo_client(pkt, l4, id, idx, snap, generation, ctx),
-            Dir::Reply => self.embryo_backend(in_port, pkt, l4, id, idx, snap, generation, ctx),
+            Dir::Orig => self.embryo_client(pkt, meta, id, idx, snap, generation, ctx),
+            Dir::Reply => self.embryo_backend(in_port, pkt, meta, id, idx, snap, generation, ctx),
         }
     }
 
@@ -353,40 +277,40 @@ impl State {
     fn embryo_client(
         &mut self,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         id: FlowId,
         idx: u32,
         snap: &Snapshot,
         generation: u32,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        if l4.flags & RST != 0 {
+        if meta.flags & RST != 0 {
             // Only a RST inside the window sluice announced ends the connection (RFC 9293
             // §3.10.7.4; sluice acknowledges no first bytes, so the window starts at the
             // client's first byte): anyone who merely knows the four-tuple cannot reset
             // it blind.
             let e = self.splice.embryos.get(idx);
-            let off = l4.seq().wrapping_sub(e.client_isn.wrapping_add(1));
+            let off = meta.seq().wrapping_sub(e.client_isn.wrapping_add(1));
             if off <= self.splice.cfg.buffer_bytes.min(0xffff) as u32 {
                 self.embryo_close(idx, Some(id));
             }
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
-        if l4.flags & SYN != 0 {
+        if meta.flags & SYN != 0 {
             return Verdict::Drop(DropReason::SpliceConsumed); // a late retransmitted SYN
         }
-        let (_, win, payload) = tcp_parts(pkt, l4);
+        let (_, win, payload) = tcp_parts(pkt, meta);
         let payload_empty = payload.is_empty();
         let phase = self.splice.embryos.get(idx).phase;
         if phase == Phase::Responding {
-            return self.responding_client(pkt, l4, id, idx, payload.len(), ctx);
+            return self.responding_client(pkt, meta, id, idx, payload.len(), ctx);
         }
         let mut end = None;
         {
             let (e, buf) = self.splice.embryos.with_buf(idx);
             e.client_win = win;
             let base = e.client_isn.wrapping_add(1);
-            let off = l4.seq().wrapping_sub(base) as i32;
+            let off = meta.seq().wrapping_sub(base) as i32;
             // Bytes before the stream's start (cannot happen after a valid cookie, but a
             // wrapped sequence number must not index the buffer).
             let skip = if off < 0 {
@@ -403,7 +327,7 @@ impl State {
                     }
                 }
             }
-            if l4.flags & FIN != 0 {
+            if meta.flags & FIN != 0 {
                 e.client_fin = true;
             }
             if e.client_fin && end.is_none() && e.pieces.pieces() <= 1 {
@@ -469,7 +393,16 @@ impl State {
         if end.is_none() && have < e.need as usize {
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
-        let plan = self.plan(&e, idx, end, snap, ctx);
+        let ours = self.fwd.config().is_ours(e.client.destination().ip());
+        let plan = decide(
+            &mut self.splice.embryos,
+            &e,
+            idx,
+            ours,
+            end,
+            snap,
+            ctx.counters,
+        );
         match plan {
             Plan::Wait(need) => {
                 self.splice.embryos.get_mut(idx).need = need as u32;
@@ -482,110 +415,6 @@ impl State {
                 transparent,
             } => self.connect(pkt, id, idx, backend, transparent, snap, generation, ctx),
         }
-    }
-
-    /// The decision for an embryo's bytes (borrowing them), as a plan.
-    fn plan(
-        &mut self,
-        e: &Embryo,
-        idx: u32,
-        end: Option<Event>,
-        snap: &Snapshot,
-        ctx: &mut Ctx<'_>,
-    ) -> Plan {
-        let client = e.client.source();
-        let vip = e.client.destination();
-        let Some(listener) = self.splice_listener(snap, vip) else {
-            ctx.counters.event(Event::FirstBytesNoRoute);
-            return Plan::Reset;
-        };
-        let have = e.pieces.contiguous();
-        let mut answer = [0u8; ANSWER_MAX];
-        let (plan, answer_len) = {
-            let bytes = &self.splice.embryos.buf(idx)[..have];
-            match splice::inspect(listener.kind, listener.https_redirect, bytes, end) {
-                splice::Verdict::NeedMore(n) => (Plan::Wait(n), 0),
-                splice::Verdict::HttpsRedirect { host, target } => {
-                    match splice::redirect_answer(
-                        &mut answer,
-                        301,
-                        &["https://", host.as_str(), target],
-                    ) {
-                        Some(n) => (Plan::Answer(n), n),
-                        None => (Plan::Reset, 0),
-                    }
-                }
-                splice::Verdict::Route { name, path, why } => {
-                    if let Some(w) = why {
-                        ctx.counters.event(w);
-                    }
-                    let route = listener
-                        .route(name.as_ref().map_or(&b""[..], |n| n.as_bytes()))
-                        .and_then(|i| snap.listeners.route(i))
-                        .filter(|r| r.applies_to(vip.ip()));
-                    let Some(route) = route else {
-                        if why.is_none() {
-                            ctx.counters.event(Event::FirstBytesNoRoute);
-                        }
-                        return Plan::Reset;
-                    };
-                    let host = name.as_ref().map_or("", |n| n.as_str());
-                    let pick = |table: &crate::tables::maglev::MaglevTable| {
-                        pick_backend(table, client, vip, e.tries, e.backend)
-                    };
-                    if listener.kind == ListenerKind::Http && !route.http.is_empty() {
-                        match route.http_rule(path) {
-                            None => (Plan::Reset, 0),
-                            Some(rule) => match &rule.redirect {
-                                Some(r) => {
-                                    let target = http_target(bytes);
-                                    match location(&mut answer, r, host, target) {
-                                        Some(n) => (Plan::Answer(n), n),
-                                        None => (Plan::Reset, 0),
-                                    }
-                                }
-                                None => (pick(rule.table_for(vip.is_ipv6())), 0),
-                            },
-                        }
-                    } else {
-                        let table = match (&route.table_v6, vip.is_ipv6()) {
-                            (Some(t), true) => t,
-                            _ => &route.table,
-                        };
-                        (pick(table), 0)
-                    }
-                }
-            }
-        };
-        let plan = match plan {
-            Plan::Connect { backend, .. } => Plan::Connect {
-                backend,
-                transparent: listener.transparent,
-            },
-            p => p,
-        };
-        if answer_len > 0 {
-            let (_, buf) = self.splice.embryos.with_buf(idx);
-            let n = answer_len.min(buf.len());
-            buf[..n].copy_from_slice(&answer[..n]);
-        }
-        plan
-    }
-
-    /// The delayed-binding listener for a virtual address (re-read from the current
-    /// snapshot: a reload may have changed it).
-    fn splice_listener<'s>(
-        &self,
-        snap: &'s Snapshot,
-        vip: SocketAddr,
-    ) -> Option<&'s ListenerEntry> {
-        let l = if self.fwd.config().is_ours(vip.ip()) {
-            snap.listeners.lookup(vip.ip(), vip.port(), ip_proto::TCP)
-        } else {
-            snap.listeners
-                .lookup_bound(vip.ip(), vip.port(), ip_proto::TCP)
-        }?;
-        (l.kind.routes_by_name() && l.kind != ListenerKind::TlsTerminate).then_some(l)
     }
 
     /// Policy, SNAT and the flow for `backend`, then a SYN to it written into `pkt`.
@@ -636,7 +465,7 @@ impl State {
                 .map_err(|_| DropReason::NoFlow)
         } else {
             match self.fwd.config().addr_on(nh.port, backend.ip()) {
-                Some(snat) => self.rekey_snat(id, backend, snat, now_s),
+                Some(ip) => rekey_snat(self.flows, self.snat, id, backend, ip, now_s),
                 None => Err(DropReason::NoSnatAddress),
             }
         };
@@ -655,29 +484,6 @@ impl State {
             m.tries = m.tries.saturating_add(1);
         }
         self.backend_syn(pkt, id, idx, ctx)
-    }
-
-    /// Gives flow `id` the backend side `backend` -> (`snat_ip`, a free port of this
-    /// worker's range), in SYN_SENT.
-    fn rekey_snat(
-        &mut self,
-        id: FlowId,
-        backend: SocketAddr,
-        snat_ip: IpAddr,
-        now_s: u32,
-    ) -> Result<(), DropReason> {
-        for _ in 0..SNAT_ATTEMPTS {
-            let port = self.snat.take();
-            let reply = Tuple::new(backend, SocketAddr::new(snat_ip, port), ip_proto::TCP);
-            if self
-                .flows
-                .rekey_reply(id, reply, TcpState::SynSent, now_s)
-                .is_ok()
-            {
-                return Ok(());
-            }
-        }
-        Err(DropReason::SnatPortsExhausted)
     }
 
     /// Writes the SYN to the embryo's backend into `pkt` and routes it.
@@ -731,7 +537,7 @@ impl State {
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         id: FlowId,
         idx: u32,
         snap: &Snapshot,
@@ -743,16 +549,16 @@ impl State {
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
         let expected_ack = e.client_isn.wrapping_add(1);
-        if l4.flags & RST != 0 {
-            if l4.flags & ACK != 0 && l4.ack() != expected_ack {
+        if meta.flags & RST != 0 {
+            if meta.flags & ACK != 0 && meta.ack() != expected_ack {
                 return Verdict::Drop(DropReason::SpliceConsumed); // not for our SYN
             }
             return self.failover(pkt, id, idx, snap, generation, ctx);
         }
-        if l4.flags & (SYN | ACK) != SYN | ACK || l4.ack() != expected_ack {
+        if meta.flags & (SYN | ACK) != SYN | ACK || meta.ack() != expected_ack {
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
-        let (opts, _, _) = tcp_parts(pkt, l4);
+        let (opts, _, _) = tcp_parts(pkt, meta);
         let b = options::parse_syn(opts);
         let ours = self.splice.cfg.wscale;
         let (bws, ows, fix) = match (e.syn.wscale, b.wscale) {
@@ -760,7 +566,7 @@ impl State {
             (Some(_), Some(bw)) => (bw, ours, 0),
             (Some(cw), None) => (0, ours, cw),
         };
-        let backend_isn = l4.seq();
+        let backend_isn = meta.seq();
         let now_s = (ctx.now_ms / 1000) as u32;
         let spliced = Splice {
             phase: Splice::SPLICED | (fix << 4),
@@ -898,11 +704,11 @@ impl State {
     /// A packet of a flow whose replay the backend has not fully acknowledged: an
     /// acknowledgment that covers it installs the final splice state and returns the
     /// embryo. Returns the splice state to rewrite the packet with, or the packet's fate.
-    pub(super) fn replaying(
+    pub fn replaying(
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         (id, dir): (FlowId, Dir),
         idx: u32,
         ctx: &mut Ctx<'_>,
@@ -912,17 +718,17 @@ impl State {
         }
         let e = *self.splice.embryos.get(idx);
         if dir == Dir::Reply {
-            if l4.flags & SYN != 0 {
-                return Err(self.splice_reack(in_port, pkt, l4, id, ctx));
+            if meta.flags & SYN != 0 {
+                return Err(self.splice_reack(in_port, pkt, meta, id, ctx));
             }
             let owned = e.replay + u32::from(e.client_fin);
-            let acked = l4.flags & ACK != 0
-                && l4.ack().wrapping_sub(e.client_isn.wrapping_add(1)) as i32 >= owned as i32;
-            if acked || l4.flags & RST != 0 {
+            let acked = meta.flags & ACK != 0
+                && meta.ack().wrapping_sub(e.client_isn.wrapping_add(1)) as i32 >= owned as i32;
+            if acked || meta.flags & RST != 0 {
                 self.flows.get_mut(id).splice = e.spliced;
                 self.splice.embryos.close(idx);
             }
-        } else if l4.flags & RST != 0 {
+        } else if meta.flags & RST != 0 {
             self.flows.get_mut(id).splice = e.spliced;
             self.splice.embryos.close(idx);
         }
@@ -944,7 +750,17 @@ impl State {
         if e.tries >= self.splice.cfg.backend_tries {
             return self.reset_client(pkt, idx, Some(id), ctx);
         }
-        match self.plan(&e, idx, Some(Event::FirstBytesTimeout), snap, ctx) {
+        let ours = self.fwd.config().is_ours(e.client.destination().ip());
+        let end = Some(Event::FirstBytesTimeout);
+        match decide(
+            &mut self.splice.embryos,
+            &e,
+            idx,
+            ours,
+            end,
+            snap,
+            ctx.counters,
+        ) {
             Plan::Connect {
                 backend,
                 transparent,
@@ -1018,7 +834,7 @@ impl State {
     fn responding_client(
         &mut self,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         id: FlowId,
         idx: u32,
         payload: usize,
@@ -1026,13 +842,13 @@ impl State {
     ) -> Verdict {
         let e = *self.splice.embryos.get(idx);
         let our_fin_acked =
-            l4.flags & ACK != 0 && l4.ack() == e.our_isn.wrapping_add(2 + u32::from(e.answer));
-        if l4.flags & FIN != 0 {
+            meta.flags & ACK != 0 && meta.ack() == e.our_isn.wrapping_add(2 + u32::from(e.answer));
+        if meta.flags & FIN != 0 {
             let seg = Seg {
                 src: e.client.destination(),
                 dst: e.client.source(),
                 seq: e.our_isn.wrapping_add(2 + u32::from(e.answer)),
-                ack: l4.seq().wrapping_add(payload as u32 + 1),
+                ack: meta.seq().wrapping_add(payload as u32 + 1),
                 flags: tcp::flags::ACK,
                 window: 0,
                 options: &[],
@@ -1075,11 +891,11 @@ impl State {
 
     /// A retransmitted SYN-ACK from the backend of a spliced flow (sluice's ACK was lost):
     /// acknowledged again, in place.
-    pub(super) fn splice_reack(
+    pub fn splice_reack(
         &mut self,
         in_port: usize,
         pkt: &mut Pkt,
-        l4: &L4,
+        meta: &Meta,
         id: FlowId,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
@@ -1087,8 +903,8 @@ impl State {
         let seg = Seg {
             src,
             dst,
-            seq: l4.ack(),
-            ack: l4.seq().wrapping_add(1),
+            seq: meta.ack(),
+            ack: meta.seq().wrapping_add(1),
             flags: tcp::flags::ACK,
             window: 0xffff,
             options: &[],
@@ -1097,9 +913,9 @@ impl State {
         self.route_out(pkt, in_port, &seg, ctx)
     }
 
-    /// Embryo timers (every [`SCAN_MS`]): first-bytes deadlines, SYN retransmissions and
+    /// Embryo timers (every `SCAN_MS`): first-bytes deadlines, SYN retransmissions and
     /// failover, answer retransmissions.
-    pub(super) fn splice_timers(&mut self, snap: &Snapshot, generation: u32, ctx: &mut Ctx<'_>) {
+    pub fn splice_timers(&mut self, snap: &Snapshot, generation: u32, ctx: &mut Ctx<'_>) {
         let now = ctx.now_ms;
         if now < self.splice.next_scan_ms || self.splice.embryos.is_empty() {
             return;
@@ -1137,7 +953,7 @@ impl State {
             self.embryo_close(idx, Some(id));
             return;
         }
-        if e.phase == Phase::Replaying && e.syns < splice::REPLAY_TRIES {
+        if e.phase == Phase::Replaying && e.syns < REPLAY_TRIES {
             // The backend has not acknowledged the replay: send it again.
             let rto = self.splice.cfg.syn_rto_ms;
             {
@@ -1199,75 +1015,4 @@ fn dispatch(v: Verdict, p: Pkt, ctx: &mut Ctx<'_>) {
         Verdict::Drop(r) => ctx.counters.drop(r),
         Verdict::Kept | Verdict::Redirect(_) => {}
     }
-}
-
-/// What to do with an embryo.
-enum Plan {
-    /// Wait for this many bytes.
-    Wait(usize),
-    /// Reset the client.
-    Reset,
-    /// Send sluice's answer (this long, at the start of the buffer).
-    Answer(usize),
-    /// Connect this backend (`None`: the pick was a reject slot).
-    Connect {
-        backend: Option<SocketAddr>,
-        transparent: bool,
-    },
-}
-
-/// The route's pick for attempt `tries` (0: the flow's own hash, as an L4 flow would get;
-/// later attempts perturb it and skip the backend that just failed).
-fn pick_backend(
-    table: &crate::tables::maglev::MaglevTable,
-    client: SocketAddr,
-    vip: SocketAddr,
-    tries: u8,
-    failed: Option<SocketAddr>,
-) -> Plan {
-    let h = flow_hash(client, vip, ip_proto::TCP);
-    for salt in 0..8u64 {
-        let attempt = u64::from(tries) + salt;
-        let h = if attempt == 0 {
-            h
-        } else {
-            h ^ attempt.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        };
-        match table.pick(h) {
-            Pick::Backend(b) if Some(b) != failed => {
-                return Plan::Connect {
-                    backend: Some(b),
-                    transparent: false,
-                }
-            }
-            Pick::Backend(_) => continue,
-            Pick::Reject => {
-                return Plan::Connect {
-                    backend: None,
-                    transparent: false,
-                }
-            }
-        }
-    }
-    Plan::Connect {
-        backend: None,
-        transparent: false,
-    }
-}
-
-/// The request target of an HTTP head held in `bytes` (between the first two spaces).
-fn http_target(bytes: &[u8]) -> &str {
-    let line = bytes.split(|&b| b == b'\n').next().unwrap_or(&[]);
-    let mut parts = line.split(|&b| b == b' ');
-    let _method = parts.next();
-    std::str::from_utf8(parts.next().unwrap_or(b"/")).unwrap_or("/")
-}
-
-/// Writes a rule redirect's answer: `Location: <scheme or http>://<authority or host><path
-/// or the request's target>`.
-fn location(out: &mut [u8], r: &Redirect, host: &str, target: &str) -> Option<usize> {
-    let scheme = r.scheme.as_deref().unwrap_or("http");
-    let authority = r.authority.as_deref().unwrap_or(host);
-    let path = r.path.as_deref().unwrap_or(target);
-    splice::redirect_answer(out, r.code, &[scheme, "://", authority, path])
 }

@@ -1,8 +1,14 @@
 //! Pipeline tests: literal frames in, exact frames or drop reasons out.
 
 use super::*;
+use crate::pipeline::fib::{IfAddr, Route};
+use crate::pipeline::neigh::NeighConfig;
+use crate::pipeline::parse::{parse, Meta};
+use crate::pipeline::stage::StageIo;
+use crate::pipeline::PortConf;
 use crate::port::Pool;
-use crate::wire::{tcp, udp};
+use crate::stats::{Counters, Event};
+use crate::wire::{arp, icmpv4, icmpv6, tcp, udp};
 use proptest::prelude::*;
 
 mod neigh;
@@ -76,6 +82,30 @@ fn run(
     let mut p = pool.alloc_copy(frame).unwrap();
     let v = fw.process(port, &mut p, &mut Ctx::new(now, &mut c));
     (v, p.data().to_vec(), c)
+}
+
+/// The balancer's way into the forwarder: the frame parsed once (as the burst's first
+/// pass does), then [`Forwarder::forward_parsed`].
+fn forward_parsed(fw: &mut Forwarder, port: usize, p: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
+    let mut meta = Meta::EMPTY;
+    parse(
+        p.data(),
+        mac_word(&fw.config().ports[port].mac.0),
+        &mut meta,
+    );
+    fw.forward_parsed(port, p, &meta, ctx)
+}
+
+/// A packet the balancer leaves to the forwarder: parsed once, then
+/// [`Forwarder::process_parsed`].
+fn process_parsed(fw: &mut Forwarder, port: usize, p: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
+    let mut meta = Meta::EMPTY;
+    parse(
+        p.data(),
+        mac_word(&fw.config().ports[port].mac.0),
+        &mut meta,
+    );
+    fw.process_parsed(port, p, &meta, ctx)
 }
 
 // ARP request: who has 10.77.0.2? tell 10.77.0.1 (02:00:00:00:00:01). Padded to 60 bytes.
@@ -603,7 +633,8 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
-    /// The IPv4 fast path decides exactly as the general path: same verdict, same bytes.
+    /// The IPv4 fast path decides exactly as the general path: same verdict, same bytes;
+    /// so do the balancer's ways in, from the packet's parsed [`Meta`].
     #[test]
     fn fast_path_matches_general_path(dst in any::<[u8; 4]>(),
                                       ttl in 0u8..4,
@@ -637,10 +668,17 @@ proptest! {
         let v2 = general.slow(0, &mut p2, &mut Ctx::new(0, &mut c));
         prop_assert_eq!(v1, v2);
         prop_assert_eq!(p1.data(), p2.data());
+        for (way, go) in [("process_parsed", process_parsed as fn(&mut Forwarder, usize, &mut Pkt, &mut Ctx<'_>) -> Verdict), ("forward_parsed", forward_parsed)] {
+            let mut parsed = fast.clone();
+            let mut p3 = pool.alloc_copy(&f).unwrap();
+            let v3 = go(&mut parsed, 0, &mut p3, &mut Ctx::new(0, &mut c));
+            prop_assert_eq!(v3, v2, "{}", way);
+            prop_assert_eq!(p3.data(), p2.data(), "{}", way);
+        }
     }
 }
 
-/// `forward_checked_v4` (the balancer's entry point for rewritten packets) memoises next
+/// `forward_parsed` (the balancer's entry point for rewritten packets) memoises next
 /// hops; a neighbour whose MAC changes, or whose entry goes stale, is looked up again,
 /// and whatever it declines gets the general path's answer.
 #[test]
@@ -652,7 +690,7 @@ fn checked_v4_memo_follows_neighbour_changes() {
     let send = |fw: &mut Forwarder, frame: &[u8], now: u64| {
         let mut c = Counters::new(2);
         let mut p = pool.alloc_copy(frame).unwrap();
-        let v = fw.forward_checked_v4(0, &mut p, &mut Ctx::new(now, &mut c));
+        let v = forward_parsed(fw, 0, &mut p, &mut Ctx::new(now, &mut c));
         (v, p.data().to_vec(), c)
     };
     let pkt = ipv4_frame(
@@ -741,7 +779,7 @@ fn checked_v4_memo_slot_shared_by_two_routes() {
         let now = 10 + i as u64;
         let mut c = Counters::new(2);
         let mut p = pool.alloc_copy(frame).unwrap();
-        let v = fw.forward_checked_v4(0, &mut p, &mut Ctx::new(now, &mut c));
+        let v = forward_parsed(&mut fw, 0, &mut p, &mut Ctx::new(now, &mut c));
         assert_eq!(v, Verdict::Tx(port), "packet {i}");
         assert_eq!(&p.data()[..6], &mac.0, "packet {i}");
         let (v2, out2, _) = run(&mut fw.clone(), &pool, 0, frame, now);

@@ -1,0 +1,184 @@
+//! The engine's decision for an embryo, as a value: wait, reset, answer, or connect a
+//! backend; and the pieces it is made of (the route's pick for an attempt, a redirect's
+//! `Location`).
+
+use super::{inspect, redirect_answer, Embryo, Embryos};
+use crate::stats::{Counters, Event};
+use crate::tables::listeners::{ListenerEntry, ListenerKind, Redirect};
+use crate::tables::maglev::{flow_hash, MaglevTable, Pick};
+use crate::tables::snapshot::Snapshot;
+use crate::wire::ip_proto;
+use std::net::SocketAddr;
+
+/// The largest answer sluice writes (one segment).
+pub(super) const ANSWER_MAX: usize = 1200;
+
+/// The decision for embryo `e`'s bytes (slot `idx` of `embryos`), as a plan; an answer
+/// sluice writes itself is left at the start of the embryo's buffer. `ours`: the embryo's
+/// virtual address is one of sluice's own; `end`: why no more bytes will come, if so.
+pub(super) fn decide(
+    embryos: &mut Embryos,
+    e: &Embryo,
+    idx: u32,
+    ours: bool,
+    end: Option<Event>,
+    snap: &Snapshot,
+    counters: &mut Counters,
+) -> Plan {
+    let client = e.client.source();
+    let vip = e.client.destination();
+    let Some(listener) = splice_listener(snap, vip, ours) else {
+        counters.event(Event::FirstBytesNoRoute);
+        return Plan::Reset;
+    };
+    let have = e.pieces.contiguous();
+    let mut answer = [0u8; ANSWER_MAX];
+    let (plan, answer_len) = {
+        let bytes = &embryos.buf(idx)[..have];
+        match inspect(listener.kind, listener.https_redirect, bytes, end) {
+            super::Verdict::NeedMore(n) => (Plan::Wait(n), 0),
+            super::Verdict::HttpsRedirect { host, target } => {
+                match redirect_answer(&mut answer, 301, &["https://", host.as_str(), target]) {
+                    Some(n) => (Plan::Answer(n), n),
+                    None => (Plan::Reset, 0),
+                }
+            }
+            super::Verdict::Route { name, path, why } => {
+                if let Some(w) = why {
+                    counters.event(w);
+                }
+                let route = listener
+                    .route(name.as_ref().map_or(&b""[..], |n| n.as_bytes()))
+                    .and_then(|i| snap.listeners.route(i))
+                    .filter(|r| r.applies_to(vip.ip()));
+                let Some(route) = route else {
+                    if why.is_none() {
+                        counters.event(Event::FirstBytesNoRoute);
+                    }
+                    return Plan::Reset;
+                };
+                let host = name.as_ref().map_or("", |n| n.as_str());
+                let pick = |table: &crate::tables::maglev::MaglevTable| {
+                    pick_backend(table, client, vip, e.tries, e.backend)
+                };
+                if listener.kind == ListenerKind::Http && !route.http.is_empty() {
+                    match route.http_rule(path) {
+                        None => (Plan::Reset, 0),
+                        Some(rule) => match &rule.redirect {
+                            Some(r) => {
+                                let target = http_target(bytes);
+                                match location(&mut answer, r, host, target) {
+                                    Some(n) => (Plan::Answer(n), n),
+                                    None => (Plan::Reset, 0),
+                                }
+                            }
+                            None => (pick(rule.table_for(vip.is_ipv6())), 0),
+                        },
+                    }
+                } else {
+                    let table = match (&route.table_v6, vip.is_ipv6()) {
+                        (Some(t), true) => t,
+                        _ => &route.table,
+                    };
+                    (pick(table), 0)
+                }
+            }
+        }
+    };
+    let plan = match plan {
+        Plan::Connect { backend, .. } => Plan::Connect {
+            backend,
+            transparent: listener.transparent,
+        },
+        p => p,
+    };
+    if answer_len > 0 {
+        let (_, buf) = embryos.with_buf(idx);
+        let n = answer_len.min(buf.len());
+        buf[..n].copy_from_slice(&answer[..n]);
+    }
+    plan
+}
+
+/// The delayed-binding listener for a virtual address (re-read from the current
+/// snapshot: a reload may have changed it); `ours`: the address is one of sluice's own.
+fn splice_listener(snap: &Snapshot, vip: SocketAddr, ours: bool) -> Option<&ListenerEntry> {
+    let l = if ours {
+        snap.listeners.lookup(vip.ip(), vip.port(), ip_proto::TCP)
+    } else {
+        snap.listeners
+            .lookup_bound(vip.ip(), vip.port(), ip_proto::TCP)
+    }?;
+    (l.kind.routes_by_name() && l.kind != ListenerKind::TlsTerminate).then_some(l)
+}
+
+/// What to do with an embryo.
+pub(super) enum Plan {
+    /// Wait for this many bytes.
+    Wait(usize),
+    /// Reset the client.
+    Reset,
+    /// Send sluice's answer (this long, at the start of the buffer).
+    Answer(usize),
+    /// Connect this backend (`None`: the pick was a reject slot).
+    Connect {
+        backend: Option<SocketAddr>,
+        transparent: bool,
+    },
+}
+
+/// The route's pick for attempt `tries` (0: the flow's own hash, as an L4 flow would get;
+/// later attempts perturb it and skip the backend that just failed).
+fn pick_backend(
+    table: &MaglevTable,
+    client: SocketAddr,
+    vip: SocketAddr,
+    tries: u8,
+    failed: Option<SocketAddr>,
+) -> Plan {
+    let h = flow_hash(client, vip, ip_proto::TCP);
+    for salt in 0..8u64 {
+        let attempt = u64::from(tries) + salt;
+        let h = if attempt == 0 {
+            h
+        } else {
+            h ^ attempt.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        };
+        match table.pick(h) {
+            Pick::Backend(b) if Some(b) != failed => {
+                return Plan::Connect {
+                    backend: Some(b),
+                    transparent: false,
+                }
+            }
+            Pick::Backend(_) => continue,
+            Pick::Reject => {
+                return Plan::Connect {
+                    backend: None,
+                    transparent: false,
+                }
+            }
+        }
+    }
+    Plan::Connect {
+        backend: None,
+        transparent: false,
+    }
+}
+
+/// The request target of an HTTP head held in `bytes` (between the first two spaces).
+fn http_target(bytes: &[u8]) -> &str {
+    let line = bytes.split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let mut parts = line.split(|&b| b == b' ');
+    let _method = parts.next();
+    std::str::from_utf8(parts.next().unwrap_or(b"/")).unwrap_or("/")
+}
+
+/// Writes a rule redirect's answer: `Location: <scheme or http>://<authority or host><path
+/// or the request's target>`.
+fn location(out: &mut [u8], r: &Redirect, host: &str, target: &str) -> Option<usize> {
+    let scheme = r.scheme.as_deref().unwrap_or("http");
+    let authority = r.authority.as_deref().unwrap_or(host);
+    let path = r.path.as_deref().unwrap_or(target);
+    super::redirect_answer(out, r.code, &[scheme, "://", authority, path])
+}
