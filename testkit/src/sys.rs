@@ -1,10 +1,8 @@
-//! Guards for kernel resources the tests create: each cleans up on drop, also when the
-//! test panics.
+//! Guards for kernel resources the tests and benchmarks create: each cleans up on drop,
+//! also when a test panics.
 
-use std::io::Read;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
 
 /// Runs a command, returning its output (panics if it cannot be started).
 pub fn run(cmd: &str, args: &[&str]) -> Output {
@@ -139,41 +137,4 @@ impl Drop for ChildGuard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// Runs one DPDK case in its own process (DPDK allows one EAL per process): `bin` is the
-/// `dpdk-case` executable (`env!("CARGO_BIN_EXE_dpdk-case")` in an integration test).
-/// Panics unless it exits 0 and prints `PASS` within `limit`; prints its `PASS` line.
-pub fn dpdk_case(bin: &str, name: &str, limit: Duration) {
-    let dir = TempDir::new(&format!("sluice-dpdk-{name}"));
-    let mut child = ChildGuard(
-        Command::new(bin)
-            .arg(name)
-            .arg(&dir.0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start dpdk-case"),
-    );
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = child.0.try_wait().expect("wait for dpdk-case") {
-            break s;
-        }
-        assert!(t.elapsed() < limit, "case {name} timed out");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let (mut out, mut err) = (String::new(), String::new());
-    if let Some(mut o) = child.0.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    if let Some(mut e) = child.0.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
-    assert!(
-        status.success() && out.contains("PASS"),
-        "case {name}: {status}\n{out}\n{err}"
-    );
-    eprintln!("{}", out.trim());
 }

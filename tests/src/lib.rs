@@ -13,7 +13,10 @@
 //! - [`stage`]: the balancer stage alone on two ports, and frames to call its
 //!   `process_burst` with.
 //! - [`sys`]: guards for kernel resources the tests create (TAP devices, network
-//!   namespaces, child processes) that clean up on drop, also when a test fails.
+//!   namespaces, child processes) that clean up on drop, also when a test fails (from
+//!   `sluice-testkit`, shared with the benchmarks), and the DPDK case runner.
+//!
+//! Manifests are compiled into tables by `sluice_testkit::config`.
 //! - [`kernel`]: real kernel clients and servers (python3 in network namespaces) around
 //!   sluice's balancer running in the test process.
 //! - [`kernel_tls`]: real TLS and HTTP programs for the delayed-binding kernel tests
@@ -29,4 +32,3 @@ pub mod sim;
 pub mod splice;
 pub mod stage;
 pub mod sys;
-pub mod tables;

@@ -15,12 +15,12 @@
 //! | 8080 | HTTP, `httpsRedirect` (Istio) | any host -> 301 |
 
 use crate::sim::{Faults, LinkSpec, Rng, Sim};
-use crate::tables::snapshot_from_yaml;
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::IfAddr;
 use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::{DropReason, Event};
 use sluice_dataplane::tables::snapshot::Snapshot;
+use sluice_testkit::config;
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{IpAddress, IpCidr, IpListenEndpoint};
@@ -210,7 +210,7 @@ pub const CLIENT: &str = "10.77.0.1";
 
 /// The compiled tables of [`CONFIG`] and [`INVENTORY`].
 pub fn snapshot() -> Snapshot {
-    snapshot_from_yaml("sim.yaml", &format!("{CONFIG}\n---\n{INVENTORY}"))
+    config::snapshot("sim.yaml", &format!("{CONFIG}\n---\n{INVENTORY}"))
 }
 
 fn links(outside: Faults, inside: Faults) -> Vec<LinkSpec> {

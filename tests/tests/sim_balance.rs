@@ -9,8 +9,8 @@ use sluice_dataplane::pipeline::IfAddr;
 use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::{DropReason, Event};
 use sluice_dataplane::tables::snapshot::Snapshot;
+use sluice_testkit::config;
 use sluice_tests::sim::{Faults, LinkSpec, Rng, Sim};
-use sluice_tests::tables::snapshot_from_yaml;
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::{tcp, udp};
 use smoltcp::wire::{IpAddress, IpCidr, IpEndpoint};
@@ -166,7 +166,7 @@ spec:
 "#;
 
 fn compile(text: &str) -> Snapshot {
-    snapshot_from_yaml("sim.yaml", text)
+    config::snapshot("sim.yaml", text)
 }
 
 fn links(faults: Faults) -> Vec<LinkSpec> {
