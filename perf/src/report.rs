@@ -1,8 +1,10 @@
 //! The JSON report of a long benchmark: figures are added as they are measured, and with
 //! `--out FILE` the report so far is written to the file after each one (marked
-//! `"partial": true`), so that an interrupted run still leaves its figures behind.
+//! `"partial": true`), so that an interrupted run still leaves its figures behind. Also
+//! the dataplane's counters as JSON ([`drops_json`], [`events_json`]).
 
 use serde_json::{json, Value};
+use sluice_dataplane::stats::{Counters, DropReason, Event};
 use std::path::PathBuf;
 
 /// A benchmark's JSON report, written to `out` (if any) after every figure.
@@ -44,4 +46,28 @@ impl Report {
             let _ = std::fs::write(p, &text);
         }
     }
+}
+
+/// The drop counters of `c` that are not zero, by their stable names.
+pub fn drops_json(c: &Counters) -> Value {
+    let mut m = serde_json::Map::new();
+    for r in DropReason::ALL {
+        let n = c.drops_of(*r);
+        if n > 0 {
+            m.insert(r.name().to_string(), json!(n));
+        }
+    }
+    Value::Object(m)
+}
+
+/// The event counters of `c` that are not zero, by their stable names.
+pub fn events_json(c: &Counters) -> Value {
+    let mut m = serde_json::Map::new();
+    for e in Event::ALL {
+        let n = c.events_of(*e);
+        if n > 0 {
+            m.insert(e.name().to_string(), json!(n));
+        }
+    }
+    Value::Object(m)
 }

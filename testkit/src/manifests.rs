@@ -40,6 +40,39 @@ pub fn service_with_pods<I: Display>(
     y
 }
 
+/// A `networking.k8s.io/v1` NetworkPolicy `name` in `ns` that selects every pod there
+/// and admits `cidr` on TCP `ports`.
+pub fn allow_from(ns: &str, name: &str, cidr: &str, ports: &[u16]) -> String {
+    let ports: Vec<String> = ports.iter().map(|p| format!("{{port: {p}}}")).collect();
+    format!(
+        "---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  podSelector: {{}}\n  ingress:\n  - from: [{{ipBlock: {{cidr: {cidr}}}}}]\n    ports: [{}]\n",
+        ports.join(", ")
+    )
+}
+
+/// A TCPRoute `name` in `ns` to Service `service` on `port`, attached to Gateway `gw`
+/// (the Gateway API one, class `sluice`) on `vip` with one TCP listener `name` on `port`.
+pub fn tcp_gateway(ns: &str, name: &str, vip: impl Display, port: u16, service: &str) -> String {
+    format!(
+        r#"---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules: [{{backendRefs: [{{name: {service}, port: {port}}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: {ns}}}
+spec:
+  gatewayClassName: sluice
+  addresses: [{{type: IPAddress, value: {vip}}}]
+  listeners: [{{name: {name}, port: {port}, protocol: TCP}}]
+"#
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,11 +83,15 @@ mod tests {
             namespace("t"),
             service_with_pods("t", "a", 7000, ["10.78.0.11", "10.78.0.12"]),
             pod("t", "other", "b", "10.78.0.13"),
+            allow_from("t", "clients", "10.77.0.0/16", &[7000, 7001]),
+            tcp_gateway("t", "echo", "10.77.0.10", 7000, "a"),
         ]
         .concat();
         assert!(text.starts_with("---\napiVersion: v1\nkind: Namespace\n"));
         assert_eq!(text.matches("kind: Pod").count(), 3);
         let ir = crate::config::try_ir("t.yaml", &text).expect("compiles");
         assert_eq!(ir.workloads.len(), 3);
+        assert_eq!((ir.listeners.len(), ir.routes.len()), (1, 1));
+        assert_eq!(ir.policies.len(), 1);
     }
 }

@@ -73,11 +73,11 @@ use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf};
 use sluice_dataplane::port::{dpdk, pcap, Burst, Pool, Queue};
 use sluice_dataplane::rcu::Publisher;
-use sluice_dataplane::stats::{Counters, DropReason, Event, SharedCounters};
+use sluice_dataplane::stats::{Counters, Event, SharedCounters};
 use sluice_dataplane::tables::snapshot::Snapshot;
 use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, tcp, EtherType, MacAddr};
 use sluice_dataplane::worker::{Idle, Worker, WorkerConfig};
-use sluice_perf::report::Report;
+use sluice_perf::report::{drops_json, Report};
 use sluice_perf::stats::{median, Latencies};
 use sluice_perf::{
     dpdk_cleanup, eal_args, measure_worker, ratio, summary, testpmd_run, MacSwap, Run, FWD_CORE,
@@ -172,32 +172,10 @@ spec:
   - {{name: inside, tap: {{name: benchin}}, addresses: [10.78.0.2/16]}}
   virtualAddresses: [{VIP}]
   maglevTableSize: {maglev}
-{namespace}{service}---
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {{name: from-clients, namespace: b}}
-spec:
-  podSelector: {{}}
-  ingress:
-  - from: [{{ipBlock: {{cidr: 10.77.0.0/16}}}}]
-    ports: [{{port: {VIP_PORT}}}]
----
-apiVersion: gateway.networking.k8s.io/v1alpha2
-kind: TCPRoute
-metadata: {{name: echo, namespace: b}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules: [{{backendRefs: [{{name: pool, port: {VIP_PORT}}}]}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw, namespace: b}}
-spec:
-  gatewayClassName: sluice
-  addresses: [{{type: IPAddress, value: {VIP}}}]
-  listeners: [{{name: echo, port: {VIP_PORT}, protocol: TCP}}]
-"#,
+{namespace}{service}{policy}{gateway}"#,
         namespace = docs::namespace("b"),
+        policy = docs::allow_from("b", "from-clients", "10.77.0.0/16", &[VIP_PORT]),
+        gateway = docs::tcp_gateway("b", "echo", VIP, VIP_PORT, "pool"),
         service = docs::service("b", "pool", VIP_PORT),
     );
     for i in 0..BACKENDS {
@@ -697,17 +675,6 @@ fn wait_warm(r: &Running, done: &AtomicBool, flows: u64, limit: Duration) -> Res
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn drops_json(c: &Counters) -> Value {
-    let mut m = serde_json::Map::new();
-    for r in DropReason::ALL {
-        let n = c.drops_of(*r);
-        if n > 0 {
-            m.insert(r.name().to_string(), json!(n));
-        }
-    }
-    Value::Object(m)
 }
 
 /// The flow table's capacity with `n` established flows: the default (1M flows per

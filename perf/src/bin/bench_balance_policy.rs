@@ -75,32 +75,10 @@ const VIP_BACKENDS: usize = 64;
 /// port; merged into the generated cluster's IR.
 fn vip_manifests() -> String {
     let mut y = format!(
-        r#"{namespace}{service}---
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {{name: from-cluster, namespace: vip}}
-spec:
-  podSelector: {{}}
-  ingress:
-  - from: [{{ipBlock: {{cidr: 10.0.0.0/8}}}}]
-    ports: [{{port: {VIP_PORT}}}]
----
-apiVersion: gateway.networking.k8s.io/v1alpha2
-kind: TCPRoute
-metadata: {{name: pool, namespace: vip}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules: [{{backendRefs: [{{name: pool, port: {VIP_PORT}}}]}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw, namespace: vip}}
-spec:
-  gatewayClassName: sluice
-  addresses: [{{type: IPAddress, value: {VIP}}}]
-  listeners: [{{name: pool, port: {VIP_PORT}, protocol: TCP}}]
-"#,
+        "{namespace}{service}{policy}{gateway}",
         namespace = docs::namespace("vip"),
+        policy = docs::allow_from("vip", "from-cluster", "10.0.0.0/8", &[VIP_PORT]),
+        gateway = docs::tcp_gateway("vip", "pool", VIP, VIP_PORT, "pool"),
         service = docs::service("vip", "pool", VIP_PORT),
     );
     for i in 0..VIP_BACKENDS {

@@ -43,7 +43,7 @@ use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf};
 use sluice_dataplane::port::{tap, Pool};
 use sluice_dataplane::rcu::Publisher;
-use sluice_dataplane::stats::{DropReason, Event};
+use sluice_dataplane::stats::Event;
 use sluice_dataplane::worker::{self, Idle, Worker, WorkerConfig};
 use sluice_perf::sni_load::backend::Backends;
 use sluice_perf::sni_load::net::{self, TapLane, Topology};
@@ -273,12 +273,7 @@ fn start_sluice(lane: &TapLane, spin: bool) -> Result<InProcessRun, String> {
         let in_use = pool.in_use();
         match c {
             Ok(c) => {
-                let mut drops = serde_json::Map::new();
-                for r in DropReason::ALL {
-                    if c.drops_of(*r) > 0 {
-                        drops.insert(r.name().into(), json!(c.drops_of(*r)));
-                    }
-                }
+                let drops = sluice_perf::report::drops_json(&c);
                 json!({
                     "flows_created": c.events_of(Event::FlowCreated),
                     "packets": c.packets,

@@ -77,7 +77,7 @@ use sluice_dataplane::splice::{options, Embryo, Embryos, SpliceConfig};
 use sluice_dataplane::stats::{Counters, DropReason, Event};
 use sluice_dataplane::tables::snapshot::Snapshot;
 use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, tcp, EtherType, MacAddr};
-use sluice_perf::report::Report;
+use sluice_perf::report::{drops_json, events_json, Report};
 use sluice_perf::stats::median;
 use sluice_perf::FWD_CORE;
 use sluice_testkit::{config, manifests as docs};
@@ -198,16 +198,7 @@ spec:
   - {{name: outside, tap: {{name: benchout}}, addresses: [10.77.0.2/16]}}
   - {{name: inside, tap: {{name: benchin}}, addresses: [10.78.0.2/16]}}
   virtualAddresses: [{VIP}]
-{namespace}---
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {{name: from-clients, namespace: b}}
-spec:
-  podSelector: {{}}
-  ingress:
-  - from: [{{ipBlock: {{cidr: 10.77.0.0/16}}}}]
-    ports: [{{port: {TLS_BACKEND_PORT}}}, {{port: {TCP_BACKEND_PORT}}}]
----
+{namespace}{policy}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {{name: gw, namespace: b}}
@@ -226,6 +217,12 @@ spec:
   rules: [{{backendRefs: [{{name: plain, port: {TCP_BACKEND_PORT}}}]}}]
 "#,
         namespace = docs::namespace("b"),
+        policy = docs::allow_from(
+            "b",
+            "from-clients",
+            "10.77.0.0/16",
+            &[TLS_BACKEND_PORT, TCP_BACKEND_PORT]
+        ),
     );
     let mut service = |s: usize, name: &str, port: u16| {
         y.push_str(&docs::service_with_pods(
@@ -665,28 +662,6 @@ impl Harness {
             self.counters.drop(r);
         }
     }
-}
-
-fn drops_json(c: &Counters) -> Value {
-    let mut m = serde_json::Map::new();
-    for r in DropReason::ALL {
-        let n = c.drops_of(*r);
-        if n > 0 {
-            m.insert(r.name().to_string(), json!(n));
-        }
-    }
-    Value::Object(m)
-}
-
-fn events_json(c: &Counters) -> Value {
-    let mut m = serde_json::Map::new();
-    for e in Event::ALL {
-        let n = c.events_of(*e);
-        if n > 0 {
-            m.insert(e.name().to_string(), json!(n));
-        }
-    }
-    Value::Object(m)
 }
 
 // ---------------------------------------------------------------------------------------
