@@ -3,6 +3,8 @@
 //! - [`sim`]: the simulation harness: smoltcp hosts on in-memory wires (a `phy::Device`
 //!   over the in-memory port), a virtual clock, a seeded fault injector (drop, duplicate,
 //!   reorder, corrupt), and sluice's worker stepped on the same clock.
+//! - [`fixtures`]: what several tests build alike: the simulated appliance's manifest,
+//!   links and addresses, and hand-made ARP and ICMP frames.
 //! - [`hello`]: TLS ClientHellos with a chosen SNI, in one record or several.
 //! - [`apps`]: small applications on smoltcp sockets: a TCP client, an echo server, a tiny
 //!   HTTP server and client, ping.
@@ -24,6 +26,7 @@
 //!   a SYN flooder) and client bytes read from pcaps.
 
 pub mod apps;
+pub mod fixtures;
 pub mod hello;
 pub mod kernel;
 pub mod kernel_tls;
