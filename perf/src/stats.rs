@@ -31,8 +31,12 @@ impl Latencies {
 
     /// Records one sample.
     pub fn record(&mut self, v: u64) {
-        // Auto-resize is on: recording cannot fail for a u64.
-        self.0.saturating_record(v);
+        // `record` grows the histogram (auto-resize is on; `saturating_record` would
+        // clamp to its current range instead); it refuses only values beyond what any
+        // size can track, which are then clamped.
+        if self.0.record(v).is_err() {
+            self.0.saturating_record(v);
+        }
     }
 
     /// How many samples were recorded.
