@@ -4,13 +4,20 @@
 //! peer exists on the machine (DPDK's `dpdk-testpmd`, `dpdk-test-acl`; HAProxy; nginx),
 //! reports a side-by-side ratio from the same run. Numbers are printed, never asserted.
 //!
-//! This library holds what several benchmarks share: medians, per-thread CPU time, the
-//! forwarding-rate summary ([`Run`]), the measurement window over a running worker
-//! ([`measure_worker`]) and the `dpdk-testpmd` runner ([`testpmd_run`]), and [`sni_load`],
-//! the kernel-side harness of the SNI routing comparison (namespaces, backends, load
-//! client, HAProxy/nginx processes and the slot for sluice).
+//! This library holds what several benchmarks share: [`stats`] (medians of run figures,
+//! latency percentiles), per-thread CPU time, the forwarding-rate summary ([`Run`]), the
+//! measurement window over a running worker ([`measure_worker`]) and the `dpdk-testpmd`
+//! runner ([`testpmd_run`]), the JSON [`report::Report`] written as figures come in,
+//! [`fixtures`] (the frames and manifests several benchmarks build), and [`sni_load`], the
+//! kernel-side harness of the SNI routing comparison (namespaces, backends, load client,
+//! HAProxy/nginx processes and the slot for sluice).
 
+pub mod fixtures;
+pub mod report;
 pub mod sni_load;
+pub mod stats;
+
+use stats::median;
 
 use serde_json::{json, Value};
 use sluice_dataplane::pipeline::{Ctx, Stage, Verdict};
@@ -23,16 +30,6 @@ use std::time::{Duration, Instant};
 /// The core the forwarding thread (sluice's worker or testpmd's lcore) is pinned to; the
 /// control thread and traffic bookkeeping stay on core 0.
 pub const FWD_CORE: usize = 1;
-
-/// The median of `v` (sorts it); 0 when empty.
-pub fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        0.0
-    } else {
-        v[v.len() / 2]
-    }
-}
 
 /// CPU time (ns) a thread named `comm` of process `pid` (`"self"` for this one) has run,
 /// from `/proc/<pid>/task/<tid>/schedstat`: immune to time the thread spent preempted by
@@ -80,9 +77,7 @@ pub const WINDOW: Duration = Duration::from_millis(250);
 /// quarter of the windows beat). Robust both to disturbed windows (up to three quarters
 /// of them) and to a single lucky one. 0 when empty.
 pub fn quiet_rate(windows: &[f64]) -> f64 {
-    let mut w = windows.to_vec();
-    w.sort_by(f64::total_cmp);
-    w.get(w.len() * 3 / 4).copied().unwrap_or(0.0)
+    stats::quantile(windows, 0.75)
 }
 
 impl Run {
@@ -124,7 +119,7 @@ pub fn cycles_at(mpps: f64) -> f64 {
 /// Medians and per-run figures of a set of runs, as JSON (`_quiet`: the median of the
 /// runs' quiet rates, [`Run::mpps_quiet`]).
 pub fn summary(v: &[Run]) -> Value {
-    let pick = |f: fn(&Run) -> f64| median(&mut v.iter().map(f).collect::<Vec<_>>());
+    let pick = |f: fn(&Run) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
     json!({
         "mpps_per_core": pick(|r| r.mpps),
         "mpps_per_cpu_second": pick(|r| r.mpps_cpu),

@@ -11,7 +11,7 @@
 //!
 //! - [`manifests`]: the configuration (Gateway API Gateway + TCPRoute with weights over
 //!   two Services/Pods, a NetworkPolicy allowing one CIDR to the backends), compiled by
-//!   [`compile`] or [`try_compile`].
+//!   [`sluice_testkit::config`].
 //! - [`Balance`]: the dataplane: `Worker<Balancer>` threads over two ports' queues, with
 //!   redirect rings, a snapshot publisher and summed counters; stopped and joined on drop.
 //! - [`Topology`]: the two namespaces around sluice's devices (kernel addresses, routes).
@@ -21,9 +21,6 @@
 //! Every guard cleans up on drop, also when a test panics.
 
 use crate::sys::{ChildGuard, Netns};
-use sluice_ctrl::compile::snapshot;
-use sluice_ctrl::config::compile_loaded;
-use sluice_ctrl::load::{load_str, Loaded};
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf};
 use sluice_dataplane::port::{Opened, Port};
@@ -31,6 +28,7 @@ use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::{Counters, SharedCounters};
 use sluice_dataplane::tables::snapshot::Snapshot;
 use sluice_dataplane::worker::{self, Idle, Redirects, Worker, WorkerConfig};
+use sluice_testkit::config;
 use std::io::{BufRead, BufReader, Write};
 use std::net::IpAddr;
 use std::process::{ChildStdin, Command, Stdio};
@@ -124,25 +122,6 @@ spec:
         a = BACKENDS[0],
         b = BACKENDS[1],
     )
-}
-
-/// Loads, validates and compiles `text` into a snapshot, or returns every error (what a
-/// reload does before it publishes anything).
-pub fn try_compile(text: &str) -> Result<Snapshot, Vec<String>> {
-    let mut loaded = Loaded::default();
-    load_str("kernel.yaml", text, &mut loaded);
-    let c = compile_loaded(loaded);
-    let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    let ir = c.ir.as_ref().ok_or_else(|| vec!["no IR".to_string()])?;
-    snapshot::build(ir)
-}
-
-/// [`try_compile`], panicking on errors.
-pub fn compile(text: &str) -> Snapshot {
-    try_compile(text).unwrap_or_else(|e| panic!("config errors: {e:#?}"))
 }
 
 /// Polls `f` every 20 ms until it holds; panics with `what` after `limit`.
@@ -270,7 +249,7 @@ impl Balance {
     /// What a control plane does on reload: compiles `text` and publishes it, or rejects
     /// it whole (returning the errors) and leaves the running tables alone.
     pub fn reload(&mut self, text: &str) -> Result<u64, Vec<String>> {
-        let snap = try_compile(text)?;
+        let snap = config::try_snapshot("kernel.yaml", text)?;
         Ok(self.publish(snap))
     }
 
@@ -510,7 +489,12 @@ impl Rig {
     /// namespaces, and starts the servers and the client agent.
     pub fn start(outside: Opened, inside: Opened, ifnames: (&str, &str), config: &str) -> Rig {
         let workers = outside.queues.len();
-        let balance = Balance::start(outside, inside, workers, compile(config));
+        let balance = Balance::start(
+            outside,
+            inside,
+            workers,
+            sluice_testkit::config::snapshot("kernel.yaml", config),
+        );
         let topo = Topology::new(ifnames.0, ifnames.1);
         let servers = topo.start_servers();
         let agent = topo.start_client();

@@ -3,6 +3,8 @@
 //! - [`sim`]: the simulation harness: smoltcp hosts on in-memory wires (a `phy::Device`
 //!   over the in-memory port), a virtual clock, a seeded fault injector (drop, duplicate,
 //!   reorder, corrupt), and sluice's worker stepped on the same clock.
+//! - [`fixtures`]: what several tests build alike: the simulated appliance's manifest,
+//!   links and addresses, and hand-made ARP and ICMP frames.
 //! - [`hello`]: TLS ClientHellos with a chosen SNI, in one record or several.
 //! - [`apps`]: small applications on smoltcp sockets: a TCP client, an echo server, a tiny
 //!   HTTP server and client, ping.
@@ -13,7 +15,10 @@
 //! - [`stage`]: the balancer stage alone on two ports, and frames to call its
 //!   `process_burst` with.
 //! - [`sys`]: guards for kernel resources the tests create (TAP devices, network
-//!   namespaces, child processes) that clean up on drop, also when a test fails.
+//!   namespaces, child processes) that clean up on drop, also when a test fails (from
+//!   `sluice-testkit`, shared with the benchmarks), and the DPDK case runner.
+//!
+//! Manifests are compiled into tables by `sluice_testkit::config`.
 //! - [`kernel`]: real kernel clients and servers (python3 in network namespaces) around
 //!   sluice's balancer running in the test process.
 //! - [`kernel_tls`]: real TLS and HTTP programs for the delayed-binding kernel tests
@@ -21,6 +26,7 @@
 //!   a SYN flooder) and client bytes read from pcaps.
 
 pub mod apps;
+pub mod fixtures;
 pub mod hello;
 pub mod kernel;
 pub mod kernel_tls;
@@ -29,4 +35,3 @@ pub mod sim;
 pub mod splice;
 pub mod stage;
 pub mod sys;
-pub mod tables;

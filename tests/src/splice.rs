@@ -14,45 +14,29 @@
 //! | 80 | HTTP (Istio) | `www.example.test`: `/api/` -> a 3 : b 1, else -> c |
 //! | 8080 | HTTP, `httpsRedirect` (Istio) | any host -> 301 |
 
-use crate::sim::{Faults, LinkSpec, Rng, Sim};
-use crate::tables::snapshot_from_yaml;
+use crate::fixtures::{cidr, links, SIM_APPLIANCE};
+use crate::sim::{Faults, Rng, Sim};
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
-use sluice_dataplane::pipeline::IfAddr;
 use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::{DropReason, Event};
 use sluice_dataplane::tables::snapshot::Snapshot;
+use sluice_testkit::config;
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::tcp;
-use smoltcp::wire::{IpAddress, IpCidr, IpListenEndpoint};
+use smoltcp::wire::{IpAddress, IpListenEndpoint};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
-/// An address from text.
-pub fn ip(s: &str) -> IpAddr {
-    s.parse().expect("ip")
-}
+pub use crate::fixtures::ip;
 
 /// A socket address from text.
 pub fn sa(s: &str) -> SocketAddr {
     s.parse().expect("socket address")
 }
 
-/// The listeners and routes (see the module docs); [`INVENTORY`] holds the workloads.
+/// The listeners and routes (see the module docs), after [`SIM_APPLIANCE`];
+/// [`INVENTORY`] holds the workloads.
 pub const CONFIG: &str = r#"
-apiVersion: sluice.dev/v1alpha1
-kind: Appliance
-metadata: {name: sim}
-spec:
-  cores: [0]
-  ports:
-  - {name: outside, tap: {name: simout}, addresses: [10.77.0.2/24, "fd77::2/64"]}
-  - {name: inside, tap: {name: simin}, addresses: [10.78.0.2/24, "fd78::2/64"]}
-  virtualAddresses: [10.77.0.10, "fd77::10"]
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: sim}
----
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: gw, namespace: sim}
@@ -208,42 +192,12 @@ pub const VIP6: &str = "fd77::10";
 /// The client host's address.
 pub const CLIENT: &str = "10.77.0.1";
 
-/// The compiled tables of [`CONFIG`] and [`INVENTORY`].
+/// The compiled tables of [`SIM_APPLIANCE`], [`CONFIG`] and [`INVENTORY`].
 pub fn snapshot() -> Snapshot {
-    snapshot_from_yaml("sim.yaml", &format!("{CONFIG}\n---\n{INVENTORY}"))
-}
-
-fn links(outside: Faults, inside: Faults) -> Vec<LinkSpec> {
-    let addrs = |a: &str, b: &str| {
-        vec![
-            IfAddr {
-                addr: ip(a),
-                prefix_len: 24,
-            },
-            IfAddr {
-                addr: ip(b),
-                prefix_len: 64,
-            },
-        ]
-    };
-    vec![
-        LinkSpec {
-            name: "outside".into(),
-            addrs: addrs("10.77.0.2", "fd77::2"),
-            host_faults: outside,
-            sluice_faults: outside,
-        },
-        LinkSpec {
-            name: "inside".into(),
-            addrs: addrs("10.78.0.2", "fd78::2"),
-            host_faults: inside,
-            sluice_faults: inside,
-        },
-    ]
-}
-
-fn cidr(s: &str, len: u8) -> IpCidr {
-    IpCidr::new(Sim::addr(ip(s)), len)
+    config::snapshot(
+        "sim.yaml",
+        &format!("{SIM_APPLIANCE}\n---\n{CONFIG}\n---\n{INVENTORY}"),
+    )
 }
 
 /// The balancer settings the tests start from (small flow table, `seed`).
@@ -578,6 +532,29 @@ impl World {
         for _ in 0..n {
             self.step();
         }
+    }
+
+    /// [`run`] in this world: connections from the client host to `vip` (an address
+    /// literal) and `port`, each sending its first bytes of `firsts` and `extra` more.
+    pub fn run(
+        &mut self,
+        vip: &str,
+        port: u16,
+        firsts: &[Vec<u8>],
+        extra: usize,
+        parallel: usize,
+        rng: &mut Rng,
+    ) -> Outcome {
+        run(
+            &mut self.sim,
+            &mut self.backends,
+            ip(vip),
+            port,
+            firsts,
+            extra,
+            parallel,
+            rng,
+        )
     }
 }
 

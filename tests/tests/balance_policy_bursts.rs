@@ -15,8 +15,8 @@ use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::{Counters, DropReason, Event};
 use sluice_dataplane::tables::snapshot::Snapshot;
 use sluice_dataplane::wire::{ip_proto, tcp};
+use sluice_testkit::config;
 use sluice_tests::stage::{self, frame};
-use sluice_tests::tables::snapshot_from_yaml;
 
 /// A virtual address with a TCP and a UDP listener to pods `a` (dual-stack), whose
 /// ingress admits 10.77.0.0/24 but its upper half, and fd77::/120 but its upper half;
@@ -209,7 +209,7 @@ fn counts(c: &Counters) -> Vec<u64> {
 /// by one in both.
 #[test]
 fn one_burst_of_new_connections_is_checked_in_one_lookup() {
-    let mut publisher = Publisher::new(snapshot_from_yaml("p.yaml", CONFIG), 3);
+    let mut publisher = Publisher::new(config::snapshot("p.yaml", CONFIG), 3);
     let mut burst = balancer(&mut publisher, 0);
     let mut single = balancer(&mut publisher, usize::MAX);
     // By default, tables this small are checked one connection at a time.
@@ -263,7 +263,7 @@ proptest! {
             1..6,
         ),
     ) {
-        let mut publisher = Publisher::new(snapshot_from_yaml("p.yaml", CONFIG), 3);
+        let mut publisher = Publisher::new(config::snapshot("p.yaml", CONFIG), 3);
         let mut burst = balancer(&mut publisher, 0);
         let mut single = balancer(&mut publisher, usize::MAX);
         let pool = Pool::new(128);

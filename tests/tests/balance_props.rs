@@ -11,8 +11,8 @@ use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::Counters;
 use sluice_dataplane::tables::snapshot::Snapshot;
 use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, ipv6, tcp, udp, EtherType};
+use sluice_testkit::config;
 use sluice_tests::stage::{self, frame};
-use sluice_tests::tables::snapshot_from_yaml;
 use std::net::IpAddr;
 
 const CONFIG: &str = r#"
@@ -205,7 +205,7 @@ proptest! {
             1..24,
         ),
     ) {
-        let mut publisher = Publisher::new(snapshot_from_yaml("p.yaml", CONFIG), 1);
+        let mut publisher = Publisher::new(config::snapshot("p.yaml", CONFIG), 1);
         let mut b = balancer(&mut publisher);
         let pool = Pool::new(64);
         let bases = base_frames();
@@ -254,7 +254,7 @@ proptest! {
 #[test]
 fn reject_slots_answer_with_rst_and_port_unreachable() {
     use sluice_dataplane::wire::icmpv4;
-    let mut publisher = Publisher::new(snapshot_from_yaml("p.yaml", CONFIG), 1);
+    let mut publisher = Publisher::new(config::snapshot("p.yaml", CONFIG), 1);
     let mut b = balancer(&mut publisher);
     let pool = Pool::new(8);
     let mut counters = Counters::new(2);
@@ -328,7 +328,7 @@ fn reject_slots_answer_with_rst_and_port_unreachable() {
 /// the flow gone.
 #[test]
 fn packets_of_a_new_flow_in_one_burst_share_it() {
-    let mut publisher = Publisher::new(snapshot_from_yaml("p.yaml", CONFIG), 1);
+    let mut publisher = Publisher::new(config::snapshot("p.yaml", CONFIG), 1);
     let mut b = balancer(&mut publisher);
     let pool = Pool::new(16);
     let mut counters = Counters::new(2);
@@ -358,7 +358,7 @@ fn packets_of_a_new_flow_in_one_burst_share_it() {
 /// the same), so a drained backend stays drained for reused client ports.
 #[test]
 fn a_syn_on_a_closed_flow_opens_a_new_one() {
-    let mut publisher = Publisher::new(snapshot_from_yaml("p.yaml", CONFIG), 1);
+    let mut publisher = Publisher::new(config::snapshot("p.yaml", CONFIG), 1);
     let mut b = balancer(&mut publisher);
     let pool = Pool::new(8);
     let mut counters = Counters::new(2);

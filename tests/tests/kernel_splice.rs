@@ -24,7 +24,7 @@
 
 use sluice_dataplane::port::{tap, Opened, Pool};
 use sluice_dataplane::stats::{Counters, DropReason, Event};
-use sluice_tests::kernel::{compile, Balance, Py, Topology, BACKENDS, VIP};
+use sluice_tests::kernel::{Balance, Py, Topology, BACKENDS, VIP};
 use sluice_tests::kernel_tls::{
     curl, first_client_bytes, require_programs, rss_bytes, s_client, wait_listening, Certs,
     SServer, HTTP_SERVER, SYN_FLOOD, TLS_CLIENT, TLS_SERVER,
@@ -72,7 +72,7 @@ impl Rig {
         );
         require_programs(&["openssl", "curl", "python3", "ss"]);
         let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let snapshot = compile(config);
+        let snapshot = sluice_testkit::config::snapshot("kernel.yaml", config);
         let pool = Pool::new(8192);
         let (out_if, in_if) = (unique_name("kso"), unique_name("ksi"));
         let open = |name: &str, ifname: &str| -> Opened {

@@ -5,37 +5,17 @@
 //! flows and revocation after a swap, UDP, and IPv6.
 
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
-use sluice_dataplane::pipeline::IfAddr;
 use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::{DropReason, Event};
 use sluice_dataplane::tables::snapshot::Snapshot;
-use sluice_tests::sim::{Faults, LinkSpec, Rng, Sim};
-use sluice_tests::tables::snapshot_from_yaml;
+use sluice_testkit::config;
+use sluice_tests::fixtures::{cidr, ip, links, SIM_APPLIANCE};
+use sluice_tests::sim::{Faults, Rng, Sim};
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::{tcp, udp};
-use smoltcp::wire::{IpAddress, IpCidr, IpEndpoint};
+use smoltcp::wire::{IpAddress, IpEndpoint};
 use std::collections::HashMap;
 use std::net::IpAddr;
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().expect("ip")
-}
-
-const APPLIANCE: &str = r#"
-apiVersion: sluice.dev/v1alpha1
-kind: Appliance
-metadata: {name: sim}
-spec:
-  cores: [0]
-  ports:
-  - {name: outside, tap: {name: simout}, addresses: [10.77.0.2/24, "fd77::2/64"]}
-  - {name: inside, tap: {name: simin}, addresses: [10.78.0.2/24, "fd78::2/64"]}
-  virtualAddresses: [10.77.0.10, "fd77::10"]
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: sim}
-"#;
 
 fn backends_yaml() -> String {
     let mut y = String::new();
@@ -68,7 +48,7 @@ status: {{podIP: "{addr}"}}
 /// 7006 (IPv6: a6 1 / b6 1). `policy` is appended (NetworkPolicy documents or nothing).
 fn config(policy: &str) -> String {
     format!(
-        r#"{APPLIANCE}
+        r#"{SIM_APPLIANCE}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -166,40 +146,7 @@ spec:
 "#;
 
 fn compile(text: &str) -> Snapshot {
-    snapshot_from_yaml("sim.yaml", text)
-}
-
-fn links(faults: Faults) -> Vec<LinkSpec> {
-    let addrs = |a: &str, b: &str| {
-        vec![
-            IfAddr {
-                addr: ip(a),
-                prefix_len: 24,
-            },
-            IfAddr {
-                addr: ip(b),
-                prefix_len: 64,
-            },
-        ]
-    };
-    vec![
-        LinkSpec {
-            name: "outside".into(),
-            addrs: addrs("10.77.0.2", "fd77::2"),
-            host_faults: faults,
-            sluice_faults: faults,
-        },
-        LinkSpec {
-            name: "inside".into(),
-            addrs: addrs("10.78.0.2", "fd78::2"),
-            host_faults: faults,
-            sluice_faults: faults,
-        },
-    ]
-}
-
-fn cidr(s: &str, len: u8) -> IpCidr {
-    IpCidr::new(Sim::addr(ip(s)), len)
+    config::snapshot("sim.yaml", text)
 }
 
 /// The simulation: host 0 is the client (10.77.0.1, fd77::1), host 1 holds every backend
@@ -218,7 +165,7 @@ fn sim(policy: &str, faults: Faults, seed: u64) -> (Sim<Balancer>, Publisher<Sna
         ],
     ];
     let vips = [ip("10.77.0.10"), ip("fd77::10")];
-    let s = Sim::build(&links(faults), &hosts, &[], &vips, seed, |fw| {
+    let s = Sim::build(&links(faults, faults), &hosts, &[], &vips, seed, |fw| {
         Balancer::new(
             fw,
             reader,

@@ -108,16 +108,7 @@ fn sni_routes_each_connection_to_its_backend_and_splices_byte_exact() {
     let firsts: Vec<Vec<u8>> = (0..30)
         .map(|i| hello::client_hello(Some(names[i % 3]), 200))
         .collect();
-    let out = run(
-        &mut w.sim,
-        &mut w.backends,
-        ip(VIP),
-        443,
-        &firsts,
-        20_000,
-        10,
-        &mut rng,
-    );
+    let out = w.run(VIP, 443, &firsts, 20_000, 10, &mut rng);
     print_counters(&w.sim);
     assert_eq!(out.echoed, 30, "{out:?}");
     assert_eq!(w.backends.hits("10.78.0.11"), 10);
@@ -295,16 +286,7 @@ fn hello_split_across_tls_records() {
         firsts.push(hello::records(&big, &[700, 2_900]));
         want[i] += 2;
     }
-    let out = run(
-        &mut w.sim,
-        &mut w.backends,
-        ip(VIP),
-        443,
-        &firsts,
-        5_000,
-        6,
-        &mut Rng::new(3),
-    );
+    let out = w.run(VIP, 443, &firsts, 5_000, 6, &mut Rng::new(3));
     print_counters(&w.sim);
     assert_eq!(out.echoed, firsts.len(), "{out:?}");
     assert_eq!(w.backends.hits("10.78.0.11"), want[0]);
@@ -375,16 +357,7 @@ fn third_ack_lost_first_data_proves_the_cookie() {
     let firsts: Vec<Vec<u8>> = (0..10)
         .map(|_| hello::client_hello(Some("a.example.test"), 200))
         .collect();
-    let out = run(
-        &mut w.sim,
-        &mut w.backends,
-        ip(VIP),
-        443,
-        &firsts,
-        3_000,
-        5,
-        &mut Rng::new(4),
-    );
+    let out = w.run(VIP, 443, &firsts, 3_000, 5, &mut Rng::new(4));
     print_counters(&w.sim);
     assert_eq!(out.echoed, 10, "{out:?}");
     assert_eq!(lost.load(Ordering::Relaxed), 10);
@@ -553,16 +526,7 @@ fn lost_replay_is_recovered_through_the_splice() {
     let firsts: Vec<Vec<u8>> = (0..5)
         .map(|_| hello::client_hello(Some("a.example.test"), 200))
         .collect();
-    let out = run(
-        &mut w.sim,
-        &mut w.backends,
-        ip(VIP),
-        443,
-        &firsts,
-        2_000,
-        5,
-        &mut Rng::new(24),
-    );
+    let out = w.run(VIP, 443, &firsts, 2_000, 5, &mut Rng::new(24));
     print_counters(&w.sim);
     assert_eq!(out.echoed, 5, "{out:?}");
     assert_eq!(lost.lock().map(|l| l.len()).unwrap_or(0), 5);
@@ -961,16 +925,7 @@ fn http_routes_by_host_and_path_with_weights() {
     let api: Vec<Vec<u8>> = (0..48)
         .map(|i| req(&format!("/api/v1/items/{i}?x=1"), "www.example.test"))
         .collect();
-    let out = run(
-        &mut w.sim,
-        &mut w.backends,
-        ip(VIP),
-        80,
-        &api,
-        3_000,
-        8,
-        &mut Rng::new(6),
-    );
+    let out = w.run(VIP, 80, &api, 3_000, 8, &mut Rng::new(6));
     print_counters(&w.sim);
     assert_eq!(out.echoed, 48, "{out:?}");
     let (a, b) = (w.backends.hits("10.78.0.11"), w.backends.hits("10.78.0.12"));
@@ -991,16 +946,7 @@ fn http_routes_by_host_and_path_with_weights() {
             ),
         })
         .collect();
-    let out = run(
-        &mut w.sim,
-        &mut w.backends,
-        ip(VIP),
-        80,
-        &other,
-        3_000,
-        4,
-        &mut Rng::new(7),
-    );
+    let out = w.run(VIP, 80, &other, 3_000, 4, &mut Rng::new(7));
     assert_eq!(out.echoed, 12, "{out:?}");
     assert_eq!(w.backends.hits("10.78.0.13"), 12);
     assert_eq!(
@@ -1009,16 +955,7 @@ fn http_routes_by_host_and_path_with_weights() {
     );
 
     let unknown = vec![req("/api/x", "nope.example.test")];
-    let out = run(
-        &mut w.sim,
-        &mut w.backends,
-        ip(VIP),
-        80,
-        &unknown,
-        100,
-        1,
-        &mut Rng::new(8),
-    );
+    let out = w.run(VIP, 80, &unknown, 100, 1, &mut Rng::new(8));
     print_counters(&w.sim);
     assert_eq!(out.reset, 1, "{out:?}");
     assert_eq!(events(&w, Event::FirstBytesNoRoute), 1);
@@ -1109,29 +1046,11 @@ fn ipv6_client_through_the_sni_listener() {
     let firsts: Vec<Vec<u8>> = (0..10)
         .map(|_| hello::client_hello(Some("a.example.test"), 200))
         .collect();
-    let out = run(
-        &mut w.sim,
-        &mut w.backends,
-        ip(VIP6),
-        443,
-        &firsts,
-        20_000,
-        5,
-        &mut Rng::new(9),
-    );
+    let out = w.run(VIP6, 443, &firsts, 20_000, 5, &mut Rng::new(9));
     assert_eq!(out.echoed, 10, "{out:?}");
     assert_eq!(w.backends.hits("fd78::11"), 10);
     let v4_only = vec![hello::client_hello(Some("b.example.test"), 200)];
-    let out = run(
-        &mut w.sim,
-        &mut w.backends,
-        ip(VIP6),
-        443,
-        &v4_only,
-        100,
-        1,
-        &mut Rng::new(10),
-    );
+    let out = w.run(VIP6, 443, &v4_only, 100, 1, &mut Rng::new(10));
     print_counters(&w.sim);
     assert_eq!(out.reset, 1, "{out:?}");
     assert_eq!(drops(&w, DropReason::BackendRejected), 1);

@@ -11,8 +11,8 @@ use sluice_tests::hello;
 use sluice_tests::raw::{self, flags, sack_option, syn_options, RawClient, Segment};
 use sluice_tests::sim::{Faults, Rng, Sim};
 use sluice_tests::splice::{
-    balancer_config, first_difference, ip, print_counters, run, sim_links, socket, state, World,
-    CLIENT, RAW_PORTS, VIP, VIP6,
+    balancer_config, first_difference, ip, print_counters, sim_links, socket, state, World, CLIENT,
+    RAW_PORTS, VIP, VIP6,
 };
 use smoltcp::socket::tcp;
 use std::collections::{HashMap, VecDeque};
@@ -622,73 +622,28 @@ fn every_frame_sluice_sends_has_valid_checksums() {
     let firsts: Vec<Vec<u8>> = (0..12)
         .map(|i| hello::client_hello(Some(names[i % 3]), 300))
         .collect();
-    let out = run(
-        &mut w.sim,
-        &mut w.backends,
-        ip(VIP),
-        443,
-        &firsts,
-        30_000,
-        6,
-        &mut rng,
-    );
+    let out = w.run(VIP, 443, &firsts, 30_000, 6, &mut rng);
     assert_eq!(out.echoed, 12, "{out:?}");
     frames.extend(w.sim.captured().into_iter().map(|(_, f)| f));
     let v6: Vec<Vec<u8>> = (0..6)
         .map(|_| hello::client_hello(Some("a.example.test"), 300))
         .collect();
-    let out = run(
-        &mut w.sim,
-        &mut w.backends,
-        ip(VIP6),
-        443,
-        &v6,
-        30_000,
-        3,
-        &mut rng,
-    );
+    let out = w.run(VIP6, 443, &v6, 30_000, 3, &mut rng);
     assert_eq!(out.echoed, 6, "{out:?}");
     frames.extend(w.sim.captured().into_iter().map(|(_, f)| f));
     let http: Vec<Vec<u8>> = (0..4)
         .map(|i| format!("GET /api/{i} HTTP/1.1\r\nHost: www.example.test\r\n\r\n").into_bytes())
         .collect();
-    let out = run(
-        &mut w.sim,
-        &mut w.backends,
-        ip(VIP),
-        80,
-        &http,
-        2_000,
-        2,
-        &mut rng,
-    );
+    let out = w.run(VIP, 80, &http, 2_000, 2, &mut rng);
     assert_eq!(out.echoed, 4, "{out:?}");
     // Redirects and resets: the runner counts them as not echoed; what matters here is
     // what sluice sent.
     let redirects: Vec<Vec<u8>> = (0..3)
         .map(|i| format!("GET /r{i} HTTP/1.1\r\nHost: shop.example.test\r\n\r\n").into_bytes())
         .collect();
-    run(
-        &mut w.sim,
-        &mut w.backends,
-        ip(VIP),
-        8080,
-        &redirects,
-        0,
-        3,
-        &mut rng,
-    );
+    w.run(VIP, 8080, &redirects, 0, 3, &mut rng);
     let silent = vec![hello::client_hello(Some("silent.example.test"), 10); 2];
-    let out = run(
-        &mut w.sim,
-        &mut w.backends,
-        ip(VIP),
-        443,
-        &silent,
-        0,
-        2,
-        &mut rng,
-    );
+    let out = w.run(VIP, 443, &silent, 0, 2, &mut rng);
     assert_eq!(out.reset, 2, "{out:?}");
     frames.extend(w.sim.captured().into_iter().map(|(_, f)| f));
     // Odd-aligned SACK from a hand-made client, through the lossy links.

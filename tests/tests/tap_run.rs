@@ -221,51 +221,16 @@ fn embedded_default_answers_ping_on_sl0() {
 #[test]
 fn run_replays_a_pcap_port() {
     use sluice_dataplane::port::pcap;
-    use sluice_dataplane::wire::{arp, ethernet, icmpv4, ip_proto, ipv4, EtherType, MacAddr};
+    use sluice_dataplane::wire::MacAddr;
+    use sluice_tests::fixtures::{arp_request, echo_request};
+    use std::net::Ipv4Addr;
     let dir = TempDir::new("sluice-pcap-run");
     let (inp, outp) = (dir.0.join("in.pcap"), dir.0.join("out.pcap"));
     let peer = MacAddr([0x02, 0, 0, 0, 0, 1]);
-    let mut frames = Vec::new();
-    let mut f = vec![0u8; 42];
-    ethernet::Repr {
-        dst_addr: MacAddr::BROADCAST,
-        src_addr: peer,
-        ethertype: EtherType::Arp,
-    }
-    .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
-    arp::Repr {
-        operation: arp::Operation::Request,
-        source_hardware_addr: peer,
-        source_protocol_addr: "10.9.0.1".parse().unwrap(),
-        target_hardware_addr: MacAddr::ZERO,
-        target_protocol_addr: "10.9.0.2".parse().unwrap(),
-    }
-    .emit(&mut arp::Packet::new_unchecked(&mut f[14..]));
-    frames.push(f);
+    let (us, them) = (Ipv4Addr::new(10, 9, 0, 1), Ipv4Addr::new(10, 9, 0, 2));
+    let mut frames = vec![arp_request(peer, us, them)];
     for seq in 0..3u16 {
-        let mut f = vec![0u8; 14 + 20 + 8 + 4];
-        ethernet::Repr {
-            dst_addr: MacAddr::BROADCAST,
-            src_addr: peer,
-            ethertype: EtherType::Ipv4,
-        }
-        .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
-        let mut ip = ipv4::Packet::new_unchecked(&mut f[14..]);
-        ipv4::Repr {
-            src_addr: "10.9.0.1".parse().unwrap(),
-            dst_addr: "10.9.0.2".parse().unwrap(),
-            protocol: ip_proto::ICMP,
-            payload_len: 12,
-            ttl: 64,
-        }
-        .emit(&mut ip);
-        icmpv4::Repr::EchoRequest {
-            ident: 1,
-            seq_no: seq,
-            data_len: 4,
-        }
-        .emit(&mut icmpv4::Packet::new_unchecked(ip.payload_mut()));
-        frames.push(f);
+        frames.push(echo_request(peer, (us, them), 1, seq, &[0; 4]));
     }
     pcap::write_file(&inp, frames.iter().map(|f| &f[..])).unwrap();
     let cfg = format!(

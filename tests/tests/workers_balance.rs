@@ -10,7 +10,7 @@ use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::Event;
 use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, tcp, EtherType, MacAddr};
 use sluice_dataplane::worker::{Idle, Redirects, Worker, WorkerConfig};
-use sluice_tests::tables::snapshot_from_yaml;
+use sluice_testkit::config;
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -171,7 +171,7 @@ fn replies_reach_the_flow_owner_through_the_redirect_ring() {
     neigh.learn("10.78.0.11".parse().expect("ip"), BACKEND_MAC, 0);
     neigh.learn("10.78.0.12".parse().expect("ip"), BACKEND_MAC, 0);
 
-    let snap = snapshot_from_yaml("w.yaml", CONFIG);
+    let snap = config::snapshot("w.yaml", CONFIG);
     let mut publisher = Publisher::new(snap, 2);
     let redirects = Redirects::new(2, 1024);
     let mut outside_q = outside.queues.into_iter();

@@ -58,29 +58,31 @@
 //!
 //! Usage: `bench_balance [--duration SECS] [--runs N] [--no-testpmd] [--quick]
 //! [--swap-interval-ms MS] [--swap-maglev SLOTS] [--out FILE] [--only-flows N]
-//! [--source capture|template] [--both-directions] [--capacity N] [--only-new-connections]` (`--quick`: 1k and 100k flows only; `--only-flows N`:
-//! only the balancer with N established flows on the replay, for `perf record`, from
-//! `--source`, `capture` by default). Medians over `--runs` runs; each figure is added to `--out` (if given) as
-//! soon as it is measured.
+//! [--source capture|template] [--both-directions] [--capacity N] [--only-new-connections]`
+//! (`--help` explains each; `--quick`: 1k and 100k flows only; `--only-flows N`: only
+//! the balancer with N established flows on the replay, for `perf record`, from
+//! `--source`, `capture` by default). Medians over `--runs` runs; each figure is added to
+//! `--out` (if given) as soon as it is measured.
 
+use clap::{Parser, ValueEnum};
 use serde_json::{json, Value};
 use sluice_ctrl::compile::ir::Ir;
 use sluice_ctrl::compile::snapshot;
-use sluice_ctrl::config::compile_loaded;
-use sluice_ctrl::load::{load_str, Loaded};
 use sluice_dataplane::flow::{FlowTable, Timeouts};
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf};
 use sluice_dataplane::port::{dpdk, pcap, Burst, Pool, Queue};
 use sluice_dataplane::rcu::Publisher;
-use sluice_dataplane::stats::{Counters, DropReason, Event, SharedCounters};
+use sluice_dataplane::stats::{Counters, Event, SharedCounters};
 use sluice_dataplane::tables::snapshot::Snapshot;
 use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, tcp, EtherType, MacAddr};
 use sluice_dataplane::worker::{Idle, Worker, WorkerConfig};
+use sluice_perf::report::{drops_json, Report};
+use sluice_perf::stats::{median, Latencies};
 use sluice_perf::{
-    dpdk_cleanup, eal_args, measure_worker, median, ratio, summary, testpmd_run, MacSwap, Run,
-    FWD_CORE,
+    dpdk_cleanup, eal_args, measure_worker, ratio, summary, testpmd_run, MacSwap, Run, FWD_CORE,
 };
+use sluice_testkit::{config, manifests as docs};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,73 +101,56 @@ const STRIDE: usize = 64;
 /// Distinct SYNs replayed by the connection-rate test.
 const NEW_CONN_FRAMES: usize = 2_000_000;
 
+/// The L4 balancer: Mpps and cycles per packet with 1k/100k/1M established flows beside
+/// `dpdk-testpmd` macswap, new connections per second per core, bytes per flow, and
+/// snapshot build/publish latency with 10k routes under traffic. Prints JSON.
+#[derive(Parser, Debug)]
+#[command(name = "bench_balance")]
 struct Opts {
+    /// Seconds per run (at least 0.1; the swap test runs twice as long).
+    #[arg(long, default_value_t = 2.0)]
     duration: f64,
+    /// Runs per figure (at least 1); figures are their medians.
+    #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Leave out the dpdk-testpmd comparison.
+    #[arg(long = "no-testpmd", action = clap::ArgAction::SetFalse)]
     testpmd: bool,
+    /// 1k and 100k established flows only (not 1M).
+    #[arg(long)]
     quick: bool,
+    /// Milliseconds between snapshot swaps under traffic.
+    #[arg(long, default_value_t = 50)]
     swap_interval_ms: u64,
+    /// Maglev table size (slots) of the swap test's 10k routes.
+    #[arg(long, default_value_t = 1021)]
     swap_maglev: u64,
+    /// Also write the JSON to FILE, after every figure (then complete).
+    #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
-    /// Only the balancer on the replay with this many established flows (for profiling).
+    /// Only the balancer on the replay with N established flows (for profiling).
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "1000")]
     only_flows: Option<usize>,
-    /// The replay's source with `--only-flows`.
+    /// With `--only-flows`: the replay's source.
+    #[arg(long, value_enum, default_value_t = SourceKind::Capture)]
     source: SourceKind,
-    /// With `--only-flows`: the backends' replies too (`--both-directions`).
+    /// With `--only-flows`: the backends' replies too.
+    #[arg(long = "both-directions")]
     both: bool,
-    /// Only the new-connections figure (`--only-new-connections`, for profiling).
+    /// Only the new-connections figure (for profiling).
+    #[arg(long = "only-new-connections")]
     only_new: bool,
-    /// With `--only-flows`: the flow table's capacity (`--capacity N`; default: the
-    /// default capacity, or N flows if more).
+    /// With `--only-flows`: the flow table's capacity (at least 1; default: the default
+    /// capacity, or N flows if more).
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "1024")]
     capacity: Option<usize>,
 }
 
 fn opts() -> Opts {
-    let mut o = Opts {
-        duration: 2.0,
-        runs: 3,
-        testpmd: true,
-        quick: false,
-        swap_interval_ms: 50,
-        swap_maglev: 1021,
-        out: None,
-        only_flows: None,
-        source: SourceKind::Capture,
-        both: false,
-        only_new: false,
-        capacity: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        let mut num = |d: f64| it.next().and_then(|s| s.parse::<f64>().ok()).unwrap_or(d);
-        match a.as_str() {
-            "--duration" => o.duration = num(o.duration).max(0.1),
-            "--runs" => o.runs = (num(o.runs as f64) as usize).max(1),
-            "--swap-interval-ms" => o.swap_interval_ms = num(o.swap_interval_ms as f64) as u64,
-            "--swap-maglev" => o.swap_maglev = num(o.swap_maglev as f64) as u64,
-            "--no-testpmd" => o.testpmd = false,
-            "--quick" => o.quick = true,
-            "--out" => o.out = it.next().map(PathBuf::from),
-            "--only-flows" => o.only_flows = Some(num(1000.0) as usize),
-            "--both-directions" => o.both = true,
-            "--only-new-connections" => o.only_new = true,
-            "--capacity" => o.capacity = Some((num(1024.0) as usize).max(1)),
-            "--source" => {
-                o.source = match it.next().as_deref() {
-                    Some("capture") => SourceKind::Capture,
-                    Some("template") => SourceKind::Template,
-                    _ => {
-                        eprintln!("bench_balance: --source capture|template");
-                        std::process::exit(2);
-                    }
-                }
-            }
-            other => {
-                eprintln!("bench_balance: unknown argument {other}");
-                std::process::exit(2);
-            }
-        }
-    }
+    let mut o = Opts::parse();
+    o.duration = o.duration.max(0.1);
+    o.runs = o.runs.max(1);
+    o.capacity = o.capacity.map(|c| c.max(1));
     o
 }
 
@@ -187,46 +172,14 @@ spec:
   - {{name: inside, tap: {{name: benchin}}, addresses: [10.78.0.2/16]}}
   virtualAddresses: [{VIP}]
   maglevTableSize: {maglev}
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: b}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: pool, namespace: b}}
-spec: {{selector: {{app: pool}}, ports: [{{port: {VIP_PORT}}}]}}
----
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {{name: from-clients, namespace: b}}
-spec:
-  podSelector: {{}}
-  ingress:
-  - from: [{{ipBlock: {{cidr: 10.77.0.0/16}}}}]
-    ports: [{{port: {VIP_PORT}}}]
----
-apiVersion: gateway.networking.k8s.io/v1alpha2
-kind: TCPRoute
-metadata: {{name: echo, namespace: b}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules: [{{backendRefs: [{{name: pool, port: {VIP_PORT}}}]}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw, namespace: b}}
-spec:
-  gatewayClassName: sluice
-  addresses: [{{type: IPAddress, value: {VIP}}}]
-  listeners: [{{name: echo, port: {VIP_PORT}, protocol: TCP}}]
-"#
+{namespace}{service}{policy}{gateway}"#,
+        namespace = docs::namespace("b"),
+        policy = docs::allow_from("b", "from-clients", "10.77.0.0/16", &[VIP_PORT]),
+        gateway = docs::tcp_gateway("b", "echo", VIP, VIP_PORT, "pool"),
+        service = docs::service("b", "pool", VIP_PORT),
     );
     for i in 0..BACKENDS {
-        y.push_str(&format!(
-            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}, namespace: b, labels: {{app: pool}}}}\nstatus: {{podIP: {}}}\n",
-            backend_ip(i)
-        ));
+        y.push_str(&docs::pod("b", &format!("p{i}"), "pool", backend_ip(i)));
     }
     if extra > 0 {
         y.push_str("---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: many, namespace: b}\nspec:\n  gatewayClassName: sluice\n  addresses: [{type: IPAddress, value: 10.77.0.11}]\n  listeners:\n");
@@ -247,14 +200,7 @@ spec:
 
 /// Manifests -> IR (the "compile" half of a reload).
 fn compile(text: &str) -> Result<Ir, String> {
-    let mut loaded = Loaded::default();
-    load_str("bench.yaml", text, &mut loaded);
-    let c = compile_loaded(loaded);
-    let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
-    if !errors.is_empty() {
-        return Err(errors[..errors.len().min(5)].join("; "));
-    }
-    c.ir.ok_or_else(|| "no IR".to_string())
+    config::try_ir("bench.yaml", text).map_err(|e| config::brief(&e))
 }
 
 fn build(ir: &Ir) -> Result<Snapshot, String> {
@@ -422,7 +368,7 @@ impl Source {
 }
 
 /// Which [`Source`] the flow-count series replays.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
 enum SourceKind {
     Capture,
     Template,
@@ -729,17 +675,6 @@ fn wait_warm(r: &Running, done: &AtomicBool, flows: u64, limit: Duration) -> Res
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn drops_json(c: &Counters) -> Value {
-    let mut m = serde_json::Map::new();
-    for r in DropReason::ALL {
-        let n = c.drops_of(*r);
-        if n > 0 {
-            m.insert(r.name().to_string(), json!(n));
-        }
-    }
-    Value::Object(m)
 }
 
 /// The flow table's capacity with `n` established flows: the default (1M flows per
@@ -1088,7 +1023,7 @@ fn fig_new_connections(o: &Opts, ir: &Ir, report: &mut Report) {
             errors.push(e);
         }
     }
-    let rate = median(&mut rates.clone());
+    let rate = median(&rates);
     report.set(
         "new_connections",
         json!({
@@ -1099,8 +1034,8 @@ fn fig_new_connections(o: &Opts, ir: &Ir, report: &mut Report) {
                 "runs": o.runs,
             },
             "per_second_per_core": rate,
-            "per_cpu_second": median(&mut cpu_rates.clone()),
-            "cycles_per_connection": median(&mut cycles.clone()),
+            "per_cpu_second": median(&cpu_rates),
+            "cycles_per_connection": median(&cycles),
             "runs_per_second": rates,
             "goal_per_second": 200_000,
             "ratio_to_goal": rate / 200_000.0,
@@ -1154,16 +1089,6 @@ fn replicate(base: &Ir, extra: usize) -> Ir {
         ir.listeners.push(l);
     }
     ir
-}
-
-fn quantile(v: &[f64], q: f64) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        0.0
-    } else {
-        s[((s.len() - 1) as f64 * q).round() as usize]
-    }
 }
 
 /// Publishes `snap` under traffic and times it: (publish µs, until the worker moved µs,
@@ -1237,8 +1162,10 @@ fn fig_swap(o: &Opts, base: &Ir, report: &mut Report) {
         }
     }
     let flows = 100_000;
-    let (mut big_swaps, mut publish_us, mut moved_us, mut reclaim_us, mut base_build_ms) =
-        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut big_swaps, mut base_build_ms) = (vec![], vec![]);
+    // Swap timings in ns.
+    let (mut publish, mut until_moved, mut reclaim) =
+        (Latencies::new(), Latencies::new(), Latencies::new());
     let mut traffic = json!({});
     let res = (|| -> Result<(), String> {
         let cap = established_capacity(flows);
@@ -1262,9 +1189,9 @@ fn fig_swap(o: &Opts, base: &Ir, report: &mut Report) {
             base_build_ms.push(t.elapsed().as_secs_f64() * 1e3);
             let (p, w, c, moved) = swap_once(&mut publisher, snap);
             stuck += u32::from(!moved);
-            publish_us.push(p);
-            moved_us.push(w);
-            reclaim_us.push(c);
+            publish.record((p * 1e3) as u64);
+            until_moved.record((w * 1e3) as u64);
+            reclaim.record((c * 1e3) as u64);
             if let Some(d) = next.checked_duration_since(Instant::now()) {
                 std::thread::sleep(d);
             }
@@ -1277,7 +1204,7 @@ fn fig_swap(o: &Opts, base: &Ir, report: &mut Report) {
         let dropped = c.total_drops();
         let window_tx = c1.ports[1].tx_packets - c0.ports[1].tx_packets;
         traffic = json!({
-            "swaps": publish_us.len() + big_swaps.len(),
+            "swaps": publish.len() as usize + big_swaps.len(),
             "worker_did_not_move_within_1s": stuck,
             "rx": rx,
             "tx": tx,
@@ -1292,6 +1219,7 @@ fn fig_swap(o: &Opts, base: &Ir, report: &mut Report) {
     if let Err(e) = res {
         errors.push(e);
     }
+    let us = |l: &Latencies, q: f64| l.quantile(q) as f64 / 1e3;
     report.set(
         "swap",
         json!({
@@ -1305,39 +1233,18 @@ fn fig_swap(o: &Opts, base: &Ir, report: &mut Report) {
             "compile_5k_routes_s": compile_s[1],
             "compile_10k_routes_s": compile_s[2],
             "compile_growth_per_route": {"5k_vs_1k": growth(1), "10k_vs_1k": growth(2)},
-            "build_10k_routes_s": median(&mut build_s.clone()),
+            "build_10k_routes_s": median(&build_s),
             "runs_build_10k_routes_s": build_s,
             "swaps_10k": big_swaps,
-            "base_build_ms": median(&mut base_build_ms),
-            "publish_us": {"median": quantile(&publish_us, 0.5), "max": quantile(&publish_us, 1.0)},
-            "until_worker_moved_us": {"median": quantile(&moved_us, 0.5), "p99": quantile(&moved_us, 0.99), "max": quantile(&moved_us, 1.0)},
-            "reclaim_us": {"median": quantile(&reclaim_us, 0.5), "max": quantile(&reclaim_us, 1.0)},
+            "base_build_ms": median(&base_build_ms),
+            "publish_us": {"median": us(&publish, 0.5), "max": us(&publish, 1.0)},
+            "until_worker_moved_us": {"median": us(&until_moved, 0.5), "p99": us(&until_moved, 0.99), "max": us(&until_moved, 1.0)},
+            "reclaim_us": {"median": us(&reclaim, 0.5), "max": us(&reclaim, 1.0)},
             "traffic": traffic,
             "goal": "0 packets lost",
             "errors": errors,
         }),
     );
-}
-
-/// The JSON report, written to `--out` after every figure.
-struct Report {
-    v: Value,
-    out: Option<PathBuf>,
-}
-
-impl Report {
-    fn set(&mut self, k: &str, v: Value) {
-        self.v[k] = v;
-        eprintln!("bench_balance: {k} done");
-        if let Some(p) = &self.out {
-            let mut partial = self.v.clone();
-            partial["partial"] = json!(true);
-            let _ = std::fs::write(
-                p,
-                serde_json::to_string_pretty(&partial).unwrap_or_default(),
-            );
-        }
-    }
 }
 
 fn main() {
@@ -1347,10 +1254,11 @@ fn main() {
     }
     let dir = std::env::temp_dir().join(format!("sluice-bench-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
-    let mut report = Report {
-        v: json!({"bench": "balance", "tsc_hz": sluice_dataplane::mem::tsc_hz()}),
-        out: o.out.clone(),
-    };
+    let mut report = Report::new(
+        "bench_balance",
+        json!({"bench": "balance", "tsc_hz": sluice_dataplane::mem::tsc_hz()}),
+        o.out.clone(),
+    );
     if let Some(n) = o.only_flows {
         let res = compile(&manifests(0, 65537))
             .and_then(|ir| {
@@ -1382,9 +1290,5 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     dpdk_cleanup();
-    let text = serde_json::to_string_pretty(&report.v).unwrap_or_default();
-    println!("{text}");
-    if let Some(p) = &o.out {
-        let _ = std::fs::write(p, &text);
-    }
+    report.finish();
 }

@@ -28,7 +28,8 @@
 //!
 //! Usage: `cargo run --release -p sluice-perf --no-default-features --bin
 //! bench_balance_policy -- [--scenarios PODSxPOLICIES,...] [--out FILE]` (default
-//! `1000x10,10000x1000,50000x10,50000x10000`). Prints JSON; nothing is asserted.
+//! `1000x10,10000x1000,50000x10,50000x10000`; `--help` explains). Prints JSON; nothing
+//! is asserted.
 
 #[path = "bench_policy/gen.rs"]
 #[allow(dead_code)]
@@ -39,11 +40,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use clap::Parser;
 use serde_json::{json, Value};
 use sluice_ctrl::compile::ir::Ir;
 use sluice_ctrl::compile::snapshot;
-use sluice_ctrl::config::compile_loaded;
-use sluice_ctrl::load::{load_str, Loaded};
 use sluice_dataplane::flow::Timeouts;
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{
@@ -55,6 +55,8 @@ use sluice_dataplane::stats::{Counters, DropReason, Event};
 use sluice_dataplane::tables::policy::BURST_MIN;
 use sluice_dataplane::tables::snapshot::Snapshot;
 use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, ipv6, tcp, udp, EtherType, MacAddr};
+use sluice_perf::stats::median;
+use sluice_testkit::{config, manifests as docs};
 
 const TRACE: usize = 65_536;
 const ROUNDS: usize = 21;
@@ -73,59 +75,22 @@ const VIP_BACKENDS: usize = 64;
 /// port; merged into the generated cluster's IR.
 fn vip_manifests() -> String {
     let mut y = format!(
-        r#"apiVersion: v1
-kind: Namespace
-metadata: {{name: vip}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: pool, namespace: vip}}
-spec: {{selector: {{app: pool}}, ports: [{{port: {VIP_PORT}}}]}}
----
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {{name: from-cluster, namespace: vip}}
-spec:
-  podSelector: {{}}
-  ingress:
-  - from: [{{ipBlock: {{cidr: 10.0.0.0/8}}}}]
-    ports: [{{port: {VIP_PORT}}}]
----
-apiVersion: gateway.networking.k8s.io/v1alpha2
-kind: TCPRoute
-metadata: {{name: pool, namespace: vip}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules: [{{backendRefs: [{{name: pool, port: {VIP_PORT}}}]}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw, namespace: vip}}
-spec:
-  gatewayClassName: sluice
-  addresses: [{{type: IPAddress, value: {VIP}}}]
-  listeners: [{{name: pool, port: {VIP_PORT}, protocol: TCP}}]
-"#
+        "{namespace}{service}{policy}{gateway}",
+        namespace = docs::namespace("vip"),
+        policy = docs::allow_from("vip", "from-cluster", "10.0.0.0/8", &[VIP_PORT]),
+        gateway = docs::tcp_gateway("vip", "pool", VIP, VIP_PORT, "pool"),
+        service = docs::service("vip", "pool", VIP_PORT),
     );
     for i in 0..VIP_BACKENDS {
-        y.push_str(&format!(
-            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}, namespace: vip, labels: {{app: pool}}}}\nstatus: {{podIP: 203.0.113.{}}}\n",
-            10 + i
-        ));
+        let ip = Ipv4Addr::new(203, 0, 113, 10 + i as u8);
+        y.push_str(&docs::pod("vip", &format!("p{i}"), "pool", ip));
     }
     y
 }
 
 /// The generated cluster's IR with [`vip_manifests`] added.
 fn with_vip(cluster: &Ir) -> Result<Ir, String> {
-    let mut loaded = Loaded::default();
-    load_str("vip.yaml", &vip_manifests(), &mut loaded);
-    let c = compile_loaded(loaded);
-    let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
-    if !errors.is_empty() {
-        return Err(errors.join("; "));
-    }
-    let mut ir = c.ir.ok_or("vip manifests: no IR")?;
+    let mut ir = config::try_ir("vip.yaml", &vip_manifests()).map_err(|e| e.join("; "))?;
     ir.workloads.extend(cluster.workloads.iter().cloned());
     ir.nodes.extend(cluster.nodes.iter().cloned());
     ir.policies.extend(cluster.policies.iter().cloned());
@@ -135,42 +100,27 @@ fn with_vip(cluster: &Ir) -> Result<Ir, String> {
     Ok(ir)
 }
 
-const USAGE: &str = "\
-usage: bench_balance_policy [--scenarios LIST] [--out FILE]
-
-  --scenarios LIST  comma-separated PODSxPOLICIES (default 1000x10,10000x1000,50000x10,50000x10000)
-  --out FILE        also write the JSON to FILE";
+/// NetworkPolicy checks inside the balancer: ns per packet of routed new connections,
+/// one check per connection against one burst check, per table size. Prints JSON.
+#[derive(Parser, Debug)]
+#[command(name = "bench_balance_policy")]
+struct Args {
+    /// Scenarios, comma-separated PODSxPOLICIES.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_parser = gen::scenarios,
+        default_value = "1000x10,10000x1000,50000x10,50000x10000"
+    )]
+    scenarios: gen::Scenarios,
+    /// Also write the JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
 
 fn args() -> (Vec<(usize, usize)>, Option<PathBuf>) {
-    let mut scenarios = vec![(1_000, 10), (10_000, 1_000), (50_000, 10), (50_000, 10_000)];
-    let mut out = None;
-    let mut it = std::env::args().skip(1);
-    while let Some(x) = it.next() {
-        match x.as_str() {
-            "--out" => out = it.next().map(PathBuf::from),
-            "--scenarios" => {
-                let parsed = it.next().as_deref().and_then(gen::parse_scenarios);
-                match parsed {
-                    Some(s) if !s.is_empty() => scenarios = s,
-                    _ => {
-                        eprintln!(
-                            "bench_balance_policy: --scenarios wants PODSxPOLICIES[,...]\n{USAGE}"
-                        );
-                        std::process::exit(2);
-                    }
-                }
-            }
-            "--help" | "-h" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => {
-                eprintln!("bench_balance_policy: unknown argument {other}\n{USAGE}");
-                std::process::exit(2);
-            }
-        }
-    }
-    (scenarios, out)
+    let a = Args::parse();
+    (a.scenarios.0, a.out)
 }
 
 /// A SYN (TCP) or a datagram (UDP) for a probe, arriving on the outside port; `None` for
@@ -347,10 +297,6 @@ impl Lane {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    sluice_perf::median(v)
-}
-
 /// One family of one scenario: both lanes over the same trace.
 fn family(
     snap_of: &dyn Fn() -> Result<Snapshot, String>,
@@ -389,9 +335,9 @@ fn family(
         "allowed_share": created(&single),
         "denied_share": denied(&single),
         "verdict_mismatches": mismatches,
-        "single_ns_per_packet": median(&mut s_ns),
-        "burst_ns_per_packet": median(&mut b_ns),
-        "single_over_burst": median(&mut ratios.clone()),
+        "single_ns_per_packet": median(&s_ns),
+        "burst_ns_per_packet": median(&b_ns),
+        "single_over_burst": median(&ratios),
         "rounds_single_over_burst": ratios,
         "burst_checks_answered_in_burst": in_burst,
     }))

@@ -4,34 +4,39 @@
 //! [`sluice_ctrl::synth`], and the growth factor from one size to the next (2.0 when a
 //! size doubles and the phase is linear).
 //!
-//! Usage: `bench_compile [--sizes 1000,2000,4000,8000] [--maglev 1021] [--runs N]`.
-//! Medians over `--runs` runs.
+//! Usage: `bench_compile [--sizes 1000,2000,4000,8000] [--maglev 1021] [--runs N]`
+//! (`--help` explains). Medians over `--runs` runs.
 
+use clap::Parser;
 use serde_json::{json, Value};
 use sluice_ctrl::compile::{build_ir, snapshot, tables};
 use sluice_ctrl::config::compile_loaded;
 use sluice_ctrl::load::{load_str, Loaded};
 use sluice_ctrl::synth::{manifests, Shape};
 use sluice_ctrl::validate;
-use sluice_perf::median;
+use sluice_perf::stats::median;
 use std::time::Instant;
 
+/// Control-plane scale: the time of each phase of a reload for generated configurations
+/// of N listeners and routes, per shape, with the growth from one size to the next.
+/// Prints JSON.
+#[derive(Parser, Debug)]
+#[command(name = "bench_compile")]
+struct Opts {
+    /// Configuration sizes (listeners and routes), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000,2000,4000,8000")]
+    sizes: Vec<usize>,
+    /// Maglev table size of every route (a prime).
+    #[arg(long, default_value_t = 1021)]
+    maglev: u64,
+    /// Runs per size and shape (at least 1); figures are their medians.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+}
+
 fn main() {
-    let mut sizes = vec![1000usize, 2000, 4000, 8000];
-    let mut maglev = 1021u64;
-    let mut runs = 1usize;
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match (a.as_str(), it.next()) {
-            ("--sizes", Some(v)) => sizes = v.split(',').filter_map(|s| s.parse().ok()).collect(),
-            ("--maglev", Some(v)) => maglev = v.parse().unwrap_or(maglev),
-            ("--runs", Some(v)) => runs = v.parse().unwrap_or(runs).max(1),
-            (other, _) => {
-                eprintln!("bench_compile: unknown or incomplete argument {other}");
-                std::process::exit(2);
-            }
-        }
-    }
+    let o = Opts::parse();
+    let (sizes, maglev, runs) = (o.sizes, o.maglev, o.runs.max(1));
     let mut report = json!({"bench": "compile", "maglev_table_size": maglev});
     for shape in Shape::ALL {
         let mut rows: Vec<Value> = Vec::new();
@@ -79,7 +84,7 @@ fn main() {
                 t[5].push(s.elapsed().as_secs_f64());
             }
             let mut row = json!({"n": n});
-            for (name, v) in phases.iter().zip(t.iter_mut()) {
+            for (name, v) in phases.iter().zip(&t) {
                 row[format!("{name}_s")] = json!(median(v));
             }
             // load + compile_loaded + snapshot: what a reload costs end to end.

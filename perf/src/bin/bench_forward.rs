@@ -17,21 +17,23 @@
 //! other side (in a network namespace) with a window of requests in flight and count the
 //! replies per second.
 //!
-//! Usage: `bench_forward [--duration SECS] [--runs N] [--no-tap] [--no-dpdk]`
+//! Usage: `bench_forward [--duration SECS] [--runs N] [--no-tap] [--no-dpdk]` (`--help`).
 
+use clap::Parser;
 use serde_json::{json, Value};
 use sluice_dataplane::pipeline::{
     Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Route,
 };
 use sluice_dataplane::port::{dpdk, pcap, tap, Burst, Pool};
-use sluice_dataplane::wire::{ethernet, icmpv4, ip_proto, ipv4, udp, EtherType, MacAddr};
+use sluice_dataplane::wire::{ethernet, icmpv4, ip_proto, ipv4, EtherType, MacAddr};
 use sluice_dataplane::worker::{Idle, Worker, WorkerConfig};
+use sluice_perf::fixtures::udp_frame;
+use sluice_perf::stats::median;
 use sluice_perf::{
-    dpdk_cleanup, eal_args, measure_worker, median, ratio, summary, testpmd_run, MacSwap, Run,
-    FWD_CORE,
+    dpdk_cleanup, eal_args, measure_worker, ratio, summary, testpmd_run, MacSwap, Run, FWD_CORE,
 };
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,84 +44,35 @@ const SLUICE_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 0x10]);
 const PEER_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 0x01]);
 const NEXT_HOP_MAC: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 0x21]);
 
+/// Forwarding: sluice's worker on DPDK vdevs beside `dpdk-testpmd` macswap, and its TAP
+/// port beside a plain read/write loop. Prints JSON.
+#[derive(Parser, Debug)]
+#[command(name = "bench_forward")]
 struct Opts {
+    /// Seconds per run.
+    #[arg(long, default_value_t = 3.0)]
     duration: f64,
+    /// Runs per contender (at least 1); figures are their medians.
+    #[arg(long, default_value_t = 2)]
     runs: usize,
+    /// Leave out the TAP comparison.
+    #[arg(long = "no-tap", action = clap::ArgAction::SetFalse)]
     tap: bool,
+    /// Leave out the DPDK comparison.
+    #[arg(long = "no-dpdk", action = clap::ArgAction::SetFalse)]
     dpdk: bool,
 }
 
 fn opts() -> Opts {
-    let mut o = Opts {
-        duration: 3.0,
-        runs: 2,
-        tap: true,
-        dpdk: true,
-    };
-    let a: Vec<String> = std::env::args().skip(1).collect();
-    let mut i = 0;
-    while i < a.len() {
-        match a[i].as_str() {
-            "--duration" => {
-                i += 1;
-                o.duration = a.get(i).and_then(|s| s.parse().ok()).unwrap_or(o.duration);
-            }
-            "--runs" => {
-                i += 1;
-                o.runs = a
-                    .get(i)
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(o.runs)
-                    .max(1);
-            }
-            "--no-tap" => o.tap = false,
-            "--no-dpdk" => o.dpdk = false,
-            other => {
-                eprintln!("bench_forward: unknown argument {other}");
-                std::process::exit(2);
-            }
-        }
-        i += 1;
-    }
+    let mut o = Opts::parse();
+    o.runs = o.runs.max(1);
     o
 }
 
 /// 64-byte UDP frames of 64 flows, 10.1.0.1 -> 192.168.0.x, to sluice's MAC.
 fn frames() -> Vec<Vec<u8>> {
     (0..64u16)
-        .map(|i| {
-            let mut f = vec![0u8; 60];
-            ethernet::Repr {
-                dst_addr: SLUICE_MAC,
-                src_addr: PEER_MAC,
-                ethertype: EtherType::Ipv4,
-            }
-            .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
-            let (src, dst) = (
-                Ipv4Addr::new(10, 1, 0, 1),
-                Ipv4Addr::new(192, 168, 0, (i % 250) as u8 + 1),
-            );
-            let mut ip = ipv4::Packet::new_unchecked(&mut f[14..14 + 20 + 8 + 18]);
-            ipv4::Repr {
-                src_addr: src,
-                dst_addr: dst,
-                protocol: ip_proto::UDP,
-                payload_len: 8 + 18,
-                ttl: 64,
-            }
-            .emit(&mut ip);
-            udp::Repr {
-                src_port: 10_000 + i,
-                dst_port: 9,
-                payload_len: 18,
-            }
-            .emit(
-                &mut udp::Packet::new_unchecked(ip.payload_mut()),
-                IpAddr::V4(src),
-                IpAddr::V4(dst),
-            );
-            f
-        })
+        .map(|i| udp_frame(SLUICE_MAC, PEER_MAC, i))
         .collect()
 }
 
@@ -447,7 +400,7 @@ fn tap_bench(o: &Opts) -> Value {
             Err(e) => errors.push(format!("plain tap: {e}")),
         }
     }
-    let (sm, pm) = (median(&mut s.clone()), median(&mut p.clone()));
+    let (sm, pm) = (median(&s), median(&p));
     json!({
         "setup": {"traffic": "ICMP echo to the kernel in a netns, 64 in flight, 74-byte frames", "duration_s": o.duration, "runs": o.runs},
         "sluice_tap_port": {"kpps": sm / 1e3, "runs_kpps": s.iter().map(|x| x / 1e3).collect::<Vec<_>>()},

@@ -2,8 +2,9 @@
 //! frames through `Forwarder::process_burst`, frames restored from a template before each
 //! burst (a 60-byte copy, like a PMD's receive). Prints JSON: TSC cycles and nanoseconds
 //! per packet (of this thread's CPU time, so preemption on a shared machine does not count;
-//! the wall-clock TSC figure too). Usage: `bench_forward_pipeline [packets]`.
+//! the wall-clock TSC figure too). Usage: `bench_forward_pipeline [PACKETS]` (`--help`).
 
+use clap::Parser;
 use serde_json::json;
 use sluice_dataplane::mem::{tsc, tsc_hz};
 use sluice_dataplane::pipeline::{
@@ -11,45 +12,16 @@ use sluice_dataplane::pipeline::{
 };
 use sluice_dataplane::port::{Pool, BURST};
 use sluice_dataplane::stats::{Counters, DropReason};
-use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, udp, EtherType, MacAddr};
-use std::net::{IpAddr, Ipv4Addr};
+use sluice_dataplane::wire::MacAddr;
+use sluice_perf::fixtures::udp_frame;
 use std::sync::Arc;
 use std::time::Instant;
 
 const US: MacAddr = MacAddr([0x02, 0x51, 0, 0, 0, 0x10]);
 
+/// The frames of flow `i`, from a client MAC to sluice's.
 fn frame(i: u16) -> Vec<u8> {
-    let mut f = vec![0u8; 60];
-    ethernet::Repr {
-        dst_addr: US,
-        src_addr: MacAddr([2, 0, 0, 0, 0, 1]),
-        ethertype: EtherType::Ipv4,
-    }
-    .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
-    let (src, dst) = (
-        Ipv4Addr::new(10, 1, 0, 1),
-        Ipv4Addr::new(192, 168, 0, (i % 250) as u8 + 1),
-    );
-    let mut ip = ipv4::Packet::new_unchecked(&mut f[14..60]);
-    ipv4::Repr {
-        src_addr: src,
-        dst_addr: dst,
-        protocol: ip_proto::UDP,
-        payload_len: 26,
-        ttl: 64,
-    }
-    .emit(&mut ip);
-    udp::Repr {
-        src_port: 10_000 + i,
-        dst_port: 9,
-        payload_len: 18,
-    }
-    .emit(
-        &mut udp::Packet::new_unchecked(ip.payload_mut()),
-        IpAddr::V4(src),
-        IpAddr::V4(dst),
-    );
-    f
+    udp_frame(US, MacAddr([2, 0, 0, 0, 0, 1]), i)
 }
 
 /// CPU time this thread has run (ns), from schedstat: preemption by other work does not
@@ -63,11 +35,18 @@ fn cpu_ns() -> Option<u64> {
         .ok()
 }
 
+/// The forwarding stage alone: bursts of 32 routed IPv4 frames through
+/// `Forwarder::process_burst`. Prints JSON (cycles and ns per packet).
+#[derive(Parser, Debug)]
+#[command(name = "bench_forward_pipeline")]
+struct Opts {
+    /// Packets to forward (rounded down to whole bursts of 32).
+    #[arg(default_value_t = 20_000_000)]
+    packets: u64,
+}
+
 fn main() {
-    let n: u64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20_000_000);
+    let n = Opts::parse().packets;
     let conf = ForwarderConfig::new(
         vec![
             PortConf {

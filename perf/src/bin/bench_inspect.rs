@@ -24,18 +24,21 @@
 //! [`time_interleaved`]), so load from elsewhere on the machine falls on all of them.
 //!
 //! Usage: `cargo run --release -p sluice-perf --bin bench_inspect [TESTDATA_DIR]`
-//! (default `<repo>/../shared/testdata/tls`), or `... --bin bench_inspect -- --hosts-only`
-//! for the host lookups alone. Numbers are printed, never asserted; the run takes well
+//! (default `$SLUICE_TESTDATA`, else `<repo>/../shared/testdata/tls`), or `... --bin
+//! bench_inspect -- --hosts-only` for the host lookups alone (`--help` explains). Numbers are printed, never asserted; the run takes well
 //! under a minute on two cores.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use serde_json::{json, Value};
 use sluice_dataplane::inspect::tls;
 use sluice_dataplane::tables::hosts::{HostMatcher, HostPattern, MatchKind};
+use sluice_perf::fixtures::{testdata_dir, unhex};
+use sluice_perf::stats;
 
 /// Timed rounds per cell; the median is reported, and for host lookups the quiet
 /// figure too (see [`time_interleaved`]).
@@ -85,37 +88,13 @@ fn time_interleaved(mut work: Vec<Work<'_>>) -> Vec<(f64, f64)> {
         }
     }
     samples
-        .into_iter()
-        .map(|mut v| {
-            v.sort_by(f64::total_cmp);
-            (v[v.len() / 2], v[v.len() / 4])
-        })
+        .iter()
+        .map(|v| (stats::median(v), stats::quantile(v, 0.25)))
         .collect()
 }
 
 // ---------------------------------------------------------------------------------------
 // ClientHello vectors.
-
-fn testdata_dir() -> PathBuf {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let dir = match args.first().map(String::as_str) {
-        Some("--loop") => args.get(2),
-        _ => args.first(),
-    };
-    if let Some(dir) = dir {
-        return PathBuf::from(dir);
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/testdata/tls")
-}
-
-fn unhex(text: &str) -> Vec<u8> {
-    let digits: Vec<u8> = text
-        .bytes()
-        .filter(u8::is_ascii_hexdigit)
-        .map(|b| (b as char).to_digit(16).unwrap_or(0) as u8)
-        .collect();
-    digits.chunks_exact(2).map(|p| p[0] << 4 | p[1]).collect()
-}
 
 /// Client-to-server streams (keyed by client port) of the connections whose SYN is in a
 /// classic little- or big-endian Ethernet pcap, reassembled by sequence number.
@@ -187,8 +166,7 @@ fn pcap_client_streams(pcap: &[u8]) -> BTreeMap<u16, Vec<u8>> {
     out
 }
 
-fn vectors() -> Vec<(String, Vec<u8>)> {
-    let dir = testdata_dir();
+fn vectors(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let read = |name: &str| {
         std::fs::read(dir.join(name)).unwrap_or_else(|e| {
             panic!(
@@ -342,10 +320,10 @@ fn ratio(peer: Option<f64>, ours: f64) -> Value {
     peer.map_or(Value::Null, |p| json!((p / ours * 100.0).round() / 100.0))
 }
 
-fn bench_client_hello() -> Value {
+fn bench_client_hello(dir: &Path) -> Value {
     let mut rows = Vec::new();
     let (mut log_tp, mut n_tp, mut log_rl, mut n_rl) = (0.0, 0, 0.0, 0);
-    for (name, bytes) in vectors() {
+    for (name, bytes) in vectors(dir) {
         let found = sluice_parse(&bytes);
         let tp = tls_parser_parse(&bytes);
         let rl = rustls_parse(&bytes);
@@ -671,8 +649,8 @@ fn chase_ns(bytes: usize) -> f64 {
 /// `bench_inspect --loop N [TESTDATA_DIR]`: only parse every vector N times with sluice,
 /// tls-parser and rustls (no timing), for instruction counts under
 /// `valgrind --tool=callgrind`, which do not depend on machine load.
-fn loop_only(n: usize) {
-    let vs = vectors();
+fn loop_only(n: usize, dir: &Path) {
+    let vs = vectors(dir);
     let mut sum = 0usize;
     for _ in 0..n {
         for (_, b) in &vs {
@@ -692,28 +670,43 @@ fn loop_only(n: usize) {
     println!("{sum}");
 }
 
+/// First-payload inspection and host matching: ClientHello parsing beside tls-parser and
+/// rustls on the real vectors, host-name lookups at 10, 10k and 1M names. Prints JSON.
+#[derive(Parser, Debug)]
+#[command(name = "bench_inspect")]
+struct Opts {
+    /// The ClientHello vectors (default: `$SLUICE_TESTDATA`, else
+    /// `<repo>/../shared/testdata/tls`).
+    testdata_dir: Option<PathBuf>,
+    /// Only parse every vector N times with sluice, tls-parser and rustls, untimed (for
+    /// instruction counts under `valgrind --tool=callgrind`).
+    #[arg(long = "loop", value_name = "N", num_args = 0..=1, default_missing_value = "1000")]
+    loop_n: Option<usize>,
+    /// Only the host lookups.
+    #[arg(long, conflicts_with = "loop_n")]
+    hosts_only: bool,
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    match args.next().as_deref() {
-        Some("--loop") => {
-            loop_only(args.next().and_then(|n| n.parse().ok()).unwrap_or(1000));
-            return;
-        }
-        Some("--hosts-only") => {
-            let t = Instant::now();
-            let hosts = bench_hosts();
-            let out = json!({
-                "bench": "inspect",
-                "host_lookup": hosts,
-                "elapsed_s": (t.elapsed().as_secs_f64() * 10.0).round() / 10.0,
-            });
-            println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-            return;
-        }
-        _ => {}
+    let o = Opts::parse();
+    let dir = o.testdata_dir.unwrap_or_else(testdata_dir);
+    if let Some(n) = o.loop_n {
+        loop_only(n, &dir);
+        return;
+    }
+    if o.hosts_only {
+        let t = Instant::now();
+        let hosts = bench_hosts();
+        let out = json!({
+            "bench": "inspect",
+            "host_lookup": hosts,
+            "elapsed_s": (t.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return;
     }
     let t = Instant::now();
-    let client_hello = bench_client_hello();
+    let client_hello = bench_client_hello(&dir);
     let hosts = bench_hosts();
     let out = json!({
         "bench": "inspect",

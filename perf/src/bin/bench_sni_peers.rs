@@ -35,14 +35,15 @@
 //! `scripts/setup`; installs nothing itself.
 //!
 //! Usage: `bench_sni_peers [--duration S] [--warmup S] [--rounds N] [--conns C]
-//! [--only haproxy,nginx,sluice] [--timeout S] [--sluice-idle sleep|spin]`.
+//! [--only haproxy,nginx,sluice] [--timeout S] [--sluice-idle sleep|spin]` (`--help`).
 
+use clap::{Parser, ValueEnum};
 use serde_json::{json, Value};
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf};
 use sluice_dataplane::port::{tap, Pool};
 use sluice_dataplane::rcu::Publisher;
-use sluice_dataplane::stats::{DropReason, Event};
+use sluice_dataplane::stats::Event;
 use sluice_dataplane::worker::{self, Idle, Worker, WorkerConfig};
 use sluice_perf::sni_load::backend::Backends;
 use sluice_perf::sni_load::net::{self, TapLane, Topology};
@@ -54,6 +55,63 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// SNI routing, connections per second per core: HAProxy, nginx and sluice side by
+/// side, in network namespaces this creates and deletes (needs root). Prints JSON.
+#[derive(Parser, Debug)]
+#[command(name = "bench_sni_peers")]
+struct Cli {
+    /// Seconds of each measurement window (at least 0.2).
+    #[arg(long, value_name = "S", value_parser = seconds, default_value_t = 3.0)]
+    duration: f64,
+    /// Seconds of load before each window.
+    #[arg(long, value_name = "S", value_parser = seconds, default_value_t = 0.5)]
+    warmup: f64,
+    /// Rounds (at least 1); contenders alternate within each, figures are medians.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    rounds: usize,
+    /// Connections the load client keeps in flight (1 to 10000).
+    #[arg(long, value_name = "C", default_value_t = 64)]
+    conns: usize,
+    /// Seconds after which an unfinished connection is an error (at least 0.1).
+    #[arg(long, value_name = "S", value_parser = seconds, default_value_t = 5.0)]
+    timeout: f64,
+    /// The contenders to run, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "haproxy,nginx,sluice"
+    )]
+    only: Vec<Peer>,
+    /// sluice's worker when idle: `sleep` as `sluice run` does on TAP ports (charged its
+    /// thread CPU time), or `spin` (busy-polls, charged its busy cycles).
+    #[arg(long, value_enum, default_value_t = Idling::Sleep)]
+    sluice_idle: Idling,
+}
+
+/// A contender of `--only`.
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+enum Peer {
+    Haproxy,
+    Nginx,
+    Sluice,
+}
+
+/// `--sluice-idle`.
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+enum Idling {
+    Sleep,
+    Spin,
+}
+
+/// A finite, non-negative number of seconds.
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err("needs a number of seconds".into()),
+    }
+}
 
 struct Opts {
     /// Busy-poll sluice's worker (charged its busy cycles) instead of letting it sleep
@@ -67,60 +125,25 @@ struct Opts {
     only: Vec<String>,
 }
 
+/// Every contender, in the order a round starts them.
 const ALL: [&str; 3] = ["haproxy", "nginx", "sluice"];
 
-fn usage(msg: &str) -> ! {
-    eprintln!(
-        "bench_sni_peers: {msg}\nusage: bench_sni_peers [--duration S] [--warmup S] [--rounds N] [--conns C] [--timeout S] [--only haproxy,nginx,sluice] [--sluice-idle sleep|spin]"
-    );
-    std::process::exit(2)
-}
-
 fn opts() -> Opts {
-    let mut o = Opts {
-        duration: 3.0,
-        warmup: 0.5,
-        rounds: 3,
-        conns: 64,
-        timeout: 5.0,
-        only: ALL.iter().map(|s| s.to_string()).collect(),
-        sluice_spin: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        let mut num = |what: &str| -> f64 {
-            it.next()
-                .and_then(|s| s.parse::<f64>().ok())
-                .filter(|v| v.is_finite() && *v >= 0.0)
-                .unwrap_or_else(|| usage(&format!("{what} needs a number")))
-        };
-        match a.as_str() {
-            "--duration" => o.duration = num("--duration").max(0.2),
-            "--warmup" => o.warmup = num("--warmup"),
-            "--rounds" => o.rounds = (num("--rounds") as usize).max(1),
-            "--conns" => o.conns = (num("--conns") as usize).clamp(1, 10_000),
-            "--timeout" => o.timeout = num("--timeout").max(0.1),
-            "--only" => {
-                let list = it.next().unwrap_or_else(|| usage("--only needs a list"));
-                o.only = list.split(',').map(|s| s.trim().to_string()).collect();
-                if let Some(bad) = o.only.iter().find(|s| !ALL.contains(&s.as_str())) {
-                    usage(&format!(
-                        "unknown contender {bad:?} (haproxy, nginx, sluice)"
-                    ));
-                }
-            }
-            "--sluice-idle" => {
-                o.sluice_spin = match it.next().as_deref() {
-                    Some("spin") => true,
-                    Some("sleep") => false,
-                    _ => usage("--sluice-idle needs spin or sleep"),
-                }
-            }
-            "-h" | "--help" => usage("SNI routing cps per core: HAProxy, nginx, sluice"),
-            other => usage(&format!("unknown argument {other}")),
-        }
+    let c = Cli::parse();
+    Opts {
+        sluice_spin: c.sluice_idle == Idling::Spin,
+        duration: c.duration.max(0.2),
+        warmup: c.warmup,
+        rounds: c.rounds.max(1),
+        conns: c.conns.clamp(1, 10_000),
+        timeout: c.timeout.max(0.1),
+        only: c
+            .only
+            .iter()
+            .filter_map(|p| p.to_possible_value())
+            .map(|v| v.get_name().to_string())
+            .collect(),
     }
-    o
 }
 
 /// sluice's manifests: a Gateway on the lane VIP with a TLS Passthrough listener on the
@@ -174,7 +197,7 @@ status: {{podIP: {ip}}}
 /// Starts sluice's balancer (SNI passthrough by delayed binding) on the lane: one worker pinned to the proxy core polling
 /// both TAP ports (`spin`: without ever sleeping).
 fn start_sluice(lane: &TapLane, spin: bool) -> Result<InProcessRun, String> {
-    let snapshot = sluice_tests::kernel::try_compile(&sni_manifests())
+    let snapshot = sluice_testkit::config::try_snapshot("sni.yaml", &sni_manifests())
         .map_err(|e| format!("config: {}", e.join("; ")))?;
     let pool = Pool::new(16 * 1024);
     let outside = tap::open("outside", &lane.outside_if, 1, &pool)
@@ -250,12 +273,7 @@ fn start_sluice(lane: &TapLane, spin: bool) -> Result<InProcessRun, String> {
         let in_use = pool.in_use();
         match c {
             Ok(c) => {
-                let mut drops = serde_json::Map::new();
-                for r in DropReason::ALL {
-                    if c.drops_of(*r) > 0 {
-                        drops.insert(r.name().into(), json!(c.drops_of(*r)));
-                    }
-                }
+                let drops = sluice_perf::report::drops_json(&c);
                 json!({
                     "flows_created": c.events_of(Event::FlowCreated),
                     "packets": c.packets,
@@ -309,7 +327,7 @@ fn ratio(a: &Value, b: &Value, key: &str) -> Value {
 
 fn main() {
     let o = opts();
-    if !sluice_tests::sys::can_admin_net() {
+    if !sluice_testkit::sys::can_admin_net() {
         eprintln!("bench_sni_peers: needs root with CAP_NET_ADMIN, /dev/net/tun and iproute2");
         std::process::exit(1);
     }
@@ -322,7 +340,7 @@ fn main() {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let _ = signal_hook::flag::register(sig, stop.clone());
     }
-    let testdata = hello::testdata_dir();
+    let testdata = sluice_perf::fixtures::testdata_dir();
     let spec = RoundSpec {
         conns: o.conns,
         warmup: Duration::from_secs_f64(o.warmup),

@@ -59,13 +59,11 @@
 //! [--long-timeouts] [--tsc-only]`. Part 1 runs `--runs` times for `--duration` seconds
 //! each (medians); part 2 runs `--runs` × `--duration` seconds per flow count and traffic
 //! shape (`--flows ""` skips it). `--tsc-only` times calls on the TSC alone (a quiet
-//! machine).
+//! machine). `--help` explains each option.
 
+use clap::Parser;
 use rustix::time::{clock_gettime, ClockId};
 use serde_json::{json, Value};
-use sluice_ctrl::compile::snapshot;
-use sluice_ctrl::config::compile_loaded;
-use sluice_ctrl::load::{load_str, Loaded};
 use sluice_dataplane::flow::{Flow, FlowTable, Timeouts};
 use sluice_dataplane::inspect::tls;
 use sluice_dataplane::mem::{tsc, tsc_hz};
@@ -80,7 +78,10 @@ use sluice_dataplane::splice::{options, Embryo, Embryos, SpliceConfig};
 use sluice_dataplane::stats::{Counters, DropReason, Event};
 use sluice_dataplane::tables::snapshot::Snapshot;
 use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, tcp, EtherType, MacAddr};
-use sluice_perf::{median, FWD_CORE};
+use sluice_perf::report::{drops_json, events_json, Report};
+use sluice_perf::stats::median;
+use sluice_perf::FWD_CORE;
+use sluice_testkit::{config, manifests as docs};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
@@ -132,56 +133,44 @@ const PREEMPT_SLACK_US: u64 = 20;
 /// Window field the clients and backends send (scale 7 on both sides).
 const WINDOW: u16 = 502;
 
+/// Delayed binding (SNI passthrough) driven in process: new passthrough connections per
+/// second per core, spliced against plain forwarding, bytes per embryo and per spliced
+/// flow. Prints JSON.
+#[derive(Parser, Debug)]
+#[command(name = "bench_splice")]
 struct Opts {
+    /// Seconds per run (at least 0.1).
+    #[arg(long, default_value_t = 2.0)]
     duration: f64,
+    /// Runs (at least 1); figures are their medians.
+    #[arg(long, default_value_t = 3)]
     runs: usize,
-    flows: Vec<usize>,
+    /// Flow counts of the forwarding comparison, comma-separated (`""` skips it).
+    #[arg(long = "flows", value_name = "N,...", default_value = "1000,100000")]
+    flows_list: String,
+    /// Time stage calls on the TSC alone (for a quiet machine).
+    #[arg(long)]
     tsc_only: bool,
+    /// Keep conntrack's SYN timeouts (shows how many connections the table takes).
+    #[arg(long)]
     long_timeouts: bool,
+    /// Also write the JSON to FILE, after every figure (then complete).
+    #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+    /// The flow counts of `--flows`.
+    #[arg(skip)]
+    flows: Vec<usize>,
 }
 
 fn opts() -> Opts {
-    let mut o = Opts {
-        duration: 2.0,
-        runs: 3,
-        flows: vec![1_000, 100_000],
-        tsc_only: false,
-        long_timeouts: false,
-        out: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--duration" => {
-                o.duration = it
-                    .next()
-                    .and_then(|s| s.parse::<f64>().ok())
-                    .unwrap_or(o.duration)
-                    .max(0.1)
-            }
-            "--runs" => {
-                o.runs = it
-                    .next()
-                    .and_then(|s| s.parse::<usize>().ok())
-                    .unwrap_or(o.runs)
-                    .max(1)
-            }
-            "--flows" => {
-                o.flows = it
-                    .next()
-                    .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
-                    .unwrap_or_default();
-            }
-            "--tsc-only" => o.tsc_only = true,
-            "--long-timeouts" => o.long_timeouts = true,
-            "--out" => o.out = it.next().map(PathBuf::from),
-            other => {
-                eprintln!("bench_splice: unknown argument {other}");
-                std::process::exit(2);
-            }
-        }
-    }
+    let mut o = Opts::parse();
+    o.duration = o.duration.max(0.1);
+    o.runs = o.runs.max(1);
+    o.flows = o
+        .flows_list
+        .split(',')
+        .filter_map(|n| n.parse().ok())
+        .collect();
     o
 }
 
@@ -210,20 +199,7 @@ spec:
   - {{name: outside, tap: {{name: benchout}}, addresses: [10.77.0.2/16]}}
   - {{name: inside, tap: {{name: benchin}}, addresses: [10.78.0.2/16]}}
   virtualAddresses: [{VIP}]
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: b}}
----
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {{name: from-clients, namespace: b}}
-spec:
-  podSelector: {{}}
-  ingress:
-  - from: [{{ipBlock: {{cidr: 10.77.0.0/16}}}}]
-    ports: [{{port: {TLS_BACKEND_PORT}}}, {{port: {TCP_BACKEND_PORT}}}]
----
+{namespace}{policy}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {{name: gw, namespace: b}}
@@ -240,18 +216,22 @@ metadata: {{name: plain, namespace: b}}
 spec:
   parentRefs: [{{name: gw, sectionName: tcp}}]
   rules: [{{backendRefs: [{{name: plain, port: {TCP_BACKEND_PORT}}}]}}]
-"#
+"#,
+        namespace = docs::namespace("b"),
+        policy = docs::allow_from(
+            "b",
+            "from-clients",
+            "10.77.0.0/16",
+            &[TLS_BACKEND_PORT, TCP_BACKEND_PORT]
+        ),
     );
     let mut service = |s: usize, name: &str, port: u16| {
-        y.push_str(&format!(
-            "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: b}}\nspec: {{selector: {{app: {name}}}, ports: [{{port: {port}}}]}}\n"
+        y.push_str(&docs::service_with_pods(
+            "b",
+            name,
+            port,
+            (0..PODS).map(|i| pod_ip(s, i)),
         ));
-        for i in 0..PODS {
-            y.push_str(&format!(
-                "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}-{i}, namespace: b, labels: {{app: {name}}}}}\nstatus: {{podIP: {}}}\n",
-                pod_ip(s, i)
-            ));
-        }
     };
     for (s, (name, _, _)) in SNI_SERVICES.iter().enumerate() {
         service(s, name, TLS_BACKEND_PORT);
@@ -266,15 +246,7 @@ spec:
 }
 
 fn snapshot() -> Result<Snapshot, String> {
-    let mut loaded = Loaded::default();
-    load_str("bench.yaml", &manifests(), &mut loaded);
-    let c = compile_loaded(loaded);
-    let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
-    if !errors.is_empty() {
-        return Err(errors[..errors.len().min(5)].join("; "));
-    }
-    let ir = c.ir.ok_or_else(|| "no IR".to_string())?;
-    snapshot::build(&ir).map_err(|e| e.join("; "))
+    config::try_snapshot("bench.yaml", &manifests()).map_err(|e| config::brief(&e))
 }
 
 fn forwarder() -> Result<Forwarder, String> {
@@ -691,28 +663,6 @@ impl Harness {
             self.counters.drop(r);
         }
     }
-}
-
-fn drops_json(c: &Counters) -> Value {
-    let mut m = serde_json::Map::new();
-    for r in DropReason::ALL {
-        let n = c.drops_of(*r);
-        if n > 0 {
-            m.insert(r.name().to_string(), json!(n));
-        }
-    }
-    Value::Object(m)
-}
-
-fn events_json(c: &Counters) -> Value {
-    let mut m = serde_json::Map::new();
-    for e in Event::ALL {
-        let n = c.events_of(*e);
-        if n > 0 {
-            m.insert(e.name().to_string(), json!(n));
-        }
-    }
-    Value::Object(m)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1198,7 +1148,7 @@ fn fig_new_connections(o: &Opts, report: &mut Report) {
             Err(e) => errors.push(e),
         }
     }
-    let rate = median(&mut per_core.clone());
+    let rate = median(&per_core);
     let failed: u64 = runs.iter().map(|r| r["failed"].as_u64().unwrap_or(0)).sum();
     report.set(
         "new_connections",
@@ -1222,11 +1172,11 @@ fn fig_new_connections(o: &Opts, report: &mut Report) {
                 "runs": o.runs,
             },
             "per_second_per_core": rate,
-            "cycles_per_connection": median(&mut cycles_conn.clone()),
-            "setup_cycles_per_connection": median(&mut setup_conn.clone()),
-            "setup_only_per_second_per_core": hz / median(&mut setup_conn.clone()).max(1.0),
-            "whole_loop_per_second": median(&mut wall_rates.clone()),
-            "whole_loop_per_cpu_second": median(&mut cpu_rates.clone()),
+            "cycles_per_connection": median(&cycles_conn),
+            "setup_cycles_per_connection": median(&setup_conn),
+            "setup_only_per_second_per_core": hz / median(&setup_conn).max(1.0),
+            "whole_loop_per_second": median(&wall_rates),
+            "whole_loop_per_cpu_second": median(&cpu_rates),
             "runs_per_second_per_core": per_core,
             "goal_per_second": 200_000,
             "ratio_to_goal": rate / 200_000.0,
@@ -1699,24 +1649,24 @@ fn fig_forwarding(o: &Opts, report: &mut Report) {
                         round += 1;
                     }
                 }
-                let ms = median(&mut cs.clone());
-                let mp = median(&mut cp.clone());
+                let ms = median(&cs);
+                let mp = median(&cp);
                 shapes.insert(
                     shape.to_string(),
                     json!({
                         "spliced": {
                             "cycles_per_packet": ms,
                             "mpps_per_core": hz / ms.max(1e-9) / 1e6,
-                            "whole_loop_mpps_per_cpu_second": median(&mut loop_s),
+                            "whole_loop_mpps_per_cpu_second": median(&loop_s),
                             "not_forwarded": wrong_s,
                         },
                         "plain": {
                             "cycles_per_packet": mp,
                             "mpps_per_core": hz / mp.max(1e-9) / 1e6,
-                            "whole_loop_mpps_per_cpu_second": median(&mut loop_p),
+                            "whole_loop_mpps_per_cpu_second": median(&loop_p),
                             "not_forwarded": wrong_p,
                         },
-                        "ratio_spliced_to_plain": median(&mut ratios.clone()),
+                        "ratio_spliced_to_plain": median(&ratios),
                         "ratio_of_medians": mp / ms.max(1e-9),
                         "rounds": round,
                         "preempted_calls": pre,
@@ -1845,27 +1795,6 @@ fn clock_factor() -> f64 {
     best as f64 / (6 * ITERS) as f64
 }
 
-/// The JSON report, written to `--out` after every figure.
-struct Report {
-    v: Value,
-    out: Option<PathBuf>,
-}
-
-impl Report {
-    fn set(&mut self, k: &str, v: Value) {
-        self.v[k] = v;
-        eprintln!("bench_splice: {k} done");
-        if let Some(p) = &self.out {
-            let mut partial = self.v.clone();
-            partial["partial"] = json!(true);
-            let _ = std::fs::write(
-                p,
-                serde_json::to_string_pretty(&partial).unwrap_or_default(),
-            );
-        }
-    }
-}
-
 fn main() {
     let o = opts();
     TSC_ONLY.store(o.tsc_only, Ordering::Relaxed);
@@ -1873,10 +1802,11 @@ fn main() {
     if !core_affinity::set_for_current(core_affinity::CoreId { id: FWD_CORE }) {
         eprintln!("bench_splice: could not pin to core {FWD_CORE}");
     }
-    let mut report = Report {
-        v: json!({"bench": "splice", "tsc_hz": tsc_hz(), "core": FWD_CORE}),
-        out: o.out.clone(),
-    };
+    let mut report = Report::new(
+        "bench_splice",
+        json!({"bench": "splice", "tsc_hz": tsc_hz(), "core": FWD_CORE}),
+        o.out.clone(),
+    );
     // Sanity: the hellos parse with their names.
     for (_, _, sni) in SNI_SERVICES {
         let h = client_hello(sni, 0);
@@ -1906,9 +1836,5 @@ fn main() {
             "note": "a chain of dependent one-cycle operations timed on the TSC (best of five): the core clock against the TSC's rate (below 1.0: faster); cycle figures are TSC cycles and move with it. Blind to a busy sibling hyperthread or another tenant in the shared cache, which move the figures too; the spliced/plain ratios are measured side by side and are not affected",
         }),
     );
-    let text = serde_json::to_string_pretty(&report.v).unwrap_or_default();
-    println!("{text}");
-    if let Some(p) = &o.out {
-        let _ = std::fs::write(p, &text);
-    }
+    report.finish();
 }

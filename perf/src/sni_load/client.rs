@@ -9,6 +9,7 @@
 //! kind. Only what ends inside the measurement window counts: a warm-up before it, and
 //! the connections still open at its end are abandoned (counted as `unfinished`).
 
+use crate::stats::Latencies;
 use rustix::buffer::spare_capacity;
 use rustix::event::epoll;
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
@@ -55,8 +56,8 @@ pub struct LoadReport {
     pub mismatches: u64,
     /// Failed connections by kind.
     pub errors: BTreeMap<String, u64>,
-    /// Latencies of the right answers in µs, sorted.
-    pub latency_us: Vec<u32>,
+    /// Latencies of the right answers in µs.
+    pub latency_us: Latencies,
     /// Connections right, wrong or failed during the warm-up (not counted above).
     pub warmup_ended: u64,
     /// Connections still open when the window closed.
@@ -68,11 +69,7 @@ pub struct LoadReport {
 impl LoadReport {
     /// The latency quantile `q` (0..=1) in ms; 0 without samples.
     pub fn quantile_ms(&self, q: f64) -> f64 {
-        if self.latency_us.is_empty() {
-            return 0.0;
-        }
-        let i = ((self.latency_us.len() - 1) as f64 * q).round() as usize;
-        f64::from(self.latency_us[i]) / 1000.0
+        self.latency_us.quantile(q) as f64 / 1000.0
     }
 
     /// Errors of every kind.
@@ -141,7 +138,7 @@ impl Client<'_> {
                 let us = now.duration_since(s.started).as_micros();
                 self.report
                     .latency_us
-                    .push(u32::try_from(us).unwrap_or(u32::MAX));
+                    .record(u64::try_from(us).unwrap_or(u64::MAX));
             }
             Outcome::Mismatch(detail) => {
                 self.report.mismatches += 1;
@@ -342,7 +339,6 @@ pub fn run(spec: &LoadSpec) -> Result<LoadReport, String> {
     }
     c.report.unfinished = c.slots.iter().filter(|s| s.stream.is_some()).count() as u64;
     c.slots.clear();
-    c.report.latency_us.sort_unstable();
     Ok(c.report)
 }
 

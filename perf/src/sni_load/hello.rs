@@ -7,7 +7,8 @@
 //! message, record); nothing else changes. Only a hello in one handshake record is
 //! rewritten (every captured browser hello of the test data is).
 
-use std::path::{Path, PathBuf};
+use crate::fixtures::unhex;
+use std::path::Path;
 
 /// The capture the load client's hellos are made from.
 pub const BASE_CAPTURE: &str = "firefox-padding.hex";
@@ -15,25 +16,6 @@ pub const BASE_CAPTURE: &str = "firefox-padding.hex";
 const RECORD_HEADER: usize = 5;
 const HANDSHAKE_HEADER: usize = 4;
 const EXT_SERVER_NAME: u16 = 0;
-
-/// The real ClientHellos directory: `$SLUICE_TESTDATA` if set, else `shared/testdata/tls`
-/// beside the repository (as `bench_inspect` finds it).
-pub fn testdata_dir() -> PathBuf {
-    match std::env::var_os("SLUICE_TESTDATA") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/testdata/tls"),
-    }
-}
-
-/// The bytes of a hex dump (non-hex characters such as newlines are skipped).
-pub fn unhex(text: &str) -> Vec<u8> {
-    let digits: Vec<u8> = text
-        .bytes()
-        .filter(u8::is_ascii_hexdigit)
-        .map(|b| (b as char).to_digit(16).unwrap_or(0) as u8)
-        .collect();
-    digits.chunks_exact(2).map(|p| p[0] << 4 | p[1]).collect()
-}
 
 /// [`BASE_CAPTURE`] from `dir` with its SNI replaced by `sni`.
 pub fn from_testdata(dir: &Path, sni: &str) -> Result<Vec<u8>, String> {
@@ -164,6 +146,7 @@ pub fn with_sni(hello: &[u8], sni: &str) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::testdata_dir;
     use sluice_dataplane::inspect::tls::{parse, Outcome};
 
     fn sni_of(hello: &[u8]) -> Option<String> {

@@ -35,6 +35,7 @@ pub mod hello;
 pub mod net;
 pub mod proxy;
 
+use crate::stats::median;
 use client::{Hello, LoadReport, LoadSpec};
 use net::{TapLane, Topology};
 use proxy::{ProxyProcess, WorkDir};
@@ -610,8 +611,7 @@ fn run_started(
 /// A contender's rounds summed up: medians of the per-round rates and latencies, sums of
 /// connections, errors and mismatches.
 pub fn summary(c: &dyn Contender, rounds: &[Round], failures: &[String]) -> Value {
-    let med =
-        |f: &dyn Fn(&Round) -> f64| crate::median(&mut rounds.iter().map(f).collect::<Vec<_>>());
+    let med = |f: &dyn Fn(&Round) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
     let mut errors = std::collections::BTreeMap::<String, u64>::new();
     for r in rounds {
         for (k, v) in &r.load.errors {

@@ -26,7 +26,7 @@
 //! panics. IPv6 is off in them (no router solicitations or MLD on the links), and the
 //! client and proxy namespaces use ephemeral ports 1024-65535.
 
-use sluice_tests::sys::{unique_name, Netns};
+use sluice_testkit::sys::{unique_name, Netns};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::AsFd;
 use std::process::Command;

@@ -13,8 +13,9 @@ use sluice_dataplane::pipeline::{
 };
 use sluice_dataplane::port::{dpdk, pcap, Burst, Opened, Pool};
 use sluice_dataplane::stats::{Counters, DropReason};
-use sluice_dataplane::wire::{arp, ethernet, icmpv4, ip_proto, ipv4, EtherType, MacAddr};
+use sluice_dataplane::wire::{ethernet, EtherType, MacAddr};
 use sluice_dataplane::worker::{Idle, Worker, WorkerConfig};
+use sluice_tests::fixtures::{arp_request, echo_request};
 use sluice_tests::kernel::{check_burst, manifests, Rig};
 use sluice_tests::sys::{must, unique_name, Netns};
 use std::net::Ipv4Addr;
@@ -189,51 +190,13 @@ fn null() -> String {
 
 fn test_frames() -> Vec<Vec<u8>> {
     let peer = MacAddr([0x02, 0, 0, 0, 0, 1]);
+    let (us, them) = (Ipv4Addr::new(10, 5, 0, 1), Ipv4Addr::new(10, 5, 0, 2));
     let mut out = Vec::new();
     // ARP: who has 10.5.0.2? tell 10.5.0.1.
-    let mut f = vec![0u8; 14 + 28];
-    ethernet::Repr {
-        dst_addr: MacAddr::BROADCAST,
-        src_addr: peer,
-        ethertype: EtherType::Arp,
-    }
-    .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
-    arp::Repr {
-        operation: arp::Operation::Request,
-        source_hardware_addr: peer,
-        source_protocol_addr: Ipv4Addr::new(10, 5, 0, 1),
-        target_hardware_addr: MacAddr::ZERO,
-        target_protocol_addr: Ipv4Addr::new(10, 5, 0, 2),
-    }
-    .emit(&mut arp::Packet::new_unchecked(&mut f[14..]));
-    out.push(f);
+    out.push(arp_request(peer, us, them));
     // Pings (broadcast MAC: the test does not know the vdev's MAC in advance).
     for seq in 0..5u16 {
-        let data = [seq as u8; 56];
-        let mut f = vec![0u8; 14 + 20 + 8 + data.len()];
-        ethernet::Repr {
-            dst_addr: MacAddr::BROADCAST,
-            src_addr: peer,
-            ethertype: EtherType::Ipv4,
-        }
-        .emit(&mut ethernet::Frame::new_unchecked(&mut f[..]));
-        let mut ip = ipv4::Packet::new_unchecked(&mut f[14..]);
-        ipv4::Repr {
-            src_addr: Ipv4Addr::new(10, 5, 0, 1),
-            dst_addr: Ipv4Addr::new(10, 5, 0, 2),
-            protocol: ip_proto::ICMP,
-            payload_len: 8 + data.len(),
-            ttl: 64,
-        }
-        .emit(&mut ip);
-        ip.payload_mut()[8..].copy_from_slice(&data);
-        icmpv4::Repr::EchoRequest {
-            ident: 9,
-            seq_no: seq,
-            data_len: data.len(),
-        }
-        .emit(&mut icmpv4::Packet::new_unchecked(ip.payload_mut()));
-        out.push(f);
+        out.push(echo_request(peer, (us, them), 9, seq, &[seq as u8; 56]));
     }
     // Something to drop: an unknown EtherType.
     let mut f = vec![0u8; 60];

@@ -34,6 +34,18 @@ pub fn parse_scenarios(list: &str) -> Option<Vec<(usize, usize)>> {
         .collect()
 }
 
+/// The scenarios of a `--scenarios` option: (pods, policies) each.
+#[derive(Clone, Debug)]
+pub struct Scenarios(pub Vec<(usize, usize)>);
+
+/// `--scenarios`' value parser: at least one `PODSxPOLICIES`, comma-separated.
+pub fn scenarios(list: &str) -> Result<Scenarios, String> {
+    match parse_scenarios(list) {
+        Some(s) if !s.is_empty() => Ok(Scenarios(s)),
+        _ => Err("wants PODSxPOLICIES[,...]".into()),
+    }
+}
+
 /// A small deterministic PRNG (xorshift64*).
 pub struct Rng(u64);
 

@@ -49,6 +49,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use rustix::time::{clock_gettime, ClockId};
 use serde_json::{json, Value};
 use sluice_ctrl::compile::policy::acl::{self, Family};
@@ -56,24 +57,39 @@ use sluice_ctrl::compile::policy::{compile, CompiledPolicy};
 use sluice_dataplane::tables::policy::{
     Conn4, Conn6, DirOutcome, PolicyTables, Verdict, BATCH, NONE,
 };
+use sluice_perf::stats;
 
 const TRACE: usize = 65_536;
 const ROUNDS: usize = 7;
 const ROUND: Duration = Duration::from_millis(200);
 const ACL_TIMEOUT: Duration = Duration::from_secs(900);
 
-const USAGE: &str = "\
-usage: bench_policy [--quick] [--no-acl] [--rules-only] [--scenarios LIST] [--out FILE]
-
-  --quick           two small scenarios (1000 pods x 10, 10000 pods x 1000 policies)
-  --no-acl          skip the dpdk-test-acl comparison
-  --rules-only      export the rte_acl rule sets and count them, run nothing
-  --scenarios LIST  comma-separated PODSxPOLICIES, e.g. 50000x10,50000x10000
-                    (default: 1000x10,50000x10,50000x1000,50000x10000)
-  --out FILE        also write the JSON to FILE (after every scenario, then complete)
-
-Growth is reported from the scenario with the fewest policies to the one with the most
-(ties: the one with the most pods).";
+/// NetworkPolicy verdicts per second per core, compile time and table size per scenario,
+/// beside DPDK's rte_acl on the same decisions. Prints JSON.
+///
+/// Growth is reported from the scenario with the fewest policies to the one with the most
+/// (ties: the one with the most pods).
+#[derive(Parser, Debug)]
+#[command(name = "bench_policy")]
+struct Cli {
+    /// Two small scenarios (1000 pods x 10, 10000 pods x 1000 policies); the later of
+    /// `--quick` and `--scenarios` wins.
+    #[arg(long, overrides_with = "scenarios")]
+    quick: bool,
+    /// Skip the dpdk-test-acl comparison.
+    #[arg(long = "no-acl")]
+    no_acl: bool,
+    /// Export the rte_acl rule sets and count them, run nothing.
+    #[arg(long)]
+    rules_only: bool,
+    /// Comma-separated PODSxPOLICIES, e.g. 50000x10,50000x10000 (default:
+    /// 1000x10,50000x10,50000x1000,50000x10000).
+    #[arg(long, value_name = "LIST", value_parser = gen::scenarios, overrides_with = "quick")]
+    scenarios: Option<gen::Scenarios>,
+    /// Also write the JSON to FILE (after every scenario, then complete).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
 
 struct Args {
     scenarios: Vec<(usize, usize)>,
@@ -83,37 +99,18 @@ struct Args {
 }
 
 fn args() -> Args {
-    let mut a = Args {
-        scenarios: vec![(1_000, 10), (50_000, 10), (50_000, 1_000), (50_000, 10_000)],
-        acl: true,
-        rules_only: false,
-        out: None,
+    let c = Cli::parse();
+    let scenarios = match (c.scenarios, c.quick) {
+        (Some(s), _) => s.0,
+        (None, true) => vec![(1_000, 10), (10_000, 1_000)],
+        (None, false) => vec![(1_000, 10), (50_000, 10), (50_000, 1_000), (50_000, 10_000)],
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(x) = it.next() {
-        match x.as_str() {
-            "--quick" => a.scenarios = vec![(1_000, 10), (10_000, 1_000)],
-            "--no-acl" => a.acl = false,
-            "--rules-only" => a.rules_only = true,
-            "--out" => a.out = it.next().map(PathBuf::from),
-            "--scenarios" => match it.next().as_deref().and_then(gen::parse_scenarios) {
-                Some(s) if !s.is_empty() => a.scenarios = s,
-                _ => {
-                    eprintln!("bench_policy: --scenarios wants PODSxPOLICIES[,...]\n{USAGE}");
-                    std::process::exit(2);
-                }
-            },
-            "--help" | "-h" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => {
-                eprintln!("bench_policy: unknown argument {other}\n{USAGE}");
-                std::process::exit(2);
-            }
-        }
+    Args {
+        scenarios,
+        acl: !c.no_acl,
+        rules_only: c.rules_only,
+        out: c.out,
     }
-    a
 }
 
 /// Median and best ns per lookup of `f` over the trace (`f` runs the whole trace once
@@ -157,12 +154,10 @@ fn time_trace(n: usize, mut f: impl FnMut() -> u64) -> Timing {
         samples.push(t.elapsed().as_nanos() as f64 / (reps * n) as f64);
         cpu.push(thread_cpu_ns().saturating_sub(c) as f64 / (reps * n) as f64);
     }
-    samples.sort_by(f64::total_cmp);
-    cpu.sort_by(f64::total_cmp);
     Timing {
-        median: samples[ROUNDS / 2],
-        best: samples[0],
-        cpu_median: cpu[ROUNDS / 2],
+        median: stats::median(&samples),
+        best: stats::min(&samples),
+        cpu_median: stats::median(&cpu),
     }
 }
 
@@ -258,9 +253,9 @@ fn interleaved_growth(lo: &Kept, hi: &Kept) -> Value {
         g.insert(
             key.into(),
             json!({
-                "growth": sluice_perf::median(&mut ratios),
-                "from_ns_per_lookup": sluice_perf::median(&mut lo_ns),
-                "to_ns_per_lookup": sluice_perf::median(&mut hi_ns),
+                "growth": stats::median(&ratios),
+                "from_ns_per_lookup": stats::median(&lo_ns),
+                "to_ns_per_lookup": stats::median(&hi_ns),
                 "rounds_growth": ratios,
             }),
         );
