@@ -17,6 +17,7 @@
 //!   intersection is not attached (warning).
 
 pub mod backends;
+pub mod hostname;
 pub mod ir;
 pub mod policy;
 pub mod snapshot;
@@ -36,7 +37,6 @@ use crate::model::meta::{IntOrString, LabelSelector};
 use crate::model::{Kind, Object, Resource};
 use crate::validate::{self, Index};
 use ir::*;
-use sluice_dataplane::tables::hostname;
 
 /// The cluster DNS domain of Service host names (`name.ns.svc.<domain>`).
 pub const CLUSTER_DOMAIN: &str = "cluster.local";

@@ -1,6 +1,5 @@
 //! Compiled, immutable tables and their lookups. Built by `sluice-ctrl`, read here.
 
-pub mod hostname;
 pub mod hosts;
 pub mod ipcache;
 pub mod listeners;

@@ -4,7 +4,6 @@
 use super::hash::{eq_folded, hash_key, hash_name, lower8, word};
 use super::layout::{lanes, GROUP, INLINE, PREFIX};
 use super::*;
-use crate::tables::hostname::narrow_route_hostnames;
 use proptest::prelude::*;
 
 fn matcher(patterns: &[&str]) -> HostMatcher {
@@ -189,82 +188,6 @@ fn build_errors() {
         HostPattern::parse("*.A.com").unwrap().to_string(),
         "*.a.com"
     );
-}
-
-/// The Gateway API `TLSRouteHostnameIntersection` conformance scenarios, end to end:
-/// routes narrowed to the listener's hostname, compiled, and SNIs routed.
-#[test]
-fn tlsroute_hostname_intersection_routing() {
-    // (listener hostname, [(route hostnames, backend)], [(sni, expected backend)])
-    type Scenario<'a> = (
-        Option<&'a str>,
-        Vec<(&'a [&'a str], &'a str)>,
-        Vec<(&'a str, Option<&'a str>)>,
-    );
-    let scenarios: Vec<Scenario<'_>> = vec![
-        (
-            Some("abc.example.com"),
-            vec![(&["*.example.com"], "tls-backend")],
-            vec![
-                ("abc.example.com", Some("tls-backend")),
-                ("non.matching.com", None),
-            ],
-        ),
-        (
-            Some("*.example.com"),
-            vec![
-                (&["abc.example.com"], "tls-backend"),
-                (&["*.com"], "tls-backend-2"),
-            ],
-            vec![
-                ("abc.example.com", Some("tls-backend")),
-                ("other.example.com", Some("tls-backend-2")),
-                ("non.matching.com", None),
-            ],
-        ),
-        (
-            Some("*.com"),
-            vec![
-                (&["abc.example.com"], "tls-backend"),
-                (&["*.example.com"], "tls-backend-2"),
-            ],
-            vec![
-                ("abc.example.com", Some("tls-backend")),
-                ("other.example.com", Some("tls-backend-2")),
-                ("non.matching.com", None),
-            ],
-        ),
-        (
-            None,
-            vec![
-                (&["abc.example.com"], "tls-backend"),
-                (&["*.com"], "tls-backend-2"),
-            ],
-            vec![
-                ("abc.example.com", Some("tls-backend")),
-                ("other.example.com", Some("tls-backend-2")),
-                ("non.matching.org", None),
-            ],
-        ),
-    ];
-    for (listener, routes, checks) in scenarios {
-        // Values are positions in `routes`.
-        let mut patterns = Vec::new();
-        for (r, (hostnames, _)) in (0..).zip(&routes) {
-            let narrowed = narrow_route_hostnames(listener, hostnames).expect("attached");
-            for h in narrowed {
-                patterns.push((HostPattern::parse(h).unwrap(), r));
-            }
-        }
-        let m = HostMatcher::build(patterns).unwrap();
-        for (sni, want) in checks {
-            assert_eq!(
-                m.lookup(sni.as_bytes()).map(|r| routes[r as usize].1),
-                want,
-                "listener {listener:?}, SNI {sni}"
-            );
-        }
-    }
 }
 
 /// The plain reference: scan every pattern, keep the most specific match.

@@ -1,5 +1,6 @@
-//! Host-name pattern semantics, as pure functions for the control plane (and the
-//! reference the compiled matcher in [`super::hosts`] is tested against).
+//! Host-name pattern semantics, as pure functions for the compiler (and the reference
+//! the dataplane's compiled matcher, `sluice_dataplane::tables::hosts`, is tested
+//! against here).
 //!
 //! A *pattern* is an exact name (`a.example.com`), a wildcard (`*.example.com`) or the
 //! catch-all `*`. Three rule sets meet here:
@@ -154,6 +155,8 @@ pub fn istio_subset_of(a: &str, b: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use sluice_dataplane::tables::hosts::{HostMatcher, HostPattern};
 
     #[test]
     fn pattern_matching_rule() {
@@ -404,6 +407,108 @@ mod tests {
                     istio_matches(a, b),
                     "overlap of {a} and {b}"
                 );
+            }
+        }
+    }
+
+    /// The Gateway API `TLSRouteHostnameIntersection` conformance scenarios, end to end:
+    /// routes narrowed to the listener's hostname, compiled, and SNIs routed.
+    #[test]
+    fn tlsroute_hostname_intersection_routing() {
+        // (listener hostname, [(route hostnames, backend)], [(sni, expected backend)])
+        type Scenario<'a> = (
+            Option<&'a str>,
+            Vec<(&'a [&'a str], &'a str)>,
+            Vec<(&'a str, Option<&'a str>)>,
+        );
+        let scenarios: Vec<Scenario<'_>> = vec![
+            (
+                Some("abc.example.com"),
+                vec![(&["*.example.com"], "tls-backend")],
+                vec![
+                    ("abc.example.com", Some("tls-backend")),
+                    ("non.matching.com", None),
+                ],
+            ),
+            (
+                Some("*.example.com"),
+                vec![
+                    (&["abc.example.com"], "tls-backend"),
+                    (&["*.com"], "tls-backend-2"),
+                ],
+                vec![
+                    ("abc.example.com", Some("tls-backend")),
+                    ("other.example.com", Some("tls-backend-2")),
+                    ("non.matching.com", None),
+                ],
+            ),
+            (
+                Some("*.com"),
+                vec![
+                    (&["abc.example.com"], "tls-backend"),
+                    (&["*.example.com"], "tls-backend-2"),
+                ],
+                vec![
+                    ("abc.example.com", Some("tls-backend")),
+                    ("other.example.com", Some("tls-backend-2")),
+                    ("non.matching.com", None),
+                ],
+            ),
+            (
+                None,
+                vec![
+                    (&["abc.example.com"], "tls-backend"),
+                    (&["*.com"], "tls-backend-2"),
+                ],
+                vec![
+                    ("abc.example.com", Some("tls-backend")),
+                    ("other.example.com", Some("tls-backend-2")),
+                    ("non.matching.org", None),
+                ],
+            ),
+        ];
+        for (listener, routes, checks) in scenarios {
+            // Values are positions in `routes`.
+            let mut patterns = Vec::new();
+            for (r, (hostnames, _)) in (0..).zip(&routes) {
+                let narrowed = narrow_route_hostnames(listener, hostnames).expect("attached");
+                for h in narrowed {
+                    patterns.push((HostPattern::parse(h).unwrap(), r));
+                }
+            }
+            let m = HostMatcher::build(patterns).unwrap();
+            for (sni, want) in checks {
+                assert_eq!(
+                    m.lookup(sni.as_bytes()).map(|r| routes[r as usize].1),
+                    want,
+                    "listener {listener:?}, SNI {sni}"
+                );
+            }
+        }
+    }
+
+    /// The compiled matcher agrees with [`pattern_matches`]: of the patterns that match
+    /// a name, it picks one, and picks none when none matches.
+    proptest! {
+        #[test]
+        fn compiled_matcher_agrees_with_pattern_matches(
+            patterns in proptest::collection::vec("(\\*|\\*\\.)?[ab](\\.[ab]){0,3}", 1..8),
+            name in "[ab](\\.[ab]){0,4}",
+        ) {
+            let mut uniq = patterns.clone();
+            uniq.sort();
+            uniq.dedup();
+            let parsed: Vec<_> = uniq
+                .iter()
+                .zip(0u32..)
+                .filter_map(|(p, i)| HostPattern::parse(p).ok().map(|h| (h, i)))
+                .collect();
+            prop_assume!(!parsed.is_empty());
+            let m = HostMatcher::build(parsed.clone()).unwrap();
+            let any = parsed.iter().any(|(_, i)| pattern_matches(&uniq[*i as usize], &name));
+            match m.lookup(name.as_bytes()) {
+                Some(i) => prop_assert!(pattern_matches(&uniq[i as usize], &name), "picked {} for {}", uniq[i as usize], name),
+                None => prop_assert!(!any, "no pick for {} though a pattern matches", name),
             }
         }
     }
