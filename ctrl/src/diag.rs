@@ -281,3 +281,42 @@ mod tests {
         assert_eq!(idx.locate(&FieldPath::parse("zzz")).line, 1);
     }
 }
+
+/// Why a configuration was rejected: every error and warning found, in order, and what
+/// was read (for the summary line).
+#[derive(Debug, Default)]
+pub struct Diagnostics {
+    /// Documents read.
+    pub documents: usize,
+    /// Every error and warning, in the order found.
+    pub list: Vec<Diagnostic>,
+}
+
+impl Diagnostics {
+    /// The errors.
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.list.iter().filter(|d| d.is_error())
+    }
+
+    /// The warnings.
+    pub fn warnings(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.list.iter().filter(|d| d.severity == Severity::Warning)
+    }
+
+    /// Each error as a printable line.
+    pub fn error_lines(&self) -> Vec<String> {
+        self.errors().map(ToString::to_string).collect()
+    }
+
+    /// A configuration-level diagnostic (no file or object to point at).
+    pub fn config_level(severity: Severity, message: String) -> Diagnostic {
+        Diagnostic {
+            severity,
+            file: "<config>".into(),
+            pos: Pos::default(),
+            object: None,
+            path: None,
+            message,
+        }
+    }
+}

@@ -14,13 +14,11 @@ use std::net::{IpAddr, SocketAddr};
 use serde_json::{json, Value};
 use sluice_dataplane::inspect::{self, Inspected};
 
-use sluice_dataplane::tables::hosts::HostMatcher;
-use sluice_dataplane::tables::maglev::{flow_hash, Pick};
+use sluice_dataplane::tables::listeners::{ListenerEntry, RouteEntry};
+use sluice_dataplane::tables::maglev::{flow_hash, MaglevTable, Pick};
 
-use crate::compile::backends::table_for;
-use crate::compile::ir::{
-    BackendTarget, Binding, Ir, Listener, ListenerKind, Route, RouteKind, L4,
-};
+use crate::compile::ir::{Backend, BackendTarget, Listener, ListenerKind, RouteKind, L4};
+use crate::compile::Built;
 
 /// One hypothetical connection.
 #[derive(Debug, Clone)]
@@ -106,21 +104,7 @@ fn listener_json(l: &Listener) -> Value {
     })
 }
 
-/// The most specific binding of a listener for a name (exact, then the longest wildcard
-/// suffix, then `*`), found with the dataplane's own compiled host matcher.
-pub fn pick_binding<'a>(l: &'a Listener, name: Option<&str>) -> Option<&'a Binding> {
-    // Each pattern's value is its binding's position.
-    let patterns = l
-        .bindings
-        .iter()
-        .zip(0..)
-        .map(|(b, i)| (b.host.as_str(), i));
-    let matcher = HostMatcher::from_strs(patterns).ok()?;
-    let at = matcher.lookup(name.unwrap_or("").as_bytes())?;
-    l.bindings.get(at as usize)
-}
-
-fn backends_json(backends: &[crate::compile::ir::Backend]) -> Value {
+fn backends_json(backends: &[Backend]) -> Value {
     let total: u64 = backends.iter().map(|b| u64::from(b.weight)).sum();
     Value::Array(
         backends
@@ -146,10 +130,224 @@ fn backends_json(backends: &[crate::compile::ir::Backend]) -> Value {
     )
 }
 
-/// Traces the connection and returns the JSON answer.
-pub fn explain(ir: &Ir, q: &Query) -> Value {
+/// One trace in progress: the built configuration, the query, and the answer so far.
+struct Trace<'a> {
+    built: &'a Built,
+    q: &'a Query,
+    parsed: Parsed,
+    out: Value,
+}
+
+impl Trace<'_> {
+    fn set(&mut self, k: &str, v: Value) {
+        self.out[k] = v;
+    }
+
+    /// Ends the trace with a verdict and its reason.
+    fn end(mut self, verdict: &str, reason: String) -> Value {
+        self.set("verdict", json!(verdict));
+        self.set("reason", Value::String(reason));
+        self.out
+    }
+
+    /// NetworkPolicy's word on `src -> dst`, from the built policy tables.
+    fn policy_of(&self, src: IpAddr, dst: SocketAddr) -> Value {
+        crate::compile::policy::explain::explain_connection(
+            &self.built.ir,
+            &self.built.snapshot.policy,
+            src,
+            dst.ip(),
+            proto_number(self.q.proto),
+            dst.port(),
+        )
+    }
+
+    /// No listener: routed traffic between workloads, or nothing sluice serves.
+    fn no_listener(mut self) -> Value {
+        let (q, ir) = (self.q, &self.built.ir);
+        let workload = ir.workloads.iter().find(|w| w.ip == q.dst.ip());
+        let src_workload = ir.workloads.iter().find(|w| w.ip == q.src.ip());
+        let policy = self.policy_of(q.src.ip(), q.dst);
+        let allowed = policy["verdict"] == "allow";
+        let reason = policy["reason"].as_str().unwrap_or_default().to_string();
+        self.set("policy", policy);
+        let what = match (workload, src_workload) {
+            (None, None) => {
+                let why = format!(
+                    "no listener on {}/{} and neither end is a workload",
+                    q.dst,
+                    proto_str(q.proto)
+                );
+                return self.end("drop", why);
+            }
+            (Some(w), _) => format!("destination is workload {}/{}", w.namespace, w.pod),
+            (None, Some(_)) => "source is a workload".to_string(),
+        };
+        let why = format!(
+            "no listener on {}/{}; {what}: routed traffic, {} by NetworkPolicy: {reason}",
+            q.dst,
+            proto_str(q.proto),
+            if allowed { "allowed" } else { "dropped" },
+        );
+        self.end(if allowed { "forward" } else { "drop" }, why)
+    }
+
+    /// The name the listener routes by: the SNI, the HTTP Host, or none.
+    fn routing_name(&self, l: &Listener) -> Option<String> {
+        let p = &self.parsed;
+        match l.kind {
+            ListenerKind::TlsPassthrough | ListenerKind::TlsAutoPassthrough => p.sni.clone(),
+            ListenerKind::TlsTerminate if l.tls.as_ref().is_some_and(|t| t.http) => {
+                p.http_host.clone().or(p.sni.clone())
+            }
+            ListenerKind::TlsTerminate => p.sni.clone(),
+            ListenerKind::Http => p.http_host.clone(),
+            _ => None,
+        }
+    }
+
+    /// No route of the listener takes the name.
+    fn no_route(self, l: &Listener, name: Option<&str>) -> Value {
+        let decoded = (l.kind == ListenerKind::TlsAutoPassthrough)
+            .then(|| name.and_then(decode_auto_passthrough))
+            .flatten();
+        if let Some((port, subset, host)) = decoded {
+            let why = format!(
+                "AUTO_PASSTHROUGH: the SNI names {host} port {port}{}, which no admitted Service provides",
+                if subset.is_empty() { String::new() } else { format!(" subset {subset}") }
+            );
+            return self.end("reject", why);
+        }
+        let reason = match (name, l.kind.inspects()) {
+            (None, true) => "the listener routes by name and the connection names none (no SNI/Host); no catch-all route".to_string(),
+            (Some(n), _) => format!("no route of this listener matches `{n}`"),
+            (None, false) => "the listener has no route".to_string(),
+        };
+        self.end("reject", reason)
+    }
+
+    /// The Maglev table the dataplane picks from for this connection on route `index`,
+    /// with the IR backends it was built from; `Err` ends the trace (no rule, redirect).
+    fn table<'t>(
+        &self,
+        index: usize,
+        entry: &'t RouteEntry,
+    ) -> Result<(&'t MaglevTable, Vec<Backend>), (&'static str, String)> {
+        let route = &self.built.ir.routes[index];
+        let dst_v6 = self.q.dst.is_ipv6();
+        if route.kind != RouteKind::Http {
+            return Ok((
+                table_of(&entry.table, entry.table_v6.as_ref(), dst_v6),
+                route.backends.clone(),
+            ));
+        }
+        let path = self.parsed.path.clone().unwrap_or_else(|| "/".into());
+        let Some(rule) = entry.http_rule(&path) else {
+            return Err((
+                "reject",
+                format!("no http rule of {} matches path {path}", route.name),
+            ));
+        };
+        let at = entry
+            .http
+            .iter()
+            .position(|h| std::ptr::eq(h, rule))
+            .unwrap_or(0);
+        if let Some(r) = &route.http[at].redirect {
+            return Err(("reject", format!("redirect {} to {:?}", r.code, r)));
+        }
+        Ok((rule.table_for(dst_v6), route.http[at].backends.clone()))
+    }
+
+    /// The listener took the connection: route by name, check the route's destination
+    /// subnets, pick from its Maglev table, ask NetworkPolicy about the backend.
+    fn through(mut self, entry: &ListenerEntry) -> Value {
+        let (q, built) = (self.q, self.built);
+        let Some(l) = built.ir.listeners.iter().find(|l| *l.name == *entry.name) else {
+            return self.end("drop", format!("listener {} is not in the IR", entry.name));
+        };
+        self.set("listener", listener_json(l));
+        if entry.https_redirect {
+            let why = format!(
+                "httpsRedirect: plain HTTP is answered with 301 to https://{}",
+                self.parsed.http_host.clone().unwrap_or_default()
+            );
+            return self.end("reject", why);
+        }
+        let name = self.routing_name(l);
+        let Some(index) = entry.route(name.as_deref().unwrap_or("").as_bytes()) else {
+            return self.no_route(l, name.as_deref());
+        };
+        let Some(route) = built.snapshot.listeners.route(index) else {
+            return self.end("drop", format!("route {index} is not in the tables"));
+        };
+        self.set("route", json!(&*route.name));
+        if !route.applies_to(q.dst.ip()) {
+            let why = format!("{} is outside the route's destinationSubnets", q.dst.ip());
+            return self.end("reject", why);
+        }
+        let (table, backends) = match self.table(index as usize, route) {
+            Ok(t) => t,
+            Err((verdict, why)) => return self.end(verdict, why),
+        };
+        self.set("backends", backends_json(&backends));
+        let valid_weight: u64 = backends
+            .iter()
+            .filter(|b| matches!(b.target, BackendTarget::Endpoints(_)))
+            .map(|b| u64::from(b.weight))
+            .sum();
+        if valid_weight == 0 {
+            let why =
+                "every backend of the route is invalid or has weight 0: connections are rejected";
+            return self.end("reject", why.to_string());
+        }
+        let hash = flow_hash(q.src, q.dst, proto_number(q.proto));
+        let slot = hash % table.size() as u64;
+        match table.pick(hash) {
+            Pick::Backend(a) => {
+                // NetworkPolicy applies to the client -> picked backend connection.
+                let policy = self.policy_of(q.src.ip(), a);
+                let allowed = policy["verdict"] == "allow";
+                let why = format!(
+                    "listener {} -> route {} -> Maglev slot {slot} of {} -> {a}; {}: {}",
+                    l.name,
+                    route.name,
+                    table.size(),
+                    if allowed {
+                        "NetworkPolicy allows it"
+                    } else {
+                        "dropped by NetworkPolicy"
+                    },
+                    policy["reason"].as_str().unwrap_or_default()
+                );
+                self.set("backend", json!(a.to_string()));
+                self.set("policy", policy);
+                self.end(if allowed { "forward" } else { "drop" }, why)
+            }
+            Pick::Reject => {
+                let why = format!(
+                    "listener {} -> route {} -> Maglev slot {slot} belongs to an invalid backend: connection rejected (TCP RST / ICMP port unreachable)",
+                    l.name, route.name
+                );
+                self.end("reject", why)
+            }
+        }
+    }
+}
+
+/// The table of a backend set for the destination's family.
+fn table_of<'t>(v4: &'t MaglevTable, v6: Option<&'t MaglevTable>, dst_v6: bool) -> &'t MaglevTable {
+    match (v6, dst_v6) {
+        (Some(t), true) => t,
+        _ => v4,
+    }
+}
+
+/// Traces the connection through the built tables (the listener table, host matcher,
+/// Maglev tables and policy tables the workers read) and returns the JSON answer.
+pub fn explain(built: &Built, q: &Query) -> Value {
     let parsed = inspect_payload(q);
-    let mut out = json!({
+    let out = json!({
         "connection": {
             "proto": q.proto, "src": q.src.to_string(), "dst": q.dst.to_string(),
         },
@@ -162,232 +360,20 @@ pub fn explain(ir: &Ir, q: &Query) -> Value {
         "inspect": parsed.json.clone().unwrap_or(Value::Null),
         "reason": "",
     });
-    let set = |out: &mut Value, k: &str, v: Value| out[k] = v;
-    let dst_ip: IpAddr = q.dst.ip();
-    let listener = ir.listeners.iter().find(|l| {
-        l.port == q.dst.port()
-            && l.protocol == q.proto
-            && (l.addresses.is_empty() || l.addresses.contains(&dst_ip))
-    });
-    let compiled_policy = crate::compile::policy::compile(ir);
-    let policy_of = |src: IpAddr, dst: SocketAddr| -> Value {
-        match &compiled_policy {
-            Ok(c) => crate::compile::policy::explain::explain_connection(
-                ir,
-                c,
-                src,
-                dst.ip(),
-                proto_number(q.proto),
-                dst.port(),
-            ),
-            Err(e) => json!({"verdict": Value::Null, "error":
-                e.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("; ")}),
-        }
+    let trace = Trace {
+        built,
+        q,
+        parsed,
+        out,
     };
-    let Some(l) = listener else {
-        let workload = ir.workloads.iter().find(|w| w.ip == dst_ip);
-        let src_workload = ir.workloads.iter().find(|w| w.ip == q.src.ip());
-        let policy = policy_of(q.src.ip(), q.dst);
-        let allowed = policy["verdict"] == "allow";
-        let reason = match (workload, src_workload) {
-            (None, None) => format!(
-                "no listener on {}/{} and neither end is a workload",
-                q.dst,
-                proto_str(q.proto)
-            ),
-            (w, _) => {
-                let what = match w {
-                    Some(w) => format!("destination is workload {}/{}", w.namespace, w.pod),
-                    None => "source is a workload".to_string(),
-                };
-                set(
-                    &mut out,
-                    "verdict",
-                    json!(if allowed { "forward" } else { "drop" }),
-                );
-                format!(
-                    "no listener on {}/{}; {what}: routed traffic, {} by NetworkPolicy: {}",
-                    q.dst,
-                    proto_str(q.proto),
-                    if allowed { "allowed" } else { "dropped" },
-                    policy["reason"].as_str().unwrap_or_default()
-                )
-            }
-        };
-        set(&mut out, "policy", policy);
-        set(&mut out, "reason", Value::String(reason));
-        return out;
-    };
-    set(&mut out, "listener", listener_json(l));
-    if l.https_redirect {
-        set(&mut out, "verdict", json!("reject"));
-        set(
-            &mut out,
-            "reason",
-            json!(format!(
-                "httpsRedirect: plain HTTP is answered with 301 to https://{}",
-                parsed.http_host.clone().unwrap_or_default()
-            )),
-        );
-        return out;
+    let entry = built
+        .snapshot
+        .listeners
+        .lookup(q.dst.ip(), q.dst.port(), proto_number(q.proto));
+    match entry {
+        Some(e) => trace.through(e),
+        None => trace.no_listener(),
     }
-    let name = match l.kind {
-        ListenerKind::TlsPassthrough | ListenerKind::TlsAutoPassthrough => parsed.sni.clone(),
-        ListenerKind::TlsTerminate => {
-            if l.tls.as_ref().is_some_and(|t| t.http) {
-                parsed.http_host.clone().or(parsed.sni.clone())
-            } else {
-                parsed.sni.clone()
-            }
-        }
-        ListenerKind::Http => parsed.http_host.clone(),
-        _ => None,
-    };
-    let binding = pick_binding(l, name.as_deref());
-    let Some(b) = binding else {
-        set(&mut out, "verdict", json!("reject"));
-        let decoded = (l.kind == ListenerKind::TlsAutoPassthrough)
-            .then(|| name.as_deref().and_then(decode_auto_passthrough))
-            .flatten();
-        if let Some((port, subset, host)) = decoded {
-            set(&mut out, "reason", json!(format!(
-                "AUTO_PASSTHROUGH: the SNI names {host} port {port}{}, which no admitted Service provides",
-                if subset.is_empty() { String::new() } else { format!(" subset {subset}") }
-            )));
-            return out;
-        }
-        let reason = match (&name, l.kind.inspects()) {
-            (None, true) => "the listener routes by name and the connection names none (no SNI/Host); no catch-all route".to_string(),
-            (Some(n), _) => format!("no route of this listener matches `{n}`"),
-            (None, false) => "the listener has no route".to_string(),
-        };
-        set(&mut out, "reason", json!(reason));
-        return out;
-    };
-    let route: &Route = &ir.routes[b.route];
-    set(&mut out, "route", json!(route.name));
-    if !route.destination_subnets.is_empty()
-        && !route
-            .destination_subnets
-            .iter()
-            .any(|n| n.contains(&dst_ip))
-    {
-        set(&mut out, "verdict", json!("reject"));
-        set(
-            &mut out,
-            "reason",
-            json!(format!(
-                "{dst_ip} is outside the route's destinationSubnets"
-            )),
-        );
-        return out;
-    }
-    let backends = if route.kind == RouteKind::Http {
-        let path = parsed.path.clone().unwrap_or_else(|| "/".into());
-        match route
-            .http
-            .iter()
-            .find(|r| r.uri.is_empty() || r.uri.iter().any(|m| m.matches(&path)))
-        {
-            None => {
-                set(&mut out, "verdict", json!("reject"));
-                set(
-                    &mut out,
-                    "reason",
-                    json!(format!(
-                        "no http rule of {} matches path {path}",
-                        route.name
-                    )),
-                );
-                return out;
-            }
-            Some(rule) => {
-                if let Some(r) = &rule.redirect {
-                    set(&mut out, "verdict", json!("reject"));
-                    set(
-                        &mut out,
-                        "reason",
-                        json!(format!("redirect {} to {:?}", r.code, r)),
-                    );
-                    return out;
-                }
-                rule.backends.clone()
-            }
-        }
-    } else {
-        route.backends.clone()
-    };
-    set(&mut out, "backends", backends_json(&backends));
-    let valid_weight: u64 = backends
-        .iter()
-        .filter(|b| matches!(b.target, BackendTarget::Endpoints(_)))
-        .map(|b| u64::from(b.weight))
-        .sum();
-    if valid_weight == 0 {
-        set(&mut out, "verdict", json!("reject"));
-        set(
-            &mut out,
-            "reason",
-            json!(
-                "every backend of the route is invalid or has weight 0: connections are rejected"
-            ),
-        );
-        return out;
-    }
-    let table = match table_for(&backends, route.maglev_table_size, q.dst.is_ipv6()) {
-        Ok(t) => t,
-        Err(e) => {
-            set(&mut out, "verdict", json!("reject"));
-            set(
-                &mut out,
-                "reason",
-                json!(format!("the route's Maglev table cannot be built: {e}")),
-            );
-            return out;
-        }
-    };
-    let hash = flow_hash(q.src, q.dst, proto_number(q.proto));
-    match table.pick(hash) {
-        Pick::Backend(a) => {
-            // NetworkPolicy applies to the client -> picked backend connection.
-            let policy = policy_of(q.src.ip(), a);
-            let allowed = policy["verdict"] == "allow";
-            set(
-                &mut out,
-                "verdict",
-                json!(if allowed { "forward" } else { "drop" }),
-            );
-            set(&mut out, "backend", json!(a.to_string()));
-            set(
-                &mut out,
-                "reason",
-                json!(format!(
-                    "listener {} -> route {} -> Maglev slot {} of {} -> {a}; {}: {}",
-                    l.name,
-                    route.name,
-                    hash % table.size() as u64,
-                    table.size(),
-                    if allowed {
-                        "NetworkPolicy allows it"
-                    } else {
-                        "dropped by NetworkPolicy"
-                    },
-                    policy["reason"].as_str().unwrap_or_default()
-                )),
-            );
-            set(&mut out, "policy", policy);
-        }
-        Pick::Reject => {
-            set(&mut out, "verdict", json!("reject"));
-            set(&mut out, "reason", json!(format!(
-                "listener {} -> route {} -> Maglev slot {} belongs to an invalid backend: connection rejected (TCP RST / ICMP port unreachable)",
-                l.name,
-                route.name,
-                hash % table.size() as u64
-            )));
-        }
-    }
-    out
 }
 
 /// IANA protocol number of a listener transport.

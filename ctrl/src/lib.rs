@@ -7,14 +7,19 @@
 //! - [`load`]: files, directories, stdin, multi-document YAML/JSON with positions.
 //! - [`diag`]: field paths, positions and `file:line:col: Kind ns/name: path: message`.
 //! - [`validate`]: cross-object checks (references, TLS modes, syntax, conflicts).
-//! - [`compile`]: the resolved IR (listeners, routes, backends, workloads, policies).
-//! - [`config`]: load -> validate -> IR in one call, summaries and table dumps.
+//! - [`compile`]: the resolved IR (listeners, routes, backends, workloads, policies), and
+//!   [`compile::build()`]: loaded manifests -> IR, tables snapshot and run plan in one call,
+//!   with every diagnostic; its summary and table dumps.
 //! - [`explain`]: trace one hypothetical connection (`sluice explain`).
 //! - [`stdout`]: command output that survives a closed pipe.
 //! - [`synth`]: generated configurations of many listeners and routes (scale tests and
 //!   benchmarks).
-//! - [`run`]: `sluice run`: the Appliance translated into ports and pinned workers, serving
-//!   the compiled tables.
+//! - [`plan`]: the Appliance translated into what `sluice run` starts (ports, cores,
+//!   routes, limits), or the embedded default.
+//! - [`run`]: `sluice run`: ports opened and pinned workers started as the plan says,
+//!   serving the compiled tables.
+//! - [`instance`]: what a running instance is, shared by the control and admin threads;
+//!   its counters at one moment.
 //! - [`sources`]: what asks for a reload: configuration files changing, SIGHUP, the admin
 //!   socket.
 //! - [`reload`]: one reload attempt: compile, check the Appliance is unchanged, publish a
@@ -23,11 +28,12 @@
 
 pub mod api;
 pub mod compile;
-pub mod config;
 pub mod diag;
 pub mod explain;
+pub mod instance;
 pub mod load;
 pub mod model;
+pub mod plan;
 pub mod reload;
 pub mod run;
 pub mod sources;

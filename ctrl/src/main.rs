@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use sluice_ctrl::compile::ir::L4;
-use sluice_ctrl::{config, explain};
+use sluice_ctrl::compile::{build_paths, Built};
+use sluice_ctrl::explain;
 
 /// sluice: a userspace dataplane that enforces NetworkPolicy and routes TCP/TLS by port,
 /// SNI or Host, configured with Kubernetes-style manifests.
@@ -82,27 +83,28 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => sluice_ctrl::run::run(&args),
         Command::Ctl(args) => sluice_ctrl::api::ctl(&args),
-        Command::Check { config, verbose } => {
-            let c = config::compile_paths(&config);
-            let errors = c.errors().count();
-            if errors > 0 {
-                for d in &c.diagnostics {
-                    eprintln!("{d}");
+        Command::Check { config, verbose } => match build_paths(&config) {
+            Err(d) => {
+                for line in &d.list {
+                    eprintln!("{line}");
                 }
                 eprintln!(
-                    "sluice check: {errors} error(s), {} warning(s); configuration rejected",
-                    c.warnings().count()
+                    "sluice check: {} error(s), {} warning(s); configuration rejected",
+                    d.errors().count(),
+                    d.warnings().count()
                 );
-                return ExitCode::from(1);
+                ExitCode::from(1)
             }
-            if verbose {
-                for d in c.warnings() {
-                    eprintln!("{d}");
+            Ok(built) => {
+                if verbose {
+                    for d in built.warnings() {
+                        eprintln!("{d}");
+                    }
                 }
+                sluice_ctrl::stdout::write(&built.summary());
+                ExitCode::SUCCESS
             }
-            sluice_ctrl::stdout::write(&c.summary());
-            ExitCode::SUCCESS
-        }
+        },
         Command::Explain {
             config,
             proto,
@@ -119,7 +121,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
-            let Some(ir) = config_or_errors(&config) else {
+            let Some(built) = built_or_errors(&config) else {
                 return ExitCode::from(1);
             };
             let q = explain::Query {
@@ -133,15 +135,15 @@ fn main() -> ExitCode {
                 http_host,
                 payload,
             };
-            let v = explain::explain(&ir, &q);
+            let v = explain::explain(&built, &q);
             sluice_ctrl::stdout::line(&serde_json::to_string_pretty(&v).unwrap_or_default());
             ExitCode::SUCCESS
         }
         Command::Tables { config, route } => {
-            let Some(ir) = config_or_errors(&config) else {
+            let Some(built) = built_or_errors(&config) else {
                 return ExitCode::from(1);
             };
-            let v = config::tables_json(&ir, route.as_deref());
+            let v = built.tables_json(route.as_deref());
             match v {
                 Some(v) => {
                     sluice_ctrl::stdout::line(
@@ -161,15 +163,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// Compiles, or prints the errors and returns `None`.
-fn config_or_errors(paths: &[PathBuf]) -> Option<sluice_ctrl::compile::ir::Ir> {
-    let c = config::compile_paths(paths);
-    if c.errors().count() > 0 {
-        for d in c.errors() {
-            eprintln!("{d}");
+/// Builds the configuration, or prints the errors and returns `None`.
+fn built_or_errors(paths: &[PathBuf]) -> Option<Built> {
+    match build_paths(paths) {
+        Ok(b) => Some(b),
+        Err(d) => {
+            for e in d.errors() {
+                eprintln!("{e}");
+            }
+            eprintln!("sluice: configuration rejected");
+            None
         }
-        eprintln!("sluice: configuration rejected");
-        return None;
     }
-    c.ir
 }

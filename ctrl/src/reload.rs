@@ -23,36 +23,14 @@ use serde_json::{json, Value};
 use sluice_dataplane::rcu::{Publisher, Reader};
 use sluice_dataplane::tables::snapshot::Snapshot as Tables;
 
-use crate::compile::snapshot;
-use crate::config;
+use crate::compile::{build_paths, Built};
 use crate::model::appliance::ApplianceSpec;
 use crate::sources::Trigger;
 
-/// A configuration ready to serve: its Appliance and its tables.
-#[derive(Debug)]
-pub struct Prepared {
-    /// The Appliance among the manifests, if any.
-    pub appliance: Option<ApplianceSpec>,
-    /// The tables built from them.
-    pub tables: Tables,
-}
-
-/// Loads, validates and compiles `paths` and builds their tables; errors are printable
-/// lines (`file:line:col: Kind ns/name: field.path: message` where a place is known).
-pub fn prepare(paths: &[PathBuf]) -> Result<Prepared, Vec<String>> {
-    let c = config::compile_paths(paths);
-    let errors: Vec<String> = c.errors().map(ToString::to_string).collect();
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    let Some(ir) = c.ir else {
-        return Err(vec!["the configuration did not compile".into()]);
-    };
-    let tables = snapshot::build(&ir)?;
-    Ok(Prepared {
-        appliance: ir.appliance,
-        tables,
-    })
+/// Loads `paths` and [`crate::compile::build()`]s them; errors are printable lines
+/// (`file:line:col: Kind ns/name: field.path: message` where a place is known).
+pub fn prepare(paths: &[PathBuf]) -> Result<Built, Vec<String>> {
+    build_paths(paths).map_err(|d| d.error_lines())
 }
 
 /// The parts of an Appliance that cannot change while sluice runs, as `spec.*` field
@@ -164,11 +142,11 @@ pub struct Reloader {
 impl Reloader {
     /// Starts serving `first` (generation 1), with room for `readers` workers; later
     /// reloads read `paths` again.
-    pub fn new(paths: Vec<PathBuf>, first: Prepared, readers: usize) -> Reloader {
+    pub fn new(paths: Vec<PathBuf>, first: Built, readers: usize) -> Reloader {
         Reloader {
             paths,
-            appliance: first.appliance,
-            publisher: Publisher::new(first.tables, readers),
+            appliance: first.ir.appliance,
+            publisher: Publisher::new(first.snapshot, readers),
             last: None,
             succeeded: 0,
             failed: 0,
@@ -220,7 +198,8 @@ impl Reloader {
         let ok = result.is_ok();
         let errors = match result {
             Ok(next) => {
-                self.publisher.publish(next.tables);
+                self.appliance = next.ir.appliance;
+                self.publisher.publish(next.snapshot);
                 self.succeeded += 1;
                 Vec::new()
             }
@@ -250,7 +229,7 @@ impl Reloader {
         outcome
     }
 
-    fn attempt(&self) -> Result<Prepared, Vec<String>> {
+    fn attempt(&self) -> Result<Built, Vec<String>> {
         if self.paths.iter().any(|p| p.as_os_str() == "-") {
             return Err(vec![
                 "the configuration was read from stdin (`-`), which cannot be read again; \
@@ -259,7 +238,7 @@ impl Reloader {
             ]);
         }
         let next = prepare(&self.paths)?;
-        let changed = fixed_changes(self.appliance.as_ref(), next.appliance.as_ref());
+        let changed = fixed_changes(self.appliance.as_ref(), next.ir.appliance.as_ref());
         if !changed.is_empty() {
             return Err(vec![format!(
                 "Appliance: {} changed, which cannot be applied while sluice runs (ports, \

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 use sluice_ctrl::compile::ir::{BackendTarget, ListenerKind, L4};
-use sluice_ctrl::config::{compile_loaded, compile_paths};
+use sluice_ctrl::compile::{build as compile_loaded, build_paths as compile_paths, diagnostics};
 use sluice_ctrl::load::{load_str, Loaded};
 use sluice_ctrl::model::meta::{IntOrString, Protocol, SelectorOperator};
 use sluice_ctrl::model::netpol::PolicyType;
@@ -41,14 +41,26 @@ fn every_example_directory_compiles() {
     assert!(dirs.len() >= 5, "{dirs:?}");
     for d in dirs {
         let c = compile_paths(std::slice::from_ref(&d));
-        let errors: Vec<String> = c.errors().map(|e| e.to_string()).collect();
+        let errors: Vec<String> = diagnostics(&c)
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|e| e.to_string())
+            .collect();
         assert!(errors.is_empty(), "{}: {errors:#?}", d.display());
-        assert!(c.ir.is_some());
-        assert!(!c.items.is_empty(), "{} is empty", d.display());
+        assert!(c.is_ok());
+        assert!(
+            !c.as_ref().expect("compiles").items.is_empty(),
+            "{} is empty",
+            d.display()
+        );
     }
     // and all of them together, as `sluice check configs/` does
     let c = compile_paths(&[configs()]);
-    let errors: Vec<String> = c.errors().map(|e| e.to_string()).collect();
+    let errors: Vec<String> = diagnostics(&c)
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|e| e.to_string())
+        .collect();
     assert!(errors.is_empty(), "{errors:#?}");
 }
 
@@ -73,7 +85,7 @@ fn every_example_file_loads_alone() {
 #[test]
 fn bookinfo_binds_as_istio_does() {
     let c = compile_paths(&[configs().join("istio-bookinfo")]);
-    let ir = c.ir.expect("compiles");
+    let ir = c.expect("compiles").ir;
     let l = |port: u16| {
         ir.listeners
             .iter()
@@ -108,7 +120,7 @@ fn bookinfo_binds_as_istio_does() {
 #[test]
 fn gateway_api_weights_and_endpoint_sources() {
     let c = compile_paths(&[configs().join("gateway-api")]);
-    let ir = c.ir.expect("compiles");
+    let ir = c.expect("compiles").ir;
     let pg = ir
         .routes
         .iter()
@@ -134,7 +146,7 @@ fn gateway_api_weights_and_endpoint_sources() {
 #[test]
 fn gateway_api_udproute_binds_the_udp_listener() {
     let c = compile_paths(&[configs().join("gateway-api")]);
-    let ir = c.ir.expect("compiles");
+    let ir = c.expect("compiles").ir;
     let l = ir
         .listeners
         .iter()
@@ -224,8 +236,13 @@ fn ligato_snake_case_and_numeric_enums() {
         &mut loaded,
     );
     let c = compile_loaded(loaded);
-    assert_eq!(c.errors().count(), 0, "{:?}", c.diagnostics);
-    let Object::NetworkPolicy(p) = &c.items[0].object else {
+    assert_eq!(
+        diagnostics(&c).iter().filter(|d| d.is_error()).count(),
+        0,
+        "{:?}",
+        diagnostics(&c)
+    );
+    let Object::NetworkPolicy(p) = &c.as_ref().expect("compiles").items[0].object else {
         panic!()
     };
     assert_eq!(p.spec.policy_types, Some(vec![PolicyType::Egress]));
@@ -237,8 +254,15 @@ fn ligato_snake_case_and_numeric_enums() {
 #[test]
 fn consul_tcproute_maps_onto_tcproute() {
     let c = compile_paths(&[configs().join("consul")]);
-    assert_eq!(c.errors().count(), 0, "{:?}", c.diagnostics);
+    assert_eq!(
+        diagnostics(&c).iter().filter(|d| d.is_error()).count(),
+        0,
+        "{:?}",
+        diagnostics(&c)
+    );
     let route = c
+        .as_ref()
+        .expect("compiles")
         .items
         .iter()
         .find_map(|i| match &i.object {
@@ -253,7 +277,7 @@ fn consul_tcproute_maps_onto_tcproute() {
     assert_eq!(b[0].weight, Some(3));
     assert_eq!(b[0].port_name.as_deref(), Some("tcp"));
     assert_eq!(b[1].weight, None);
-    let ir = c.ir.expect("ir");
+    let ir = c.expect("ir").ir;
     let r = &ir.routes[0];
     assert_eq!(r.backends[0].weight, 3);
     assert_eq!(r.backends[1].weight, 1, "absent weight defaults to 1");
@@ -266,8 +290,8 @@ fn consul_tcproute_maps_onto_tcproute() {
 
 #[test]
 fn compiling_twice_gives_the_same_ir() {
-    let a = compile_paths(&[configs()]).ir.expect("ir");
-    let b = compile_paths(&[configs()]).ir.expect("ir");
+    let a = compile_paths(&[configs()]).expect("ir").ir;
+    let b = compile_paths(&[configs()]).expect("ir").ir;
     assert_eq!(a, b);
 }
 
@@ -333,7 +357,7 @@ proptest! {
         let mut loaded = Loaded::default();
         load_str(name, &text, &mut loaded);
         let c = compile_loaded(loaded);
-        for d in c.errors() {
+        for d in diagnostics(&c).iter().filter(|d| d.is_error()) {
             prop_assert_eq!(&*d.file, name.as_str());
             prop_assert!(d.pos.line >= 1 && d.pos.line <= lines + 1, "{} (lines {})", d, lines);
             prop_assert!(!d.message.is_empty());

@@ -19,7 +19,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use sluice_ctrl::config::{compile_loaded, Compiled};
+use sluice_ctrl::compile::{build as compile_loaded, diagnostics, Built};
+use sluice_ctrl::diag::Diagnostics;
+type Compiled = Result<Built, Diagnostics>;
 use sluice_ctrl::load::{load_str, Loaded};
 
 const NS: [&str; 3] = ["x", "y", "z"];
@@ -238,10 +240,14 @@ fn check(name: &str, states: Vec<State>) -> usize {
     for v6 in [false, true] {
         for (si, st) in states.iter().enumerate() {
             let c = compile_state(st, v6);
-            let errors: Vec<String> = c.errors().map(|e| e.to_string()).collect();
+            let errors: Vec<String> = diagnostics(&c)
+                .iter()
+                .filter(|d| d.is_error())
+                .map(|e| e.to_string())
+                .collect();
             assert!(errors.is_empty(), "{name}: {errors:#?}");
-            let ir = c.ir.as_ref().expect("ir");
-            let tables = &c.policy.as_ref().expect("policy").tables;
+            let ir = &c.as_ref().expect("ir").ir;
+            let tables = &c.as_ref().expect("policy").snapshot.policy;
             assert_eq!(
                 ir.policies.len(),
                 st.policies.matches("kind: NetworkPolicy").count(),
@@ -834,7 +840,7 @@ fn own_node_ingress_is_always_allowed() {
             vec![],
         );
         let c = compile_state(&st, v6);
-        let t = &c.policy.as_ref().expect("policy").tables;
+        let t = &c.as_ref().expect("policy").snapshot.policy;
         let node: IpAddr = if v6 { "fd01::1" } else { "192.168.0.1" }
             .parse()
             .expect("ip");

@@ -6,7 +6,7 @@
 
 use sluice_ctrl::compile::build_ir_with_stats;
 use sluice_ctrl::compile::ir::RouteKind;
-use sluice_ctrl::config::compile_loaded;
+use sluice_ctrl::compile::{build as compile_loaded, diagnostics};
 use sluice_ctrl::load::{load_str, Loaded};
 use sluice_ctrl::synth::{manifests, Shape, FIRST_PORT};
 
@@ -21,10 +21,21 @@ fn load(text: &str) -> Loaded {
 fn compile_and_check(shape: Shape, n: usize) -> usize {
     let text = manifests(shape, n, 1021);
     let c = compile_loaded(load(&text));
-    let errors: Vec<String> = c.errors().take(5).map(|d| d.to_string()).collect();
+    let errors: Vec<String> = diagnostics(&c)
+        .iter()
+        .filter(|d| d.is_error())
+        .take(5)
+        .map(|d| d.to_string())
+        .collect();
     assert!(errors.is_empty(), "{}: {errors:?}", shape.name());
-    assert_eq!(c.warnings().count(), 0, "{}", shape.name());
-    let ir = c.ir.expect("compiles");
+    assert_eq!(
+        diagnostics(&c).iter().filter(|d| !d.is_error()).count(),
+        0,
+        "{}",
+        shape.name()
+    );
+    let built = c.expect("compiles");
+    let ir = &built.ir;
     assert_eq!(ir.listeners.len(), n, "{}", shape.name());
     assert_eq!(ir.routes.len(), n, "{}", shape.name());
     for (i, l) in ir.listeners.iter().enumerate() {
@@ -44,7 +55,7 @@ fn compile_and_check(shape: Shape, n: usize) -> usize {
         );
         assert_eq!(r.maglev_table_size, 1021);
     }
-    let (_, stats) = build_ir_with_stats(&c.items, &mut Vec::new());
+    let (_, stats) = build_ir_with_stats(&built.items, &mut Vec::new());
     stats.candidates
 }
 

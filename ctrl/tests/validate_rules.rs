@@ -2,7 +2,9 @@
 //! the offending line marked `#<-`; the test asserts that a diagnostic of the expected
 //! severity names the file, that line, the object and the field path, and says why.
 
-use sluice_ctrl::config::{compile_loaded, Compiled};
+use sluice_ctrl::compile::{build as compile_loaded, diagnostics, Built};
+use sluice_ctrl::diag::Diagnostics;
+type Compiled = Result<Built, Diagnostics>;
 use sluice_ctrl::diag::{Diagnostic, Severity};
 use sluice_ctrl::load::{load_str, Loaded};
 
@@ -79,7 +81,7 @@ fn marked_line(case: &str) -> usize {
 fn expect(case: &str, severity: Severity, path: &str, message: &str) -> Diagnostic {
     let c = run(case);
     let line = marked_line(case);
-    let found = c.diagnostics.iter().find(|d| {
+    let found = diagnostics(&c).iter().find(|d| {
         d.severity == severity
             && d.pos.line == line
             && d.path.as_deref().unwrap_or("").contains(path)
@@ -101,13 +103,13 @@ fn expect(case: &str, severity: Severity, path: &str, message: &str) -> Diagnost
                 "{text}"
             );
             if severity == Severity::Error {
-                assert!(c.ir.is_none(), "an error must reject the configuration");
+                assert!(c.is_err(), "an error must reject the configuration");
             }
             d.clone()
         }
         None => panic!(
             "expected {severity:?} at line {line} path ~{path:?} message ~{message:?}; got:\n{}",
-            c.diagnostics
+            diagnostics(&c)
                 .iter()
                 .map(|d| d.to_string())
                 .collect::<Vec<_>>()
@@ -127,15 +129,22 @@ fn warning(case: &str, path: &str, message: &str) -> Diagnostic {
 #[test]
 fn base_is_clean() {
     let c = run("");
-    let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
+    let errors: Vec<String> = diagnostics(&c)
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| d.to_string())
+        .collect();
     assert!(errors.is_empty(), "{errors:?}");
-    assert!(c.ir.is_some());
+    assert!(c.is_ok());
 }
 
 #[test]
 fn malformed_yaml() {
     let c = run("a: [1, 2\nb: {\n#<-\n");
-    let d = c.errors().next().expect("an error");
+    let d = diagnostics(&c)
+        .iter()
+        .find(|d| d.is_error())
+        .expect("an error");
     assert_eq!(&*d.file, "case.yaml");
     assert!(d.message.contains("YAML syntax error"), "{d}");
     assert!(d.pos.line >= 2, "{d}");
@@ -250,7 +259,11 @@ spec:
 status:
   loadBalancer: {}
 "#);
-    let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
+    let errors: Vec<String> = diagnostics(&c)
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| d.to_string())
+        .collect();
     assert!(errors.is_empty(), "{errors:?}");
 }
 
@@ -475,7 +488,11 @@ spec:
   from: [{group: gateway.networking.k8s.io, kind: Gateway, namespace: default}]
   to: [{group: "", kind: Secret}]
 "#);
-    let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
+    let errors: Vec<String> = diagnostics(&c)
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| d.to_string())
+        .collect();
     assert!(errors.is_empty(), "{errors:?}");
 }
 
@@ -513,6 +530,7 @@ spec:
 "#;
     // Reported at the tls object (the missing field's nearest existing ancestor).
     let c = run(case);
+    let c = c.expect_err("rejected");
     let d = c
         .errors()
         .find(|d| d.message.contains("needs serverCertificate"))
@@ -538,6 +556,7 @@ spec:
       serverCertificate: /etc/c.pem
       privateKey: /etc/k.pem
 "#);
+    let c = c.expect_err("rejected");
     let d = c
         .errors()
         .find(|d| d.message.contains("needs caCertificates"))
@@ -1042,7 +1061,10 @@ fn ligato_unknown_enum() {
         &mut loaded,
     );
     let c = compile_loaded(loaded);
-    let d = c.errors().next().expect("an error");
+    let d = diagnostics(&c)
+        .iter()
+        .find(|d| d.is_error())
+        .expect("an error");
     assert_eq!(d.path.as_deref(), Some("policyType"));
     assert_eq!(d.pos.line, 4);
     assert!(d.message.contains("SIDEWAYS"), "{d}");
@@ -1133,9 +1155,9 @@ spec:
   rules:
   - backendRefs: [{name: svc, port: 80, weight: 2}]
 "#);
-    let diags: Vec<String> = c.diagnostics.iter().map(|d| d.to_string()).collect();
+    let diags: Vec<String> = diagnostics(&c).iter().map(|d| d.to_string()).collect();
     assert!(diags.is_empty(), "{diags:#?}");
-    let ir = c.ir.expect("compiles");
+    let ir = c.expect("compiles").ir;
     let l = ir
         .listeners
         .iter()
@@ -1232,9 +1254,9 @@ fn udproute_cross_namespace_backend_with_grant_is_fine() {
         "{UDPROUTE_TO_OTHER}{}",
         grant_in_other("UDPRoute")
     ));
-    let diags: Vec<String> = c.diagnostics.iter().map(|d| d.to_string()).collect();
+    let diags: Vec<String> = diagnostics(&c).iter().map(|d| d.to_string()).collect();
     assert!(diags.is_empty(), "{diags:#?}");
-    let ir = c.ir.expect("compiles");
+    let ir = c.expect("compiles").ir;
     let route = ir
         .routes
         .iter()
@@ -1260,7 +1282,11 @@ spec:
   - {name: udp, port: 53, protocol: UDP}
   - {name: tcp, port: 53, protocol: TCP}
 "#);
-    let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
+    let errors: Vec<String> = diagnostics(&c)
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| d.to_string())
+        .collect();
     assert!(errors.is_empty(), "{errors:#?}");
     // ... but two UDP listeners on one port still conflict.
     error(

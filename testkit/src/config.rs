@@ -1,29 +1,27 @@
-//! Manifest text compiled the way `sluice run` compiles a reload: load, validate,
-//! compile to the IR, then build the dataplane's [`Snapshot`].
+//! Manifest text built the way `sluice run` builds a reload ([`sluice_ctrl::compile::build()`]):
+//! load, validate, compile, then the dataplane's [`Snapshot`].
 
 use sluice_ctrl::compile::ir::Ir;
-use sluice_ctrl::compile::snapshot;
-use sluice_ctrl::config::compile_loaded;
+use sluice_ctrl::compile::{build, Built};
 use sluice_ctrl::load::{load_str, Loaded};
 use sluice_dataplane::tables::snapshot::Snapshot;
 
-/// Loads, validates and compiles `text` (multi-document YAML or JSON, reported as file
-/// `name`) into the IR, or returns every error.
-pub fn try_ir(name: &str, text: &str) -> Result<Ir, Vec<String>> {
+/// Loads and builds `text` (multi-document YAML or JSON, reported as file `name`), or
+/// returns every error.
+pub fn try_build(name: &str, text: &str) -> Result<Built, Vec<String>> {
     let mut loaded = Loaded::default();
     load_str(name, text, &mut loaded);
-    let c = compile_loaded(loaded);
-    let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    c.ir.ok_or_else(|| vec!["no IR".to_string()])
+    build(loaded).map_err(|d| d.error_lines())
 }
 
-/// [`try_ir`], then the snapshot built from it: what a reload checks before it publishes
-/// anything. Every error, of either step.
+/// The IR of [`try_build`].
+pub fn try_ir(name: &str, text: &str) -> Result<Ir, Vec<String>> {
+    try_build(name, text).map(|b| b.ir)
+}
+
+/// The snapshot of [`try_build`]: what a reload checks before it publishes anything.
 pub fn try_snapshot(name: &str, text: &str) -> Result<Snapshot, Vec<String>> {
-    snapshot::build(&try_ir(name, text)?)
+    try_build(name, text).map(|b| b.snapshot)
 }
 
 /// [`try_snapshot`], panicking with every error.

@@ -487,9 +487,9 @@ mod tests {
         }
     }
 
-    /// The compiled matcher agrees with [`pattern_matches`]: of the patterns that match
-    /// a name, it picks one, and picks none when none matches.
     proptest! {
+        /// The compiled matcher agrees with [`pattern_matches`]: of the patterns that
+        /// match a name, it picks one, and picks none when none matches.
         #[test]
         fn compiled_matcher_agrees_with_pattern_matches(
             patterns in proptest::collection::vec("(\\*|\\*\\.)?[ab](\\.[ab]){0,3}", 1..8),

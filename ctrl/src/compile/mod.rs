@@ -17,11 +17,15 @@
 //!   intersection is not attached (warning).
 
 pub mod backends;
+pub mod build;
 pub mod hostname;
 pub mod ir;
 pub mod policy;
+pub mod report;
 pub mod snapshot;
 pub mod tables;
+
+pub use build::{build, build_paths, diagnostics, Built, PolicyReport};
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -1264,10 +1268,14 @@ status: {podIP: 10.0.0.53}
     fn udp_listeners_bind_udproutes_and_tcp_listeners_tcproutes() {
         let mut loaded = crate::load::Loaded::default();
         crate::load::load_str("l4.yaml", L4_ROUTES, &mut loaded);
-        let c = crate::config::compile_loaded(loaded);
-        let errors: Vec<String> = c.errors().map(|d| d.to_string()).collect();
+        let c = crate::compile::build(loaded);
+        let errors: Vec<String> = crate::compile::diagnostics(&c)
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|d| d.to_string())
+            .collect();
         assert!(errors.is_empty(), "{errors:?}");
-        let ir = c.ir.expect("compiles");
+        let ir = c.expect("compiles").ir;
         let route_of = |proto: L4| {
             let l = ir
                 .listeners

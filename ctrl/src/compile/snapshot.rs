@@ -1,34 +1,45 @@
 //! IR -> [`Snapshot`]: the listener/route tables and the policy tables of one
 //! configuration, built off the hot path and published whole.
 
+use sluice_dataplane::tables::policy::PolicyTables;
 use sluice_dataplane::tables::snapshot::Snapshot;
 
 use super::ir::Ir;
+use super::policy::PolicyCompileError;
+use super::tables::{listener_table, TableError};
 
-/// Builds the snapshot of a compiled configuration; errors say what could not be built
-/// (a table over its cap, a Maglev size, ...), in which case the running tables stay.
-pub fn build(ir: &Ir) -> Result<Snapshot, Vec<String>> {
-    let listeners = super::tables::listener_table(ir).map_err(|e| vec![e]);
-    let policy = super::policy::compile(ir)
-        .map_err(|errs| errs.iter().map(|e| e.to_string()).collect::<Vec<_>>());
-    match (listeners, policy) {
-        (Ok(listeners), Ok(policy)) => Ok(Snapshot {
-            listeners,
-            policy: policy.tables,
-        }),
-        (l, p) => Err(l
-            .err()
-            .into_iter()
-            .flatten()
-            .chain(p.err().into_iter().flatten())
-            .collect()),
-    }
+/// Builds the snapshot of a compiled configuration from its IR and its policy tables
+/// (compiled once, by [`super::build()`]); an error says what could not be built (a table
+/// over its cap, a Maglev size, ...), in which case the running tables stay.
+pub fn build(ir: &Ir, policy: PolicyTables) -> Result<Snapshot, TableError> {
+    Ok(Snapshot {
+        listeners: listener_table(ir)?,
+        policy,
+    })
+}
+
+/// Why [`from_ir`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FromIrError {
+    /// The listener and route tables.
+    #[error(transparent)]
+    Tables(#[from] TableError),
+    /// NetworkPolicy.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Policy(Vec<PolicyCompileError>),
+}
+
+/// The snapshot of an IR changed by hand (benchmarks and tests that edit weights or
+/// backends between generations): compiles its NetworkPolicy, then [`build`]s. A
+/// configuration read from manifests goes through [`super::build()`] instead.
+pub fn from_ir(ir: &Ir) -> Result<Snapshot, FromIrError> {
+    let policy = super::policy::compile(ir).map_err(FromIrError::Policy)?;
+    Ok(build(ir, policy.tables)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::compile_paths;
     use sluice_dataplane::rcu::Publisher;
     use sluice_dataplane::tables::listeners::proto;
     use sluice_dataplane::tables::maglev::Pick;
@@ -36,7 +47,9 @@ mod tests {
 
     fn demo() -> Ir {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/demo");
-        compile_paths(&[dir]).ir.expect("demo compiles")
+        crate::compile::build_paths(&[dir])
+            .expect("demo compiles")
+            .ir
     }
 
     /// A worker reading through the RCU reader sees a whole generation: after a swap to a
@@ -45,7 +58,7 @@ mod tests {
     #[test]
     fn snapshots_publish_and_swap_whole() {
         let mut ir = demo();
-        let first = build(&ir).expect("snapshot");
+        let first = from_ir(&ir).expect("snapshot");
         let mut publisher = Publisher::new(first, 1);
         let mut worker = publisher.reader().expect("reader");
         let pick = |s: &Snapshot, port: u16| {
@@ -76,7 +89,7 @@ mod tests {
             .find(|r| r.name == "TCPRoute demo/echo")
             .expect("route");
         route.backends[1].weight = 0;
-        assert_eq!(publisher.publish(build(&ir).expect("snapshot")), 2);
+        assert_eq!(publisher.publish(from_ir(&ir).expect("snapshot")), 2);
         assert_eq!(
             publisher.pending(),
             1,

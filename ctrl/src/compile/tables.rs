@@ -20,12 +20,31 @@ fn kind(k: ListenerKind) -> DpKind {
     }
 }
 
+/// Why the listener and route tables could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    /// A route's Maglev table (size not prime, over its cap, ...).
+    #[error("{route}: {source}")]
+    Maglev {
+        /// The route's name.
+        route: String,
+        /// Why.
+        source: sluice_dataplane::tables::maglev::BuildError,
+    },
+    /// The listener table (host patterns, caps).
+    #[error(transparent)]
+    Listeners(#[from] sluice_dataplane::tables::listeners::BuildError),
+}
+
 /// Builds the listener table. Route `i` of the table is route `i` of the IR.
-pub fn listener_table(ir: &Ir) -> Result<ListenerTable, String> {
+pub fn listener_table(ir: &Ir) -> Result<ListenerTable, TableError> {
     let mut routes = Vec::with_capacity(ir.routes.len());
     for r in &ir.routes {
         let size = r.maglev_table_size;
-        let err = |e: sluice_dataplane::tables::maglev::BuildError| format!("{}: {e}", r.name);
+        let err = |source| TableError::Maglev {
+            route: r.name.clone(),
+            source,
+        };
         let (table, table_v6) = if mixes_families(&r.backends) {
             (
                 table_for(&r.backends, size, false).map_err(err)?,
@@ -94,20 +113,20 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, String> {
             transparent: l.transparent,
         })
         .collect();
-    ListenerTable::build(specs, routes).map_err(|e| e.to_string())
+    Ok(ListenerTable::build(specs, routes)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::compile_paths;
+    use crate::compile::build_paths as compile_paths;
     use sluice_dataplane::tables::maglev::Pick;
     use std::path::Path;
 
     #[test]
     fn every_example_builds_its_listener_table() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
-        let ir = compile_paths(&[dir]).ir.expect("configs compile");
+        let ir = compile_paths(&[dir]).expect("configs compile").ir;
         let t = listener_table(&ir).expect("table");
         assert_eq!(t.len(), ir.listeners.len());
         assert_eq!(t.routes().len(), ir.routes.len());
@@ -146,10 +165,10 @@ mod tests {
         );
     }
 
-    fn compile_text(text: &str) -> crate::config::Compiled {
+    fn compile_text(text: &str) -> Result<crate::compile::Built, crate::diag::Diagnostics> {
         let mut loaded = crate::load::Loaded::default();
         crate::load::load_str("gw.yaml", text, &mut loaded);
-        crate::config::compile_loaded(loaded)
+        crate::compile::build(loaded)
     }
 
     const GATEWAYS: &str = r#"apiVersion: networking.istio.io/v1
@@ -193,9 +212,13 @@ spec:
         for (istio, gateway) in [("false", "false"), ("true", "false"), ("false", "true")] {
             let text = GATEWAYS.replace("ISTIO", istio).replace("GATEWAY", gateway);
             let c = compile_text(&text);
-            let errors: Vec<String> = c.errors().map(ToString::to_string).collect();
+            let errors: Vec<String> = crate::compile::diagnostics(&c)
+                .iter()
+                .filter(|d| d.is_error())
+                .map(ToString::to_string)
+                .collect();
             assert!(errors.is_empty(), "{errors:?}");
-            let ir = c.ir.expect("ir");
+            let ir = c.expect("ir").ir;
             let want = |name: &str| {
                 if name.contains("istio.io") {
                     istio == "false"
@@ -232,8 +255,12 @@ spec:
     #[test]
     fn source_nat_annotation_values_are_checked() {
         let c = compile_text(&GATEWAYS.replace("ISTIO", "no").replace("GATEWAY", "False"));
-        assert!(c.ir.is_none(), "rejected");
-        let errors: Vec<String> = c.errors().map(ToString::to_string).collect();
+        assert!(c.is_err(), "rejected");
+        let errors: Vec<String> = crate::compile::diagnostics(&c)
+            .iter()
+            .filter(|d| d.is_error())
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(errors.len(), 2, "{errors:?}");
         assert!(
             errors[0].starts_with("gw.yaml:6:")

@@ -204,7 +204,7 @@ fn compile(text: &str) -> Result<Ir, String> {
 }
 
 fn build(ir: &Ir) -> Result<Snapshot, String> {
-    snapshot::build(ir).map_err(|e| e.join("; "))
+    snapshot::from_ir(ir).map_err(|e| e.to_string())
 }
 
 /// Frames of a fixed stride in one buffer (a capture in memory).

@@ -15,8 +15,7 @@
 //! instructions a packet = collected / `packets` (printed as JSON), minus the SYNs'
 //! share for `established` (a `new` run's figure).
 
-use sluice_ctrl::compile::snapshot;
-use sluice_ctrl::config::compile_loaded;
+use sluice_ctrl::compile::build;
 use sluice_ctrl::load::{load_str, Loaded};
 use sluice_dataplane::flow::Timeouts;
 use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
@@ -268,9 +267,7 @@ fn main() {
     let rounds: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(20);
     let mut loaded = Loaded::default();
     load_str("bench.yaml", &manifests(), &mut loaded);
-    let c = compile_loaded(loaded);
-    let ir = c.ir.expect("ir");
-    let snap = snapshot::build(&ir).expect("snapshot");
+    let snap = build(loaded).expect("the configuration builds").snapshot;
     let publisher = Publisher::new(snap, 1);
     let mut r = Run {
         bal: balancer(&publisher),

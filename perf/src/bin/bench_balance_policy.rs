@@ -349,7 +349,7 @@ fn main() {
     for (pods, policies) in scenarios {
         eprintln!("bench_balance_policy: {pods} pods, {policies} policies");
         let cluster = gen::cluster(pods, policies, 0x5eed_0000 + policies as u64);
-        let snap_of = || snapshot::build(&cluster.ir).map_err(|e| e.join("; "));
+        let snap_of = || snapshot::from_ir(&cluster.ir).map_err(|e| e.to_string());
         let tables = match snap_of() {
             Ok(s) => s.policy.memory_bytes(),
             Err(e) => {
@@ -370,8 +370,9 @@ fn main() {
         }
         // The IPv4 trace's TCP sources as clients of the virtual address: each SYN a
         // listener lookup, a Maglev pick and a check of client -> backend.
-        let vip_snap =
-            || with_vip(&cluster.ir).and_then(|ir| snapshot::build(&ir).map_err(|e| e.join("; ")));
+        let vip_snap = || {
+            with_vip(&cluster.ir).and_then(|ir| snapshot::from_ir(&ir).map_err(|e| e.to_string()))
+        };
         let trace = gen::trace(&cluster, TRACE, false, 0x7ace + policies as u64, None);
         let frames: Vec<Vec<u8>> = trace
             .iter()

@@ -1,6 +1,7 @@
 //! Control-plane scale benchmark, printed as JSON (never asserted): the time of each
-//! phase of a reload (load, validate, IR, the whole `compile_loaded`, listener table,
-//! snapshot) for `n` generated listeners and routes in each [`Shape`] of
+//! phase of a reload (load, validate, IR, listener table, NetworkPolicy, and the whole
+//! `compile::build`: all of them plus the snapshot and run plan) for `n` generated
+//! listeners and routes in each [`Shape`] of
 //! [`sluice_ctrl::synth`], and the growth factor from one size to the next (2.0 when a
 //! size doubles and the phase is linear).
 //!
@@ -9,8 +10,7 @@
 
 use clap::Parser;
 use serde_json::{json, Value};
-use sluice_ctrl::compile::{build_ir, snapshot, tables};
-use sluice_ctrl::config::compile_loaded;
+use sluice_ctrl::compile::{build, build_ir, policy, tables};
 use sluice_ctrl::load::{load_str, Loaded};
 use sluice_ctrl::synth::{manifests, Shape};
 use sluice_ctrl::validate;
@@ -46,9 +46,9 @@ fn main() {
                 "load",
                 "validate",
                 "build_ir",
-                "compile_loaded",
                 "listener_table",
-                "snapshot",
+                "policy",
+                "build",
             ];
             let mut t: Vec<Vec<f64>> = vec![Vec::new(); phases.len()];
             let mut errors = Vec::new();
@@ -62,36 +62,37 @@ fn main() {
                 t[1].push(s.elapsed().as_secs_f64());
                 let s = Instant::now();
                 let mut diags = Vec::new();
-                let _ir = build_ir(&loaded.items, &mut diags);
+                let ir = build_ir(&loaded.items, &mut diags);
                 t[2].push(s.elapsed().as_secs_f64());
+                let s = Instant::now();
+                let lt = tables::listener_table(&ir);
+                t[3].push(s.elapsed().as_secs_f64());
+                if let Err(e) = lt {
+                    errors.push(e.to_string());
+                }
+                let s = Instant::now();
+                let p = policy::compile(&ir);
+                t[4].push(s.elapsed().as_secs_f64());
+                if let Err(e) = p {
+                    errors.extend(e.iter().map(ToString::to_string));
+                }
                 let mut fresh = Loaded::default();
                 load_str("synth.yaml", &text, &mut fresh);
                 let s = Instant::now();
-                let c = compile_loaded(fresh);
-                t[3].push(s.elapsed().as_secs_f64());
-                errors = c.errors().take(3).map(|d| d.to_string()).collect();
-                let Some(ir) = c.ir else { break };
-                let s = Instant::now();
-                let lt = tables::listener_table(&ir);
-                t[4].push(s.elapsed().as_secs_f64());
-                if let Err(e) = lt {
-                    errors.push(e);
-                }
-                let s = Instant::now();
-                if let Err(e) = snapshot::build(&ir) {
-                    errors.extend(e);
-                }
+                let built = build(fresh);
                 t[5].push(s.elapsed().as_secs_f64());
+                if let Err(d) = built {
+                    errors.extend(d.error_lines().into_iter().take(3));
+                    break;
+                }
             }
             let mut row = json!({"n": n});
             for (name, v) in phases.iter().zip(&t) {
                 row[format!("{name}_s")] = json!(median(v));
             }
-            // load + compile_loaded + snapshot: what a reload costs end to end.
+            // load + build: what a reload costs end to end.
             let total = |r: &Value, k: &str| r[k].as_f64().unwrap_or(0.0);
-            row["reload_s"] = json!(
-                total(&row, "load_s") + total(&row, "compile_loaded_s") + total(&row, "snapshot_s")
-            );
+            row["reload_s"] = json!(total(&row, "load_s") + total(&row, "build_s"));
             if !errors.is_empty() {
                 row["errors"] = json!(errors);
             }
@@ -113,7 +114,8 @@ fn main() {
                 json!({
                     "from": w[0]["n"], "to": w[1]["n"],
                     "validate": g("validate_s"), "build_ir": g("build_ir_s"),
-                    "compile_loaded": g("compile_loaded_s"), "snapshot": g("snapshot_s"),
+                    "listener_table": g("listener_table_s"), "policy": g("policy_s"),
+                    "build": g("build_s"),
                     "reload": g("reload_s"),
                 })
             })

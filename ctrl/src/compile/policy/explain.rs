@@ -11,10 +11,11 @@ use std::net::IpAddr;
 use serde_json::{json, Value};
 use sluice_dataplane::tables::policy::{DenyReason, DirOutcome, ProtoClass};
 
-use super::{has_type, proto_class, rules, term_of, CompiledPolicy};
+use super::{has_type, proto_class, rules, term_of};
 use crate::compile::ir::{Ir, Node, Policy, Workload};
 use crate::model::meta::{IntOrString, LabelSelector};
 use crate::model::netpol::{NetworkPolicyPeer, NetworkPolicyPort, PolicyType};
+use sluice_dataplane::tables::policy::PolicyTables;
 
 /// What an address is, for policy.
 #[derive(Debug, Clone, Copy)]
@@ -297,13 +298,13 @@ fn direction(
 /// `{"verdict": "allow"|"deny", "egress": ..., "ingress": ..., "reason": ...}`.
 pub fn explain_connection(
     ir: &Ir,
-    compiled: &CompiledPolicy,
+    tables: &PolicyTables,
     src: IpAddr,
     dst: IpAddr,
     proto: u8,
     port: u16,
 ) -> Value {
-    let decision = compiled.tables.decide(src, dst, proto, port);
+    let decision = tables.decide(src, dst, proto, port);
     let (s, d) = (Endpoint::of(ir, src), Endpoint::of(ir, dst));
     let (eg, eg_reason) = direction(
         ir,

@@ -17,12 +17,18 @@ fn ip(s: &str) -> IpAddr {
 }
 
 fn example(dir: &str) -> (Ir, CompiledPolicy) {
-    let c = crate::config::compile_paths(&[Path::new(env!("CARGO_MANIFEST_DIR"))
+    let c = crate::compile::build_paths(&[Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../configs")
         .join(dir)]);
-    let errors: Vec<String> = c.errors().map(|e| e.to_string()).collect();
+    let errors: Vec<String> = crate::compile::diagnostics(&c)
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|e| e.to_string())
+        .collect();
     assert!(errors.is_empty(), "{errors:#?}");
-    (c.ir.expect("ir"), c.policy.expect("policy"))
+    let ir = c.expect("ir").ir;
+    let policy = compile(&ir).expect("policy");
+    (ir, policy)
 }
 
 #[test]
@@ -313,11 +319,15 @@ fn ligato_absent_rules_isolate_ingress() {
     let text = r#"{"name": "p", "namespace": "ns0", "pods": {"matchLabel": [{"key": "id", "value": "p0-0"}]}}"#;
     let mut loaded = crate::load::Loaded::default();
     crate::load::load_str("p.json", text, &mut loaded);
-    let mut c = crate::config::compile_loaded(loaded);
-    let errors: Vec<String> = c.errors().map(|e| e.to_string()).collect();
+    let c = crate::compile::build(loaded);
+    let errors: Vec<String> = crate::compile::diagnostics(&c)
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|e| e.to_string())
+        .collect();
     assert!(errors.is_empty(), "{errors:#?}");
     let mut ir = spread();
-    ir.policies = c.ir.take().expect("ir").policies;
+    ir.policies = c.expect("ir").ir.policies;
     let t = compile(&ir).expect("compile").tables;
     assert_eq!(
         t.verdict(ip("10.1.1.1"), ip("10.1.0.1"), 6, 80),
@@ -354,8 +364,12 @@ spec:
 "#;
     let mut loaded = crate::load::Loaded::default();
     crate::load::load_str("caps.yaml", text, &mut loaded);
-    let c = crate::config::compile_loaded(loaded);
-    let errors: Vec<String> = c.errors().map(|e| e.to_string()).collect();
+    let c = crate::compile::build(loaded);
+    let errors: Vec<String> = crate::compile::diagnostics(&c)
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|e| e.to_string())
+        .collect();
     assert_eq!(errors.len(), 1, "{errors:#?}");
     assert!(
         errors[0].contains("caps.yaml:6:")
@@ -365,5 +379,5 @@ spec:
         "{}",
         errors[0]
     );
-    assert!(c.ir.is_none() && c.policy.is_none());
+    assert!(c.is_err());
 }
