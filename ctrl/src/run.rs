@@ -24,8 +24,8 @@ use crate::model::appliance::{ApplianceSpec, Conntrack, DelayedBinding};
 use crate::model::Object;
 use crate::reload::{self, Prepared, ReloadOutcome, ReloadStatus, Reloader};
 use crate::sources::{FileWatch, Sighup, Trigger};
+use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::flow::Timeouts;
-use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{
     Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Route,
 };

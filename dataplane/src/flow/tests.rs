@@ -3,6 +3,7 @@ use std::net::SocketAddr;
 
 use proptest::prelude::*;
 
+use super::tuple::mapped;
 use super::*;
 
 fn sa(s: &str) -> SocketAddr {

@@ -64,10 +64,10 @@
 use clap::Parser;
 use rustix::time::{clock_gettime, ClockId};
 use serde_json::{json, Value};
+use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::flow::{Flow, FlowTable, Timeouts};
 use sluice_dataplane::inspect::tls;
 use sluice_dataplane::mem::{tsc, tsc_hz};
-use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{
     Ctx, Forwarder, ForwarderConfig, IfAddr, NeighConfig, NeighbourCache, PortConf, Stage, StageIo,
     Verdict,
