@@ -1,7 +1,7 @@
 //! Delayed-binding (SNI passthrough) benchmark, printed as JSON (never asserted): issue
 //! #7's in-process figures.
 //!
-//! The [`Balancer`] stage is driven directly (no ports, no worker) on one pinned core
+//! The [`Balancer`](sluice_dataplane::balancer::Balancer) stage is driven directly (no ports, no worker) on one pinned core
 //! (core 1, like the other benchmarks; nothing else of the benchmark runs meanwhile), in
 //! bursts of 32, by a driver that plays both the clients and the backends: every burst is
 //! built from what the stage sent out in the bursts before (its SYN cookies, its SNAT
