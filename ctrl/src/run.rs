@@ -17,7 +17,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
+use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, NeighbourCache, PortConf};
 use sluice_dataplane::port::{self, Opened, Pool, PortError, PortKind};
 use sluice_dataplane::rcu::Reader;

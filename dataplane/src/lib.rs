@@ -11,11 +11,13 @@
 //!   matcher, backend sets) bundled in one snapshot.
 //! - [`flow`]: the per-worker flow table: both directions' 5-tuples to one entry, TCP/UDP
 //!   state, timing wheel, fixed capacity.
-//! - [`pipeline`]: the per-burst packet stages the worker calls and their verdicts: one
-//!   parse step, the forwarder (ARP/ND, echo, neighbour learning, routed forwarding) and
-//!   the L4 balancer in front of it (flows, Maglev, policy, full NAT).
+//! - [`pipeline`]: the per-burst stage interface and its verdicts, the one parse step, the
+//!   forwarder (ARP/ND, echo, neighbour learning, routed forwarding) and the packet
+//!   rewrites (full NAT, replies) the stages above it share.
 //! - [`splice`]: delayed binding for SNI/Host routing: SYN cookies, first bytes, and the
 //!   engine that binds a backend and splices the two connections.
+//! - [`balancer`]: the L4 load-balancing stage in front of the forwarder (flows, Maglev,
+//!   policy, full NAT); it hands SNI/Host listeners to the splice engine.
 //! - [`worker`]: pinned run-to-completion loops: burst rx, the pipeline, per-port tx
 //!   buffers, counters, clean stop.
 //! - [`stats`]: named drop reasons and per-worker counters.
@@ -33,6 +35,7 @@
 //! The dataplane never sees manifests, namespaces or selectors: only addresses,
 //! prefixes, ports, identities, host patterns and backends.
 
+pub mod balancer;
 pub mod flow;
 pub mod inspect;
 #[allow(unsafe_code)]

@@ -21,7 +21,7 @@
 //! Every guard cleans up on drop, also when a test panics.
 
 use crate::sys::{ChildGuard, Netns};
-use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
+use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf};
 use sluice_dataplane::port::{Opened, Port};
 use sluice_dataplane::rcu::Publisher;

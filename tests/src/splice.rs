@@ -16,7 +16,7 @@
 
 use crate::fixtures::{cidr, links, SIM_APPLIANCE};
 use crate::sim::{Faults, Rng, Sim};
-use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
+use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::{DropReason, Event};
 use sluice_dataplane::tables::snapshot::Snapshot;

@@ -2,7 +2,7 @@
 //! (outside 10.77.0.2/24 and fd77::2/64, inside 10.78.0.2/24 and fd78::2/64), the
 //! virtual addresses 10.77.0.10 and fd77::10, and frames to feed it.
 
-use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
+use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf};
 use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::tables::snapshot::Snapshot;

@@ -8,7 +8,7 @@
 //! events; and the burst one must really have answered from its burst lookups.
 
 use proptest::prelude::*;
-use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
+use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Ctx, Stage, Verdict};
 use sluice_dataplane::port::{Pkt, Pool};
 use sluice_dataplane::rcu::Publisher;

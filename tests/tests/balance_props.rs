@@ -4,7 +4,7 @@
 //! full recomputation, the oracle), over random clients, ports, payloads and mutations.
 
 use proptest::prelude::*;
-use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
+use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Ctx, Stage, Verdict};
 use sluice_dataplane::port::{Pkt, Pool};
 use sluice_dataplane::rcu::Publisher;

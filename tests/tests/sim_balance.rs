@@ -4,7 +4,7 @@
 //! weight rules (70/30/0 shares; an invalid backend's share reset), NetworkPolicy on new
 //! flows and revocation after a swap, UDP, and IPv6.
 
-use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
+use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::{DropReason, Event};
 use sluice_dataplane::tables::snapshot::Snapshot;

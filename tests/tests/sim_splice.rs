@@ -5,8 +5,8 @@
 //! how the first bytes are cut and ordered, a lost handshake ACK, retransmissions, resets.
 //! Bulk transfers, window scaling, SACK and checksums are in `sim_splice_transfer.rs`.
 
+use sluice_dataplane::balancer::BalancerConfig;
 use sluice_dataplane::flow::TcpState;
-use sluice_dataplane::pipeline::balancer::BalancerConfig;
 use sluice_dataplane::splice::SpliceConfig;
 use sluice_dataplane::stats::{DropReason, Event};
 use sluice_tests::hello;

@@ -4,7 +4,7 @@
 //! numbers and window checked against what the other side sent; SACK blocks under loss;
 //! and the checksums of every frame sluice sends during a lossy run.
 
-use sluice_dataplane::pipeline::balancer::BalancerConfig;
+use sluice_dataplane::balancer::BalancerConfig;
 use sluice_dataplane::splice::SpliceConfig;
 use sluice_dataplane::stats::Event;
 use sluice_tests::hello;

@@ -3,7 +3,7 @@
 //! the flow, through the redirect ring when the hash sends it elsewhere, and comes back to
 //! the client un-NATed with valid checksums.
 
-use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
+use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf};
 use sluice_dataplane::port::{mem, Burst, Pool, Queue};
 use sluice_dataplane::rcu::Publisher;

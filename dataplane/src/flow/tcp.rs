@@ -1,7 +1,7 @@
 //! Connection states, conntrack style: TCP from the flags seen in each direction, UDP
 //! (and other datagram protocols) from whether a reply was seen.
 
-use super::Dir;
+use super::tuple::Dir;
 
 /// TCP flags of a segment (the low byte of the TCP flags field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

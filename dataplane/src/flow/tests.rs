@@ -3,6 +3,9 @@ use std::net::SocketAddr;
 
 use proptest::prelude::*;
 
+use super::entry::{WideAddrs, NIL};
+use super::table::{EMPTY_SLOT, REFILE_HORIZON, SLOTS_PER_FLOW};
+use super::tuple::mapped;
 use super::*;
 
 fn sa(s: &str) -> SocketAddr {

@@ -14,10 +14,9 @@
 //!   routed forwarding), configured by [`ForwarderConfig`]; its answers to packets for
 //!   sluice itself live in `local`, next-hop resolution and parking in `resolve`, the
 //!   routes in [`fib`] and the shared neighbour cache in [`neigh`].
-//! - [`balancer`]: the L4 load-balancing stage in front of the forwarder; delayed binding
-//!   is the splice engine's ([`crate::splice::engine`]).
-//! - [`nat`] and [`reply`]: what the balancer and the splice engine both write into
-//!   packets (full NAT with incremental checksums; RSTs, ICMP errors, TCP segments).
+//! - [`nat`] and [`reply`]: what the balancer ([`crate::balancer`]) and the splice engine
+//!   ([`crate::splice::engine`]) both write into packets (full NAT with incremental
+//!   checksums; RSTs, ICMP errors, TCP segments).
 //!
 //! A packet is parsed once: the balancer's burst pass fills its `Meta`, and the forwarder
 //! routes from it (a packet the balancer leaves alone, or one it rewrote with `Meta` kept
@@ -26,6 +25,9 @@
 //! through the [`wire`](crate::wire) views. No allocation per packet, no lock, no panic on
 //! any input; every drop has a [`DropReason`](crate::stats::DropReason).
 //!
+//! The L4 balancer stage that runs in front of the forwarder is a room of its own,
+//! [`crate::balancer`]: it uses these stages, and nothing here uses it.
+//!
 //! Measured with `bench_forward` and `bench_forward_pipeline` (the forwarder),
 //! `bench_balance` and `bench_balance_policy` (the balancer) and `bench_splice` (delayed
 //! binding); history in `perf/NOTES.md`.
@@ -33,7 +35,6 @@
 //! Nothing here imports this file: it only names the rooms and re-exports what the rest of
 //! the workspace uses, so the modules below form a graph without cycles.
 
-pub mod balancer;
 mod config;
 pub mod fib;
 pub mod forward;

@@ -1,6 +1,8 @@
 //! ARP (RFC 826) for Ethernet and IPv4.
 
-use super::{be, Error, MacAddr, Result};
+use super::be;
+use super::error::{Error, Result};
+use super::ethernet::MacAddr;
 use std::net::Ipv4Addr;
 
 mod field {

@@ -1,6 +1,7 @@
 //! Ethernet II frames (IEEE 802.3 with an EtherType).
 
-use super::{be, Error, Result};
+use super::be;
+use super::error::{Error, Result};
 use core::fmt;
 
 /// A 48-bit MAC address.

@@ -1,6 +1,7 @@
 //! ICMP for IPv4 (RFC 792): echo, destination unreachable, time exceeded.
 
-use super::{be, checksum, Error, Result};
+use super::error::{Error, Result};
+use super::{be, checksum};
 
 mod field {
     pub const TYPE: usize = 0;

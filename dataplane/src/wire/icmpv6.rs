@@ -1,7 +1,9 @@
 //! ICMPv6 (RFC 4443) with Neighbor Discovery (RFC 4861): echo, errors, neighbour
 //! solicitation and advertisement with their link-layer address options.
 
-use super::{be, checksum, ip_proto, Error, MacAddr, Result};
+use super::error::{Error, Result};
+use super::ethernet::MacAddr;
+use super::{be, checksum, ip_proto};
 use std::net::Ipv6Addr;
 
 mod field {

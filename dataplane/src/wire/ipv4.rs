@@ -1,6 +1,7 @@
 //! IPv4 (RFC 791).
 
-use super::{be, checksum, Error, Result};
+use super::error::{Error, Result};
+use super::{be, checksum};
 use std::net::Ipv4Addr;
 
 mod field {

@@ -1,7 +1,8 @@
 //! IPv6 (RFC 8200), fixed header. Extension headers are not walked here: the pipeline
 //! treats a next header it does not handle as such.
 
-use super::{be, Error, Result};
+use super::be;
+use super::error::{Error, Result};
 use std::net::Ipv6Addr;
 
 mod field {

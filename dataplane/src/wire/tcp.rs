@@ -1,6 +1,7 @@
 //! TCP (RFC 9293) segment header.
 
-use super::{be, checksum, ip_proto, Error, Result};
+use super::error::{Error, Result};
+use super::{be, checksum, ip_proto};
 use std::net::IpAddr;
 
 mod field {

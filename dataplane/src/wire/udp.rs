@@ -1,6 +1,7 @@
 //! UDP (RFC 768).
 
-use super::{be, checksum, ip_proto, Error, Result};
+use super::error::{Error, Result};
+use super::{be, checksum, ip_proto};
 use std::net::IpAddr;
 
 mod field {

@@ -1,6 +1,8 @@
 //! IEEE 802.1Q VLAN tags: the four bytes after the outer EtherType `0x8100`.
 
-use super::{be, Error, EtherType, Result};
+use super::be;
+use super::error::{Error, Result};
+use super::ethernet::EtherType;
 
 mod field {
     pub const TCI: usize = 0;

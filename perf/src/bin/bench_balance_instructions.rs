@@ -17,8 +17,8 @@
 
 use sluice_ctrl::compile::build;
 use sluice_ctrl::load::{load_str, Loaded};
+use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::flow::Timeouts;
-use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{
     Ctx, Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Stage, Verdict,
 };

@@ -44,8 +44,8 @@ use clap::Parser;
 use serde_json::{json, Value};
 use sluice_ctrl::compile::ir::Ir;
 use sluice_ctrl::compile::snapshot;
+use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::flow::Timeouts;
-use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{
     Ctx, Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf, Route, Stage, Verdict,
 };

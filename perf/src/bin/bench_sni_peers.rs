@@ -39,7 +39,7 @@
 
 use clap::{Parser, ValueEnum};
 use serde_json::{json, Value};
-use sluice_dataplane::pipeline::balancer::{Balancer, BalancerConfig};
+use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf};
 use sluice_dataplane::port::{tap, Pool};
 use sluice_dataplane::rcu::Publisher;

@@ -2,7 +2,8 @@
 //! fingerprints per group, and where a key with a given hash lives (its group, its
 //! fingerprint, its slot tag).
 
-use super::NONE;
+/// No value in this half of a slot; the one value a pattern cannot have.
+pub const NONE: u32 = u32::MAX;
 
 /// Key bytes kept in the slot itself: keys up to this long (nearly every real host name)
 /// are compared without leaving the slot's cache line. Longer keys keep a [`PREFIX`]-byte

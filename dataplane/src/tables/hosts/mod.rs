@@ -103,6 +103,8 @@ use crate::inspect::name::MAX_NAME_LEN;
 use crate::mem::HugeSlice;
 use layout::{Prints, Slot};
 
+pub use layout::NONE;
+
 /// A host-name pattern.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum HostPattern {
@@ -298,9 +300,6 @@ pub struct Match {
     /// What matched.
     pub kind: MatchKind,
 }
-
-/// No value in this half of a slot; the one value a pattern cannot have.
-pub const NONE: u32 = u32::MAX;
 
 /// Tables from this size up have a lookup fetch the slots of all a name's candidates at
 /// once; smaller ones stay in the core's L2, where prefetching costs instructions and

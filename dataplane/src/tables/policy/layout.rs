@@ -2,7 +2,7 @@
 //! one-line profile summaries with their Bloom filters, one-line identities, and the
 //! key packing and filter functions that build, lookup and bursts share.
 
-use super::{IdentityEntry, PeerKind, PortRange, ProtoClass, NONE, PEER_KINDS};
+use super::keys::{IdentityEntry, PeerKind, PortRange, ProtoClass, NONE, PEER_KINDS};
 use crate::mem::HugeSlice;
 use crate::tables::frozen;
 

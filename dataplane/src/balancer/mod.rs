@@ -3,7 +3,7 @@
 //!
 //! Per packet (one snapshot read per burst, see [`crate::rcu`]):
 //!
-//! 1. **Parse** ([`parse`](super::parse), once for the whole pipeline) Ethernet -> IPv4
+//! 1. **Parse** ([`parse`](crate::pipeline::parse), once for the whole pipeline) Ethernet -> IPv4
 //!    (no fragments) / IPv6 (TCP or UDP right after the fixed header) -> TCP/UDP ports.
 //!    Anything else (ARP, ND, ICMP, IPv6 with extension headers) goes to the [`Forwarder`]
 //!    unchanged, with its metadata; routed non-TCP/UDP traffic passes the policy tables
@@ -56,7 +56,7 @@
 //!
 //! The rooms: this file holds the configuration and the burst's passes; `flows` decides
 //! one TCP/UDP packet (hit, miss, routed, reject), `ahead` makes the burst's policy
-//! checks. NAT and the replies are [`nat`](super::nat) and [`reply`](super::reply),
+//! checks. NAT and the replies are [`nat`](crate::pipeline::nat) and [`reply`](crate::pipeline::reply),
 //! delayed binding is [`crate::splice::engine`]. Measured with `bench_balance`
 //! (established flows, new connections) and `bench_balance_policy` (burst policy checks);
 //! history in `perf/NOTES.md`.
@@ -64,11 +64,11 @@
 mod ahead;
 mod flows;
 
-use super::forward::Forwarder;
-use super::nat::SnatPorts;
-use super::parse::{mac_word, parse, Found};
-use super::stage::{Ctx, Stage, Verdict};
 use crate::flow::{FlowTable, Splice, Timeouts};
+use crate::pipeline::forward::Forwarder;
+use crate::pipeline::nat::SnatPorts;
+use crate::pipeline::parse::{mac_word, parse, Found};
+use crate::pipeline::stage::{Ctx, Stage, Verdict};
 use crate::port::{Pkt, BURST};
 use crate::rcu::Reader;
 use crate::splice::engine::Splicer;
