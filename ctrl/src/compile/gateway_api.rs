@@ -16,6 +16,56 @@ use crate::validate;
 use super::ir::{self, *};
 use super::Ctx;
 
+/// A route that may attach to a listener, as the Gateway API kinds share it.
+struct Candidate<'r> {
+    item: &'r Item,
+    /// `TLSRoute`, `TCPRoute` or `UDPRoute`.
+    kind: &'static str,
+    parents: &'r [gw::ParentReference],
+    hostnames: &'r [String],
+    rules: &'r [gw::RouteRule],
+}
+
+impl<'r> Candidate<'r> {
+    /// The route of `item` when it is of the kind `want_kind` (a listener takes one kind).
+    fn of(item: &'r Item, want_kind: &str) -> Option<Self> {
+        let (parents, hostnames, rules, kind) = match &item.object {
+            Object::TcpRoute(r) if want_kind == "TCPRoute" => {
+                (&r.spec.parent_refs, &[][..], &r.spec.rules, "TCPRoute")
+            }
+            Object::UdpRoute(r) if want_kind == "UDPRoute" => {
+                (&r.spec.parent_refs, &[][..], &r.spec.rules, "UDPRoute")
+            }
+            Object::TlsRoute(r) if want_kind == "TLSRoute" => (
+                &r.spec.parent_refs,
+                &r.spec.hostnames[..],
+                &r.spec.rules,
+                "TLSRoute",
+            ),
+            _ => return None,
+        };
+        Some(Candidate {
+            item,
+            kind,
+            parents,
+            hostnames,
+            rules,
+        })
+    }
+}
+
+/// The route kind a listener of this kind and protocol takes (`""`: none).
+fn want_kind(kind: ListenerKind, l: &gw::Listener) -> &'static str {
+    match kind {
+        ListenerKind::Tcp => "TCPRoute",
+        ListenerKind::Udp => "UDPRoute",
+        ListenerKind::TlsPassthrough | ListenerKind::TlsTerminate if l.protocol == "TLS" => {
+            "TLSRoute"
+        }
+        _ => "",
+    }
+}
+
 impl Ctx<'_> {
     /// Adds a listener per listener of a Gateway API Gateway, with the routes attached
     /// to it; routes that cannot attach are warned about in `diags`.
@@ -39,163 +89,26 @@ impl Ctx<'_> {
             let Ok(port) = u16::try_from(l.port) else {
                 continue;
             };
-            let (kind, protocol) = match (l.protocol.as_str(), l.tls.as_ref().map(|t| t.mode)) {
-                ("TCP", _) => (ListenerKind::Tcp, L4::Tcp),
-                ("UDP", _) => (ListenerKind::Udp, L4::Udp),
-                ("HTTP", _) => (ListenerKind::Http, L4::Tcp),
-                ("TLS", Some(gw::GatewayTlsMode::Passthrough)) => {
-                    (ListenerKind::TlsPassthrough, L4::Tcp)
-                }
-                _ => (ListenerKind::TlsTerminate, L4::Tcp),
-            };
-            let mut listener = Listener {
-                name: format!("Gateway {gns}/{gname} listeners[{li}] ({})", l.name),
-                addresses: self.addresses(&explicit),
-                port,
-                protocol,
-                kind,
-                tls: (kind == ListenerKind::TlsTerminate).then(|| TlsTerminate {
-                    mode: "Terminate".into(),
-                    certificates: l
-                        .tls
-                        .iter()
-                        .flat_map(|t| t.certificate_refs.iter())
-                        .map(|c| {
-                            format!(
-                                "{}/{}",
-                                c.namespace.clone().unwrap_or_else(|| gns.clone()),
-                                c.name
-                            )
-                        })
-                        .collect(),
-                    require_client_cert: false,
-                    http: l.protocol == "HTTPS",
-                }),
-                https_redirect: false,
-                transparent,
-                bindings: Vec::new(),
-            };
-            let want_kind = match kind {
-                ListenerKind::Tcp => "TCPRoute",
-                ListenerKind::Udp => "UDPRoute",
-                ListenerKind::TlsPassthrough | ListenerKind::TlsTerminate
-                    if l.protocol == "TLS" =>
-                {
-                    "TLSRoute"
-                }
-                _ => "",
-            };
+            let mut listener = self.gateway_listener(&gns, &gname, li, l, port, &explicit);
+            listener.transparent = transparent;
+            let want_kind = want_kind(listener.kind, l);
             // Hosts bound so far (the same as `listener.bindings`, for lookups).
             let mut bound: HashSet<String> = HashSet::new();
+            let items = self.items;
             for ri in self.by.routes_for(&gns, &gname, l) {
                 self.stats.candidates += 1;
-                let rit = &self.items[ri];
-                let (parents, hostnames, rules, route_kind) = match &rit.object {
-                    Object::TcpRoute(r) if want_kind == "TCPRoute" => {
-                        (&r.spec.parent_refs, &[][..], &r.spec.rules, "TCPRoute")
-                    }
-                    Object::UdpRoute(r) if want_kind == "UDPRoute" => {
-                        (&r.spec.parent_refs, &[][..], &r.spec.rules, "UDPRoute")
-                    }
-                    Object::TlsRoute(r) if want_kind == "TLSRoute" => (
-                        &r.spec.parent_refs,
-                        &r.spec.hostnames[..],
-                        &r.spec.rules,
-                        "TLSRoute",
-                    ),
-                    _ => continue,
+                let Some(c) = Candidate::of(&items[ri], want_kind) else {
+                    continue;
                 };
-                let rns = rit.object.meta().namespace().to_string();
-                let selects = parents.iter().any(|p| {
-                    p.kind.as_deref().unwrap_or("Gateway") == "Gateway"
-                        && p.namespace.clone().unwrap_or_else(|| rns.clone()) == gns
-                        && p.name == gname
-                        && p.section_name.as_ref().is_none_or(|s| *s == l.name)
-                        && p.port.is_none_or(|pp| pp == l.port)
-                });
-                if !selects {
+                let Some(hosts) = self.attach_hosts(&c, l, &gns, &gname, diags) else {
                     continue;
-                }
-                if !self.allowed(l, &gns, &rns, route_kind) {
-                    rit.reporter(diags).warn(
-                        &rit.path("spec.parentRefs"),
-                        format!("not attached to listener `{}` of Gateway {gns}/{gname}: allowedRoutes does not admit this route", l.name),
-                    );
+                };
+                let Some(ri) = self.add_route(&c, ir) else {
                     continue;
-                }
-                // Hostnames: intersection of listener and route hostnames.
-                let route_hosts: Vec<&str> = hostnames.iter().map(String::as_str).collect();
-                let hosts: Vec<String> =
-                    match hostname::narrow_route_hostnames(l.hostname.as_deref(), &route_hosts) {
-                        Some(h) if h.is_empty() => vec!["*".into()],
-                        Some(h) => h.iter().map(|h| h.to_ascii_lowercase()).collect(),
-                        None => Vec::new(),
-                    };
-                if hosts.is_empty() {
-                    rit.reporter(diags).warn(
-                        &rit.path("spec.hostnames"),
-                        format!("no hostname intersects listener `{}` ({}) of Gateway {gns}/{gname}: not attached", l.name, l.hostname.as_deref().unwrap_or("*")),
-                    );
-                    continue;
-                }
-                let Some(rule) = rules.first() else { continue };
-                let backends: Vec<Backend> = rule
-                    .backend_refs
-                    .iter()
-                    .map(|b| {
-                        let bns = b.namespace.clone().unwrap_or_else(|| rns.clone());
-                        let w = b.weight.unwrap_or(1).clamp(0, validate::MAX_WEIGHT) as u32;
-                        let kind_ok = b.kind.as_deref().unwrap_or("Service") == "Service"
-                            && b.group.as_deref().unwrap_or("").is_empty();
-                        if !kind_ok {
-                            return Backend {
-                                name: format!("{bns}/{}", b.name),
-                                weight: w,
-                                target: BackendTarget::Invalid("unsupported backend kind".into()),
-                            };
-                        }
-                        if !self.index.grant_allows(
-                            ("gateway.networking.k8s.io", route_kind, &rns),
-                            ("", "Service", &bns, &b.name),
-                        ) {
-                            return Backend {
-                                name: format!("{bns}/{}", b.name),
-                                weight: w,
-                                target: BackendTarget::Invalid(
-                                    "cross-namespace reference not permitted by a ReferenceGrant"
-                                        .into(),
-                                ),
-                            };
-                        }
-                        self.backend(&bns, &b.name, b.port, b.port_name.as_deref(), None, w)
-                    })
-                    .collect();
-                let maglev = rule
-                    .backend_refs
-                    .first()
-                    .map(|b| {
-                        self.maglev_size_for(
-                            &b.namespace.clone().unwrap_or_else(|| rns.clone()),
-                            &b.name,
-                        )
-                    })
-                    .unwrap_or(self.default_maglev);
-                let ri = ir.routes.len();
-                ir.routes.push(Route {
-                    name: format!("{route_kind} {rns}/{}", rit.object.meta().name),
-                    kind: if route_kind == "TLSRoute" {
-                        RouteKind::Tls
-                    } else {
-                        RouteKind::Tcp
-                    },
-                    destination_subnets: Vec::new(),
-                    backends,
-                    http: Vec::new(),
-                    maglev_table_size: maglev,
-                });
+                };
                 for h in hosts {
                     if !bound.insert(h.clone()) {
-                        rit.reporter(diags).warn(&rit.path("spec"), format!("host `{h}` on listener `{}` is already taken by an earlier route; this one is not attached for it", l.name));
+                        c.item.reporter(diags).warn(&c.item.path("spec"), format!("host `{h}` on listener `{}` is already taken by an earlier route; this one is not attached for it", l.name));
                         continue;
                     }
                     listener.bindings.push(Binding { host: h, route: ri });
@@ -203,6 +116,157 @@ impl Ctx<'_> {
             }
             ir.listeners.push(listener);
         }
+    }
+
+    /// The IR listener of Gateway `gns/gname`'s listener `l` (number `li`), without
+    /// bindings and not transparent.
+    fn gateway_listener(
+        &self,
+        gns: &str,
+        gname: &str,
+        li: usize,
+        l: &gw::Listener,
+        port: u16,
+        explicit: &[IpAddr],
+    ) -> Listener {
+        let (kind, protocol) = match (l.protocol.as_str(), l.tls.as_ref().map(|t| t.mode)) {
+            ("TCP", _) => (ListenerKind::Tcp, L4::Tcp),
+            ("UDP", _) => (ListenerKind::Udp, L4::Udp),
+            ("HTTP", _) => (ListenerKind::Http, L4::Tcp),
+            ("TLS", Some(gw::GatewayTlsMode::Passthrough)) => {
+                (ListenerKind::TlsPassthrough, L4::Tcp)
+            }
+            _ => (ListenerKind::TlsTerminate, L4::Tcp),
+        };
+        Listener {
+            name: format!("Gateway {gns}/{gname} listeners[{li}] ({})", l.name),
+            addresses: self.addresses(explicit),
+            port,
+            protocol,
+            kind,
+            tls: (kind == ListenerKind::TlsTerminate).then(|| TlsTerminate {
+                mode: "Terminate".into(),
+                certificates: l
+                    .tls
+                    .iter()
+                    .flat_map(|t| t.certificate_refs.iter())
+                    .map(|c| format!("{}/{}", c.namespace.as_deref().unwrap_or(gns), c.name))
+                    .collect(),
+                require_client_cert: false,
+                http: l.protocol == "HTTPS",
+            }),
+            https_redirect: false,
+            transparent: false,
+            bindings: Vec::new(),
+        }
+    }
+
+    /// The hosts a candidate route attaches to listener `l` of Gateway `gns/gname`
+    /// with: `None` when its parentRefs do not select the listener, the listener's
+    /// `allowedRoutes` do not admit it, or no hostname intersects (both warned about).
+    fn attach_hosts(
+        &self,
+        c: &Candidate,
+        l: &gw::Listener,
+        gns: &str,
+        gname: &str,
+        diags: &mut Vec<Diagnostic>,
+    ) -> Option<Vec<String>> {
+        let rit = c.item;
+        let rns = rit.object.meta().namespace();
+        let selects = c.parents.iter().any(|p| {
+            p.kind.as_deref().unwrap_or("Gateway") == "Gateway"
+                && p.namespace.as_deref().unwrap_or(rns) == gns
+                && p.name == gname
+                && p.section_name.as_ref().is_none_or(|s| *s == l.name)
+                && p.port.is_none_or(|pp| pp == l.port)
+        });
+        if !selects {
+            return None;
+        }
+        if !self.allowed(l, gns, rns, c.kind) {
+            rit.reporter(diags).warn(
+                &rit.path("spec.parentRefs"),
+                format!("not attached to listener `{}` of Gateway {gns}/{gname}: allowedRoutes does not admit this route", l.name),
+            );
+            return None;
+        }
+        // Hostnames: intersection of listener and route hostnames.
+        let route_hosts: Vec<&str> = c.hostnames.iter().map(String::as_str).collect();
+        let hosts: Vec<String> =
+            match hostname::narrow_route_hostnames(l.hostname.as_deref(), &route_hosts) {
+                Some(h) if h.is_empty() => vec!["*".into()],
+                Some(h) => h.iter().map(|h| h.to_ascii_lowercase()).collect(),
+                None => Vec::new(),
+            };
+        if hosts.is_empty() {
+            rit.reporter(diags).warn(
+                &rit.path("spec.hostnames"),
+                format!("no hostname intersects listener `{}` ({}) of Gateway {gns}/{gname}: not attached", l.name, l.hostname.as_deref().unwrap_or("*")),
+            );
+            return None;
+        }
+        Some(hosts)
+    }
+
+    /// Adds the IR route of a candidate's (only) rule; returns its index, or `None` when
+    /// the route has no rule.
+    fn add_route(&self, c: &Candidate, ir: &mut Ir) -> Option<usize> {
+        let rule = c.rules.first()?;
+        let rns = c.item.object.meta().namespace();
+        let backends: Vec<Backend> = rule
+            .backend_refs
+            .iter()
+            .map(|b| self.backend_ref(b, rns, c.kind))
+            .collect();
+        let maglev = rule
+            .backend_refs
+            .first()
+            .map(|b| self.maglev_size_for(b.namespace.as_deref().unwrap_or(rns), &b.name))
+            .unwrap_or(self.default_maglev);
+        let ri = ir.routes.len();
+        ir.routes.push(Route {
+            name: format!("{} {rns}/{}", c.kind, c.item.object.meta().name),
+            kind: if c.kind == "TLSRoute" {
+                RouteKind::Tls
+            } else {
+                RouteKind::Tcp
+            },
+            destination_subnets: Vec::new(),
+            backends,
+            http: Vec::new(),
+            maglev_table_size: maglev,
+        });
+        Some(ri)
+    }
+
+    /// The backend of one backendRef of a `route_kind` route in namespace `rns`: invalid
+    /// when it is not a Service or no ReferenceGrant permits the reference.
+    fn backend_ref(&self, b: &gw::BackendRef, rns: &str, route_kind: &str) -> Backend {
+        let bns = b.namespace.as_deref().unwrap_or(rns);
+        let w = b.weight.unwrap_or(1).clamp(0, validate::MAX_WEIGHT) as u32;
+        let kind_ok = b.kind.as_deref().unwrap_or("Service") == "Service"
+            && b.group.as_deref().unwrap_or("").is_empty();
+        if !kind_ok {
+            return Backend {
+                name: format!("{bns}/{}", b.name),
+                weight: w,
+                target: BackendTarget::Invalid("unsupported backend kind".into()),
+            };
+        }
+        if !self.index.grant_allows(
+            ("gateway.networking.k8s.io", route_kind, rns),
+            ("", "Service", bns, &b.name),
+        ) {
+            return Backend {
+                name: format!("{bns}/{}", b.name),
+                weight: w,
+                target: BackendTarget::Invalid(
+                    "cross-namespace reference not permitted by a ReferenceGrant".into(),
+                ),
+            };
+        }
+        self.backend(bns, &b.name, b.port, b.port_name.as_deref(), None, w)
     }
 
     fn allowed(&self, l: &gw::Listener, gns: &str, rns: &str, route_kind: &str) -> bool {

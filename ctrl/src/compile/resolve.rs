@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
+use crate::model::core::{ServicePort, ServiceSpec};
 use crate::model::meta::{IntOrString, LabelSelector};
 use crate::model::{Kind, Object};
 
@@ -113,22 +114,9 @@ impl Ctx<'_> {
         let Object::Service(s) = &item.object else {
             return BackendTarget::Invalid("not a Service".into());
         };
-        let sp = s.spec.ports.iter().find(|p| match (port, port_name) {
-            (Some(n), _) => p.port == i64::from(n),
-            (None, Some(name)) => {
-                p.name.as_deref() == Some(name)
-                    || matches!(&p.target_port, Some(IntOrString::Str(t)) if t == name)
-            }
-            (None, None) => s.spec.ports.len() == 1,
-        });
-        let Some(sp) = sp else {
-            return BackendTarget::Invalid(match (port, port_name) {
-                (Some(n), _) => format!("Service {ns}/{svc} has no port {n}"),
-                (None, Some(n)) => format!("Service {ns}/{svc} has no port named {n}"),
-                (None, None) => {
-                    format!("Service {ns}/{svc} has several ports and the destination names none")
-                }
-            });
+        let sp = match service_port(&s.spec, ns, svc, port, port_name) {
+            Ok(sp) => sp,
+            Err(e) => return BackendTarget::Invalid(e),
         };
         let subset_labels = match subset {
             None => None,
@@ -147,12 +135,40 @@ impl Ctx<'_> {
                 .pod_labels_by_ip(ns, ip)
                 .is_some_and(|l| want.iter().all(|(k, v)| l.get(k) == Some(v))),
         };
-        let mut eps: Vec<SocketAddr> = Vec::new();
         let sp_name = sp.name.clone().unwrap_or_default();
-        // 1. EndpointSlices labelled with the service name.
-        let mut have_source = false;
-        for es in self.by.slices.get(&(ns, svc)).into_iter().flatten() {
-            have_source = true;
+        // EndpointSlices labelled with the service name, else the Endpoints object,
+        // else the Pods selected by the Service.
+        let mut eps = match self.slice_endpoints(ns, svc, &sp_name, &in_subset) {
+            Some(eps) => eps,
+            None => match self.endpoints_object(ns, svc, &sp_name, &in_subset) {
+                Some(eps) => eps,
+                None => self.selected_pods(ns, &s.spec, sp, &in_subset),
+            },
+        };
+        eps.sort();
+        eps.dedup();
+        if eps.is_empty() {
+            BackendTarget::Invalid(format!(
+                "Service {ns}/{svc}{} has no ready endpoints",
+                subset.map(|s| format!(" subset {s}")).unwrap_or_default()
+            ))
+        } else {
+            BackendTarget::Endpoints(eps)
+        }
+    }
+
+    /// The ready endpoints of the EndpointSlices of Service `ns/svc` on the port named
+    /// `sp_name`; `None` when the Service has no EndpointSlice.
+    fn slice_endpoints(
+        &self,
+        ns: &str,
+        svc: &str,
+        sp_name: &str,
+        in_subset: &dyn Fn(IpAddr) -> bool,
+    ) -> Option<Vec<SocketAddr>> {
+        let slices = self.by.slices.get(&(ns, svc))?;
+        let mut eps = Vec::new();
+        for es in slices {
             let Some(p) = es
                 .spec
                 .ports
@@ -176,77 +192,113 @@ impl Ctx<'_> {
                 }
             }
         }
-        // 2. The Endpoints object.
-        if !have_source {
-            if let Some(Object::Endpoints(e)) =
-                self.index.get(Kind::Endpoints, ns, svc).map(|i| &i.object)
-            {
-                have_source = true;
-                for sub in &e.spec {
-                    let Some(p) = sub
-                        .ports
-                        .iter()
-                        .find(|p| {
-                            p.name.clone().unwrap_or_default() == sp_name || sub.ports.len() == 1
-                        })
-                        .and_then(|p| p.port)
-                        .and_then(|p| u16::try_from(p).ok())
-                    else {
-                        continue;
-                    };
-                    for a in &sub.addresses {
-                        if let Ok(ip) = a.ip.parse::<IpAddr>() {
-                            if in_subset(ip) {
-                                eps.push(SocketAddr::new(ip, p));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        // 3. Pods selected by the Service.
-        if !have_source {
-            if let Some(sel) = &s.spec.selector {
-                let sel = LabelSelector {
-                    match_labels: sel.clone(),
-                    match_expressions: Vec::new(),
-                };
-                for p in self.by.pods.get(ns).into_iter().flatten() {
-                    if sel.is_empty() || !sel.matches(&p.meta.labels) {
-                        continue;
-                    }
-                    let target = match &sp.target_port {
-                        None => u16::try_from(sp.port).ok(),
-                        Some(IntOrString::Int(n)) => u16::try_from(*n).ok(),
-                        Some(IntOrString::Str(name)) => p
-                            .spec
-                            .spec
-                            .containers
-                            .iter()
-                            .flat_map(|c| c.ports.iter())
-                            .find(|cp| cp.name.as_deref() == Some(name.as_str()))
-                            .and_then(|cp| u16::try_from(cp.container_port).ok()),
-                    };
-                    let Some(target) = target else { continue };
-                    for ip in p.spec.ips() {
-                        if let Ok(ip) = ip.parse::<IpAddr>() {
-                            if in_subset(ip) {
-                                eps.push(SocketAddr::new(ip, target));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        eps.sort();
-        eps.dedup();
-        if eps.is_empty() {
-            BackendTarget::Invalid(format!(
-                "Service {ns}/{svc}{} has no ready endpoints",
-                subset.map(|s| format!(" subset {s}")).unwrap_or_default()
-            ))
-        } else {
-            BackendTarget::Endpoints(eps)
-        }
+        Some(eps)
     }
+
+    /// The addresses of the Endpoints object of Service `ns/svc` on the port named
+    /// `sp_name` (or its only port); `None` when there is no such object.
+    fn endpoints_object(
+        &self,
+        ns: &str,
+        svc: &str,
+        sp_name: &str,
+        in_subset: &dyn Fn(IpAddr) -> bool,
+    ) -> Option<Vec<SocketAddr>> {
+        let Some(Object::Endpoints(e)) =
+            self.index.get(Kind::Endpoints, ns, svc).map(|i| &i.object)
+        else {
+            return None;
+        };
+        let mut eps = Vec::new();
+        for sub in &e.spec {
+            let Some(p) = sub
+                .ports
+                .iter()
+                .find(|p| p.name.clone().unwrap_or_default() == sp_name || sub.ports.len() == 1)
+                .and_then(|p| p.port)
+                .and_then(|p| u16::try_from(p).ok())
+            else {
+                continue;
+            };
+            for a in &sub.addresses {
+                if let Ok(ip) = a.ip.parse::<IpAddr>() {
+                    if in_subset(ip) {
+                        eps.push(SocketAddr::new(ip, p));
+                    }
+                }
+            }
+        }
+        Some(eps)
+    }
+
+    /// The addresses of the Pods of namespace `ns` that the Service's selector selects,
+    /// on the target port of `sp`.
+    fn selected_pods(
+        &self,
+        ns: &str,
+        spec: &ServiceSpec,
+        sp: &ServicePort,
+        in_subset: &dyn Fn(IpAddr) -> bool,
+    ) -> Vec<SocketAddr> {
+        let mut eps = Vec::new();
+        let Some(sel) = &spec.selector else {
+            return eps;
+        };
+        let sel = LabelSelector {
+            match_labels: sel.clone(),
+            match_expressions: Vec::new(),
+        };
+        for p in self.by.pods.get(ns).into_iter().flatten() {
+            if sel.is_empty() || !sel.matches(&p.meta.labels) {
+                continue;
+            }
+            let target = match &sp.target_port {
+                None => u16::try_from(sp.port).ok(),
+                Some(IntOrString::Int(n)) => u16::try_from(*n).ok(),
+                Some(IntOrString::Str(name)) => p
+                    .spec
+                    .spec
+                    .containers
+                    .iter()
+                    .flat_map(|c| c.ports.iter())
+                    .find(|cp| cp.name.as_deref() == Some(name.as_str()))
+                    .and_then(|cp| u16::try_from(cp.container_port).ok()),
+            };
+            let Some(target) = target else { continue };
+            for ip in p.spec.ips() {
+                if let Ok(ip) = ip.parse::<IpAddr>() {
+                    if in_subset(ip) {
+                        eps.push(SocketAddr::new(ip, target));
+                    }
+                }
+            }
+        }
+        eps
+    }
+}
+
+/// The port of Service `ns/svc` a destination names: by number, else by name or target
+/// port name, else the only port. The error says why there is none.
+fn service_port<'s>(
+    spec: &'s ServiceSpec,
+    ns: &str,
+    svc: &str,
+    port: Option<u32>,
+    port_name: Option<&str>,
+) -> Result<&'s ServicePort, String> {
+    let sp = spec.ports.iter().find(|p| match (port, port_name) {
+        (Some(n), _) => p.port == i64::from(n),
+        (None, Some(name)) => {
+            p.name.as_deref() == Some(name)
+                || matches!(&p.target_port, Some(IntOrString::Str(t)) if t == name)
+        }
+        (None, None) => spec.ports.len() == 1,
+    });
+    sp.ok_or_else(|| match (port, port_name) {
+        (Some(n), _) => format!("Service {ns}/{svc} has no port {n}"),
+        (None, Some(n)) => format!("Service {ns}/{svc} has no port named {n}"),
+        (None, None) => {
+            format!("Service {ns}/{svc} has several ports and the destination names none")
+        }
+    })
 }

@@ -14,6 +14,7 @@ use super::{selector, weight, Index, MAX_BACKEND_REFS};
 /// Gateway API core/extended listener protocols.
 pub const GATEWAY_PROTOCOLS: &[&str] = &["HTTP", "HTTPS", "TLS", "TCP", "UDP"];
 
+/// A Gateway: its addresses, and each listener alone and against the others.
 pub(super) fn gateway(it: &Item, spec: &gw::GatewaySpec, index: &Index, r: &mut Reporter) {
     let ns = it.object.meta().namespace().to_string();
     if spec.listeners.is_empty() {
@@ -22,7 +23,27 @@ pub(super) fn gateway(it: &Item, spec: &gw::GatewaySpec, index: &Index, r: &mut 
             "a Gateway needs at least one listener",
         );
     }
-    for (i, a) in spec.addresses.iter().enumerate() {
+    gateway_addresses(it, &spec.addresses, r);
+    let mut names = BTreeSet::new();
+    let mut seen = PortUse::new();
+    for (i, l) in spec.listeners.iter().enumerate() {
+        let at = format!("spec.listeners[{i}]");
+        if l.name.is_empty() {
+            r.error(&it.path(&format!("{at}.name")), "listener name is required");
+        } else if !names.insert(l.name.clone()) {
+            r.error(
+                &it.path(&format!("{at}.name")),
+                format!("duplicate listener name `{}`", l.name),
+            );
+        }
+        listener(it, &at, l, &ns, index, r);
+        listener_conflicts(it, &at, l, &mut seen, r);
+    }
+}
+
+/// A Gateway's addresses: IP addresses only.
+fn gateway_addresses(it: &Item, addresses: &[gw::GatewayAddress], r: &mut Reporter) {
+    for (i, a) in addresses.iter().enumerate() {
         let kind = a.kind.as_deref().unwrap_or("IPAddress");
         if kind == "IPAddress" && a.value.parse::<IpAddr>().is_err() {
             r.error(
@@ -36,160 +57,173 @@ pub(super) fn gateway(it: &Item, spec: &gw::GatewaySpec, index: &Index, r: &mut 
             );
         }
     }
-    let mut names = BTreeSet::new();
-    // (port, transport) -> (protocol class, hostnames).
-    let mut seen: BTreeMap<(u32, &str), (String, BTreeSet<String>)> = BTreeMap::new();
-    for (i, l) in spec.listeners.iter().enumerate() {
-        let at = format!("spec.listeners[{i}]");
-        if l.name.is_empty() {
-            r.error(&it.path(&format!("{at}.name")), "listener name is required");
-        } else if !names.insert(l.name.clone()) {
-            r.error(
-                &it.path(&format!("{at}.name")),
-                format!("duplicate listener name `{}`", l.name),
+}
+
+/// One listener on its own (at `at`): port, protocol, hostname, tls, allowedRoutes.
+fn listener(it: &Item, at: &str, l: &gw::Listener, ns: &str, index: &Index, r: &mut Reporter) {
+    if !(1..=65535).contains(&l.port) {
+        r.error(
+            &it.path(&format!("{at}.port")),
+            format!("port {} is out of range 1..65535", l.port),
+        );
+    }
+    if !GATEWAY_PROTOCOLS.contains(&l.protocol.as_str()) {
+        r.error(
+            &it.path(&format!("{at}.protocol")),
+            format!(
+                "unknown protocol `{}` (expected one of {})",
+                l.protocol,
+                GATEWAY_PROTOCOLS.join(", ")
+            ),
+        );
+    }
+    if let Some(h) = &l.hostname {
+        hostname(it, &format!("{at}.hostname"), h, r);
+        if matches!(l.protocol.as_str(), "TCP" | "UDP") {
+            r.warn(
+                &it.path(&format!("{at}.hostname")),
+                format!("hostname is ignored on a {} listener", l.protocol),
             );
         }
-        if !(1..=65535).contains(&l.port) {
-            r.error(
-                &it.path(&format!("{at}.port")),
-                format!("port {} is out of range 1..65535", l.port),
-            );
-        }
-        if !GATEWAY_PROTOCOLS.contains(&l.protocol.as_str()) {
-            r.error(
-                &it.path(&format!("{at}.protocol")),
-                format!(
-                    "unknown protocol `{}` (expected one of {})",
-                    l.protocol,
-                    GATEWAY_PROTOCOLS.join(", ")
-                ),
-            );
-        }
-        if let Some(h) = &l.hostname {
-            hostname(it, &format!("{at}.hostname"), h, r);
-            if matches!(l.protocol.as_str(), "TCP" | "UDP") {
-                r.warn(
-                    &it.path(&format!("{at}.hostname")),
-                    format!("hostname is ignored on a {} listener", l.protocol),
+    }
+    listener_tls(it, at, l, ns, index, r);
+    if let Some(ar) = &l.allowed_routes {
+        allowed_routes(it, at, ar, r);
+    }
+}
+
+/// A listener's `tls` against its protocol, with its certificate references.
+fn listener_tls(it: &Item, at: &str, l: &gw::Listener, ns: &str, index: &Index, r: &mut Reporter) {
+    match (&l.tls, l.protocol.as_str()) {
+        (None, "HTTPS" | "TLS") => r.error(
+            &it.path(&format!("{at}.tls")),
+            format!("a {} listener needs tls", l.protocol),
+        ),
+        (Some(_), "HTTP" | "TCP" | "UDP") => r.error(
+            &it.path(&format!("{at}.tls")),
+            format!("tls is invalid on a {} listener", l.protocol),
+        ),
+        (Some(tls), proto) => {
+            if proto == "HTTPS" && tls.mode == GatewayTlsMode::Passthrough {
+                r.error(
+                    &it.path(&format!("{at}.tls.mode")),
+                    "Passthrough needs protocol TLS, not HTTPS",
                 );
             }
-        }
-        match (&l.tls, l.protocol.as_str()) {
-            (None, "HTTPS" | "TLS") => r.error(
-                &it.path(&format!("{at}.tls")),
-                format!("a {} listener needs tls", l.protocol),
-            ),
-            (Some(_), "HTTP" | "TCP" | "UDP") => r.error(
-                &it.path(&format!("{at}.tls")),
-                format!("tls is invalid on a {} listener", l.protocol),
-            ),
-            (Some(tls), proto) => {
-                if proto == "HTTPS" && tls.mode == GatewayTlsMode::Passthrough {
+            if tls.mode == GatewayTlsMode::Terminate && tls.certificate_refs.is_empty() {
+                r.error(
+                    &it.path(&format!("{at}.tls.certificateRefs")),
+                    "mode Terminate needs at least one certificateRef",
+                );
+            }
+            for (j, c) in tls.certificate_refs.iter().enumerate() {
+                let cat = format!("{at}.tls.certificateRefs[{j}]");
+                let kind = c.kind.as_deref().unwrap_or("Secret");
+                let group = c.group.as_deref().unwrap_or("");
+                if kind != "Secret" || !group.is_empty() {
                     r.error(
-                        &it.path(&format!("{at}.tls.mode")),
-                        "Passthrough needs protocol TLS, not HTTPS",
-                    );
-                }
-                if tls.mode == GatewayTlsMode::Terminate && tls.certificate_refs.is_empty() {
-                    r.error(
-                        &it.path(&format!("{at}.tls.certificateRefs")),
-                        "mode Terminate needs at least one certificateRef",
-                    );
-                }
-                for (j, c) in tls.certificate_refs.iter().enumerate() {
-                    let cat = format!("{at}.tls.certificateRefs[{j}]");
-                    let kind = c.kind.as_deref().unwrap_or("Secret");
-                    let group = c.group.as_deref().unwrap_or("");
-                    if kind != "Secret" || !group.is_empty() {
-                        r.error(&it.path(&format!("{cat}.kind")), format!("certificateRef {group}/{kind} is not supported (only core Secrets)"));
-                        continue;
-                    }
-                    let cns = c.namespace.clone().unwrap_or_else(|| ns.clone());
-                    match index.get(Kind::Secret, &cns, &c.name) {
-                        None => r.error(
-                            &it.path(&format!("{cat}.name")),
-                            format!("Secret {cns}/{} not found", c.name),
+                        &it.path(&format!("{cat}.kind")),
+                        format!(
+                            "certificateRef {group}/{kind} is not supported (only core Secrets)"
                         ),
-                        Some(sec) => {
-                            if let Object::Secret(s) = &sec.object {
-                                if s.spec.kind != "kubernetes.io/tls" {
-                                    r.error(&it.path(&format!("{cat}.name")), format!("Secret {cns}/{} has type `{}`; kubernetes.io/tls is required", c.name, s.spec.kind));
-                                }
+                    );
+                    continue;
+                }
+                let cns = c.namespace.clone().unwrap_or_else(|| ns.to_string());
+                match index.get(Kind::Secret, &cns, &c.name) {
+                    None => r.error(
+                        &it.path(&format!("{cat}.name")),
+                        format!("Secret {cns}/{} not found", c.name),
+                    ),
+                    Some(sec) => {
+                        if let Object::Secret(s) = &sec.object {
+                            if s.spec.kind != "kubernetes.io/tls" {
+                                r.error(&it.path(&format!("{cat}.name")), format!("Secret {cns}/{} has type `{}`; kubernetes.io/tls is required", c.name, s.spec.kind));
                             }
                         }
                     }
-                    if !index.grant_allows(
-                        ("gateway.networking.k8s.io", "Gateway", &ns),
-                        ("", "Secret", &cns, &c.name),
-                    ) {
-                        r.error(&it.path(&format!("{cat}.namespace")), format!("reference to Secret {cns}/{} from namespace {ns} is not allowed: no ReferenceGrant in {cns} permits it (RefNotPermitted)", c.name));
-                    }
                 }
-                for k in tls.options.keys() {
-                    if !k.contains('/') {
-                        r.error(&it.path(&format!("{at}.tls.options.{k}")), "implementation-specific options must use domain-prefixed names (example.com/my-option)");
-                    }
+                if !index.grant_allows(
+                    ("gateway.networking.k8s.io", "Gateway", ns),
+                    ("", "Secret", &cns, &c.name),
+                ) {
+                    r.error(&it.path(&format!("{cat}.namespace")), format!("reference to Secret {cns}/{} from namespace {ns} is not allowed: no ReferenceGrant in {cns} permits it (RefNotPermitted)", c.name));
                 }
+            }
+            for k in tls.options.keys() {
+                if !k.contains('/') {
+                    r.error(&it.path(&format!("{at}.tls.options.{k}")), "implementation-specific options must use domain-prefixed names (example.com/my-option)");
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A listener's `allowedRoutes`: a namespace selector when asked for, known kinds.
+fn allowed_routes(it: &Item, at: &str, ar: &gw::AllowedRoutes, r: &mut Reporter) {
+    if let Some(nsel) = &ar.namespaces {
+        match (nsel.from, &nsel.selector) {
+            (gw::FromNamespaces::Selector, None) => r.error(
+                &it.path(&format!("{at}.allowedRoutes.namespaces.selector")),
+                "from: Selector needs a selector",
+            ),
+            (gw::FromNamespaces::Selector, Some(s)) => {
+                selector(it, &format!("{at}.allowedRoutes.namespaces.selector"), s, r)
             }
             _ => {}
         }
-        if let Some(ar) = &l.allowed_routes {
-            if let Some(nsel) = &ar.namespaces {
-                match (nsel.from, &nsel.selector) {
-                    (gw::FromNamespaces::Selector, None) => r.error(
-                        &it.path(&format!("{at}.allowedRoutes.namespaces.selector")),
-                        "from: Selector needs a selector",
-                    ),
-                    (gw::FromNamespaces::Selector, Some(s)) => {
-                        selector(it, &format!("{at}.allowedRoutes.namespaces.selector"), s, r)
-                    }
-                    _ => {}
-                }
-            }
-            for (j, k) in ar.kinds.iter().enumerate() {
-                if !matches!(
-                    k.kind.as_str(),
-                    "TLSRoute" | "TCPRoute" | "HTTPRoute" | "UDPRoute" | "GRPCRoute"
-                ) {
-                    r.error(
-                        &it.path(&format!("{at}.allowedRoutes.kinds[{j}].kind")),
-                        format!("unknown route kind `{}`", k.kind),
-                    );
-                }
-            }
-        }
-        // Listeners on one port must be distinct by hostname and compatible by protocol;
-        // a UDP listener and a TCP-based one on the same port are distinct (Gateway API:
-        // "a mixture of TCP and UDP Protocol Listeners" is allowed), like DNS on 53.
-        let transport = if l.protocol == "UDP" { "UDP" } else { "TCP" };
-        let class = match l.protocol.as_str() {
-            "HTTP" => "HTTP",
-            "HTTPS" | "TLS" => "TLS",
-            other => other,
-        }
-        .to_string();
-        let entry = seen
-            .entry((l.port, transport))
-            .or_insert_with(|| (class.clone(), BTreeSet::new()));
-        let host = l.hostname.clone().unwrap_or_default();
-        if entry.0 != class {
+    }
+    for (j, k) in ar.kinds.iter().enumerate() {
+        if !matches!(
+            k.kind.as_str(),
+            "TLSRoute" | "TCPRoute" | "HTTPRoute" | "UDPRoute" | "GRPCRoute"
+        ) {
             r.error(
-                &it.path(&format!("{at}.protocol")),
-                format!(
-                    "conflicting listeners on port {}: {} and {}",
-                    l.port, entry.0, l.protocol
-                ),
-            );
-        } else if !entry.1.insert(host.clone()) {
-            r.error(
-                &it.path(&format!("{at}.hostname")),
-                format!(
-                    "conflicting listeners on port {}: hostname `{}` is used twice",
-                    l.port,
-                    if host.is_empty() { "<any>" } else { &host }
-                ),
+                &it.path(&format!("{at}.allowedRoutes.kinds[{j}].kind")),
+                format!("unknown route kind `{}`", k.kind),
             );
         }
+    }
+}
+
+/// What the listeners checked so far use on a (port, transport): the protocol class and
+/// the hostnames.
+type PortUse = BTreeMap<(u32, &'static str), (String, BTreeSet<String>)>;
+
+/// A listener against the earlier ones of its Gateway (`seen`).
+fn listener_conflicts(it: &Item, at: &str, l: &gw::Listener, seen: &mut PortUse, r: &mut Reporter) {
+    // Listeners on one port must be distinct by hostname and compatible by protocol;
+    // a UDP listener and a TCP-based one on the same port are distinct (Gateway API:
+    // "a mixture of TCP and UDP Protocol Listeners" is allowed), like DNS on 53.
+    let transport = if l.protocol == "UDP" { "UDP" } else { "TCP" };
+    let class = match l.protocol.as_str() {
+        "HTTP" => "HTTP",
+        "HTTPS" | "TLS" => "TLS",
+        other => other,
+    }
+    .to_string();
+    let entry = seen
+        .entry((l.port, transport))
+        .or_insert_with(|| (class.clone(), BTreeSet::new()));
+    let host = l.hostname.clone().unwrap_or_default();
+    if entry.0 != class {
+        r.error(
+            &it.path(&format!("{at}.protocol")),
+            format!(
+                "conflicting listeners on port {}: {} and {}",
+                l.port, entry.0, l.protocol
+            ),
+        );
+    } else if !entry.1.insert(host.clone()) {
+        r.error(
+            &it.path(&format!("{at}.hostname")),
+            format!(
+                "conflicting listeners on port {}: hostname `{}` is used twice",
+                l.port,
+                if host.is_empty() { "<any>" } else { &host }
+            ),
+        );
     }
 }
 
