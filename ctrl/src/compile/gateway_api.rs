@@ -10,10 +10,11 @@ use sluice_dataplane::tables::hostname;
 use crate::diag::Diagnostic;
 use crate::load::Item;
 use crate::model::gateway_api as gw;
+use crate::model::meta::transparent_by_annotation;
 use crate::model::{Kind, Object};
 use crate::validate;
 
-use super::ir::{self, *};
+use super::ir::*;
 use super::Ctx;
 
 /// A route that may attach to a listener, as the Gateway API kinds share it.
@@ -78,8 +79,7 @@ impl Ctx<'_> {
     ) {
         let gns = it.object.meta().namespace().to_string();
         let gname = it.object.meta().name.clone();
-        let transparent =
-            ir::transparent_by_annotation(&it.object.meta().annotations).unwrap_or(false);
+        let transparent = transparent_by_annotation(&it.object.meta().annotations).unwrap_or(false);
         let explicit: Vec<IpAddr> = spec
             .addresses
             .iter()

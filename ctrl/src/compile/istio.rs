@@ -9,10 +9,11 @@ use sluice_dataplane::tables::hostname;
 
 use crate::load::Item;
 use crate::model::istio;
+use crate::model::meta::transparent_by_annotation;
 use crate::model::{Kind, Object};
 use crate::validate;
 
-use super::ir::{self, *};
+use super::ir::*;
 use super::{Ctx, CLUSTER_DOMAIN};
 
 /// Istio's binding of a VirtualService host to a Gateway server host: they bind when
@@ -62,8 +63,7 @@ impl Ctx<'_> {
         let gns = it.object.meta().namespace().to_string();
         let gname = it.object.meta().name.clone();
         // A bad value is a validation error, so the IR is never built with one.
-        let transparent =
-            ir::transparent_by_annotation(&it.object.meta().annotations).unwrap_or(false);
+        let transparent = transparent_by_annotation(&it.object.meta().annotations).unwrap_or(false);
         for (si, server) in spec.servers.iter().enumerate() {
             let proto = server.port.protocol.to_ascii_uppercase();
             let Ok(port) = u16::try_from(server.port.number) else {

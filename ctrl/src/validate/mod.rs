@@ -28,7 +28,9 @@ use ipnet::IpNet;
 
 use crate::diag::{Diagnostic, Reporter};
 use crate::load::{Item, Loaded};
-use crate::model::meta::{LabelSelector, SelectorOperator};
+use crate::model::meta::{
+    transparent_by_annotation, LabelSelector, SelectorOperator, SOURCE_NAT_ANNOTATION,
+};
 use crate::model::{Kind, Object};
 
 pub use gateway_api::GATEWAY_PROTOCOLS;
@@ -91,11 +93,10 @@ pub fn validate(loaded: &mut Loaded) {
             }
             if matches!(it.object.kind(), Kind::Gateway | Kind::IstioGateway) {
                 let meta = it.object.meta();
-                if let Err(e) = crate::compile::ir::transparent_by_annotation(&meta.annotations) {
+                if let Err(e) = transparent_by_annotation(&meta.annotations) {
                     r.error(
-                        &it.path("metadata.annotations")
-                            .key(crate::compile::ir::SOURCE_NAT_ANNOTATION),
-                        e,
+                        &it.path("metadata.annotations").key(SOURCE_NAT_ANNOTATION),
+                        e.to_string(),
                     );
                 }
             }
