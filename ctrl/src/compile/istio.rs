@@ -10,7 +10,7 @@ use sluice_dataplane::tables::hostname;
 use crate::load::Item;
 use crate::model::istio;
 use crate::model::meta::transparent_by_annotation;
-use crate::model::{Kind, Object};
+use crate::model::{Kind, Object, Resource};
 use crate::validate;
 
 use super::ir::*;
@@ -36,6 +36,106 @@ fn subnets<'a>(cidrs: impl Iterator<Item = &'a String>) -> Vec<ipnet::IpNet> {
     cidrs
         .filter_map(|c| c.parse::<ipnet::IpNet>().ok().map(|n| n.trunc()))
         .collect()
+}
+
+/// A server's host entries as (namespace constraint, host pattern): `*` for any
+/// namespace, `.` resolved to the gateway's.
+fn server_hosts(server: &istio::Server, gns: &str) -> Vec<(String, String)> {
+    server
+        .hosts
+        .iter()
+        .map(|h| match h.split_once('/') {
+            Some((".", host)) => (gns.to_string(), host.to_ascii_lowercase()),
+            Some((ns, host)) => (ns.to_string(), host.to_ascii_lowercase()),
+            None => ("*".to_string(), h.to_ascii_lowercase()),
+        })
+        .collect()
+}
+
+/// A VirtualService that names an Istio Gateway, is exported to its namespace and has
+/// hosts a server of it admits: what binding its routes to that server needs.
+struct VsBinding<'v> {
+    vs: &'v Resource<istio::VirtualServiceSpec>,
+    /// The VirtualService's namespace.
+    vns: String,
+    gns: &'v str,
+    gname: &'v str,
+    /// The server's port number.
+    port: u32,
+    /// The VirtualService's hosts narrowed to the server hosts its namespace may use.
+    hosts: Vec<String>,
+}
+
+impl<'v> VsBinding<'v> {
+    /// `None` when `vs` does not bind to the server (port `port`, hosts
+    /// `server_hosts`) of Gateway `gns/gname`.
+    fn new(
+        vs: &'v Resource<istio::VirtualServiceSpec>,
+        gns: &'v str,
+        gname: &'v str,
+        port: u32,
+        server_hosts: &[(String, String)],
+    ) -> Option<Self> {
+        let vns = vs.meta.namespace().to_string();
+        let names_gateway = vs.spec.gateways.iter().any(|g| {
+            let (ns, n) = validate::split_gateway_ref(g, &vns);
+            ns == gns && n == gname
+        });
+        let exported = vs.spec.export_to.is_empty()
+            || vs
+                .spec
+                .export_to
+                .iter()
+                .any(|e| e == "*" || (e == "." && vns == gns) || *e == gns);
+        if !names_gateway || !exported {
+            return None;
+        }
+        let mut hosts: Vec<String> = Vec::new();
+        for (nsc, sh) in server_hosts {
+            if nsc != "*" && *nsc != vns {
+                continue;
+            }
+            for vh in &vs.spec.hosts {
+                if let Some(h) = istio_bound_host(sh, vh) {
+                    if !hosts.contains(&h) {
+                        hosts.push(h);
+                    }
+                }
+            }
+        }
+        if hosts.is_empty() {
+            return None;
+        }
+        Some(VsBinding {
+            vs,
+            vns,
+            gns,
+            gname,
+            port,
+            hosts,
+        })
+    }
+
+    /// Whether a match's `gateways` (empty: the VirtualService's) include this gateway.
+    fn gw_ok(&self, gws: &[String]) -> bool {
+        gws.is_empty()
+            || gws.iter().any(|g| {
+                let (ns, n) = validate::split_gateway_ref(g, &self.vns);
+                ns == self.gns && n == self.gname
+            })
+    }
+
+    /// The name of a route made of the VirtualService's `what`.
+    fn label(&self, what: &str) -> String {
+        format!("VirtualService {}/{} {what}", self.vns, self.vs.meta.name)
+    }
+}
+
+/// Where one server's bindings go: its listener, the hosts it has bound, the IR routes.
+struct Bind<'b> {
+    listener: &'b mut Listener,
+    bound: &'b mut HashSet<String>,
+    ir: &'b mut Ir,
 }
 
 impl Ctx<'_> {
@@ -65,78 +165,31 @@ impl Ctx<'_> {
         // A bad value is a validation error, so the IR is never built with one.
         let transparent = transparent_by_annotation(&it.object.meta().annotations).unwrap_or(false);
         for (si, server) in spec.servers.iter().enumerate() {
-            let proto = server.port.protocol.to_ascii_uppercase();
             let Ok(port) = u16::try_from(server.port.number) else {
                 continue;
             };
-            let tls = server.tls.as_ref();
-            let mode = tls.map(|t| t.mode);
-            let kind = match (proto.as_str(), mode) {
-                ("HTTP" | "HTTP2" | "GRPC" | "GRPC-WEB", _) => ListenerKind::Http,
-                ("TLS", Some(istio::TlsMode::AutoPassthrough)) => ListenerKind::TlsAutoPassthrough,
-                ("TLS", Some(istio::TlsMode::Passthrough) | None) => ListenerKind::TlsPassthrough,
-                ("TLS" | "HTTPS", Some(_)) => ListenerKind::TlsTerminate,
-                _ => ListenerKind::Tcp,
-            };
-            let terminate = (kind == ListenerKind::TlsTerminate).then(|| {
-                let t = tls.cloned().unwrap_or_default();
-                TlsTerminate {
-                    mode: t.mode.as_str().to_string(),
-                    certificates: match &t.credential_name {
-                        Some(c) => vec![format!("{gns}/{c}")],
-                        None => t.server_certificate.iter().cloned().collect(),
-                    },
-                    require_client_cert: t.mode == istio::TlsMode::Mutual,
-                    http: proto == "HTTPS",
-                }
-            });
-            let bind: Vec<IpAddr> = server.bind.iter().filter_map(|b| b.parse().ok()).collect();
-            let mut listener = Listener {
-                name: format!(
-                    "{} {gns}/{gname} servers[{si}]{}",
-                    Kind::IstioGateway.as_str(),
-                    server
-                        .name
-                        .as_ref()
-                        .map(|n| format!(" ({n})"))
-                        .unwrap_or_default()
-                ),
-                addresses: self.addresses(&bind),
-                port,
-                protocol: L4::Tcp,
-                kind,
-                tls: terminate,
-                https_redirect: tls.is_some_and(|t| t.https_redirect),
-                transparent,
-                bindings: Vec::new(),
-            };
-            // Server host entries: (namespace constraint, host pattern).
-            let server_hosts: Vec<(String, String)> = server
-                .hosts
-                .iter()
-                .map(|h| match h.split_once('/') {
-                    Some((".", host)) => (gns.clone(), host.to_ascii_lowercase()),
-                    Some((ns, host)) => (ns.to_string(), host.to_ascii_lowercase()),
-                    None => ("*".to_string(), h.to_ascii_lowercase()),
-                })
-                .collect();
-            if kind == ListenerKind::TlsAutoPassthrough {
+            let mut listener = self.istio_listener(&gns, &gname, si, server, port);
+            listener.transparent = transparent;
+            let server_hosts = server_hosts(server, &gns);
+            if listener.kind == ListenerKind::TlsAutoPassthrough {
                 self.auto_passthrough(&server_hosts, u32::from(port), &mut listener, ir);
                 ir.listeners.push(listener);
                 continue;
             }
             // Hosts bound so far (the same as `listener.bindings`, for lookups).
             let mut bound: HashSet<String> = HashSet::new();
+            let http = listener.tls.as_ref().is_some_and(|t| t.http);
             let tcp_like = matches!(
-                kind,
+                listener.kind,
                 ListenerKind::Tcp | ListenerKind::Udp | ListenerKind::TlsTerminate
-            ) && !listener.tls.as_ref().is_some_and(|t| t.http);
+            ) && !http;
+            let items = self.items;
             for vi in self
                 .by
                 .virtual_services_for(&gns, &gname, server.port.number)
             {
                 self.stats.candidates += 1;
-                let Object::VirtualService(vs) = &self.items[vi].object else {
+                let Object::VirtualService(vs) = &items[vi].object else {
                     continue;
                 };
                 if tcp_like && !listener.bindings.is_empty() {
@@ -144,193 +197,228 @@ impl Ctx<'_> {
                     // no later VirtualService can add anything.
                     break;
                 }
-                let vns = vs.meta.namespace().to_string();
-                let names_gateway = vs.spec.gateways.iter().any(|g| {
-                    let (ns, n) = validate::split_gateway_ref(g, &vns);
-                    ns == gns && n == gname
-                });
-                let exported = vs.spec.export_to.is_empty()
-                    || vs
-                        .spec
-                        .export_to
-                        .iter()
-                        .any(|e| e == "*" || (e == "." && vns == gns) || *e == gns);
-                if !names_gateway || !exported {
+                let Some(b) = VsBinding::new(vs, &gns, &gname, server.port.number, &server_hosts)
+                else {
                     continue;
-                }
-                // VirtualService hosts narrowed to the server hosts its namespace may use.
-                let mut hosts: Vec<String> = Vec::new();
-                for (nsc, sh) in &server_hosts {
-                    if nsc != "*" && *nsc != vns {
-                        continue;
-                    }
-                    for vh in &vs.spec.hosts {
-                        if let Some(h) = istio_bound_host(sh, vh) {
-                            if !hosts.contains(&h) {
-                                hosts.push(h);
-                            }
-                        }
-                    }
-                }
-                if hosts.is_empty() {
-                    continue;
-                }
-                let gw_ok = |gws: &[String]| {
-                    gws.is_empty()
-                        || gws.iter().any(|g| {
-                            let (ns, n) = validate::split_gateway_ref(g, &vns);
-                            ns == gns && n == gname
-                        })
                 };
-                let label = |what: &str| format!("VirtualService {vns}/{} {what}", vs.meta.name);
-                let maglev = |backends: &[istio::RouteDestination]| {
-                    backends
-                        .first()
-                        .map(|d| {
-                            let (ns, svc) = validate::service_of_host(&d.destination.host, &vns);
-                            self.maglev_size_for(ns, svc)
-                        })
-                        .unwrap_or(self.default_maglev)
+                let mut to = Bind {
+                    listener: &mut listener,
+                    bound: &mut bound,
+                    ir: &mut *ir,
                 };
-                match kind {
-                    ListenerKind::TlsPassthrough => {
-                        for (ti, t) in vs.spec.tls.iter().enumerate() {
-                            let mut snis = Vec::new();
-                            for m in &t.matches {
-                                if m.port.is_some_and(|p| p != server.port.number)
-                                    || !gw_ok(&m.gateways)
-                                {
-                                    continue;
-                                }
-                                for sni in &m.sni_hosts {
-                                    for h in &hosts {
-                                        if let Some(x) = istio_bound_host(h, sni) {
-                                            snis.push((x, m.destination_subnets.clone()));
-                                        }
-                                    }
-                                }
-                            }
-                            if snis.is_empty() {
-                                continue;
-                            }
-                            let ri = ir.routes.len();
-                            ir.routes.push(Route {
-                                name: label(&format!("tls[{ti}]")),
-                                kind: RouteKind::Tls,
-                                destination_subnets: subnets(
-                                    snis.iter().flat_map(|(_, s)| s.iter()),
-                                ),
-                                backends: self.istio_destinations(&t.route, &vns),
-                                http: Vec::new(),
-                                maglev_table_size: maglev(&t.route),
-                            });
-                            for (sni, _) in snis {
-                                if bound.insert(sni.clone()) {
-                                    listener.bindings.push(Binding {
-                                        host: sni,
-                                        route: ri,
-                                    });
-                                }
-                            }
-                        }
+                match to.listener.kind {
+                    ListenerKind::TlsPassthrough => self.bind_tls(&b, &mut to),
+                    ListenerKind::Tcp | ListenerKind::Udp | ListenerKind::TlsTerminate if !http => {
+                        self.bind_tcp(&b, &mut to)
                     }
-                    ListenerKind::Tcp | ListenerKind::Udp | ListenerKind::TlsTerminate
-                        if !listener.tls.as_ref().is_some_and(|t| t.http) =>
-                    {
-                        for (ti, t) in vs.spec.tcp.iter().enumerate() {
-                            let applies = t.matches.is_empty()
-                                || t.matches.iter().any(|m| {
-                                    m.port.is_none_or(|p| p == server.port.number)
-                                        && gw_ok(&m.gateways)
-                                });
-                            if !applies || bound.contains("*") {
-                                continue;
-                            }
-                            let ri = ir.routes.len();
-                            ir.routes.push(Route {
-                                name: label(&format!("tcp[{ti}]")),
-                                kind: RouteKind::Tcp,
-                                destination_subnets: subnets(
-                                    t.matches.iter().flat_map(|m| m.destination_subnets.iter()),
-                                ),
-                                backends: self.istio_destinations(&t.route, &vns),
-                                http: Vec::new(),
-                                maglev_table_size: maglev(&t.route),
-                            });
-                            bound.insert("*".into());
-                            listener.bindings.push(Binding {
-                                host: "*".into(),
-                                route: ri,
-                            });
-                        }
-                    }
-                    ListenerKind::Http | ListenerKind::TlsTerminate => {
-                        let rules: Vec<HttpRule> = vs
-                            .spec
-                            .http
-                            .iter()
-                            .filter(|h| {
-                                h.matches.is_empty()
-                                    || h.matches.iter().any(|m| {
-                                        m.port.is_none_or(|p| p == server.port.number)
-                                            && gw_ok(&m.gateways)
-                                    })
-                            })
-                            .map(|h| HttpRule {
-                                uri: h
-                                    .matches
-                                    .iter()
-                                    .filter_map(|m| m.uri.as_ref())
-                                    .filter_map(|u| match (&u.exact, &u.prefix) {
-                                        (Some(e), _) => Some(StringMatch::Exact(e.clone())),
-                                        (None, Some(p)) => Some(StringMatch::Prefix(p.clone())),
-                                        _ => None,
-                                    })
-                                    .collect(),
-                                backends: self.istio_destinations(&h.route, &vns),
-                                redirect: h.redirect.as_ref().map(|r| Redirect {
-                                    code: r
-                                        .redirect_code
-                                        .and_then(|c| u16::try_from(c).ok())
-                                        .unwrap_or(301),
-                                    scheme: r.scheme.clone(),
-                                    authority: r.authority.clone(),
-                                    path: r.uri.clone(),
-                                }),
-                            })
-                            .collect();
-                        if rules.is_empty() {
-                            continue;
-                        }
-                        let ri = ir.routes.len();
-                        let first = vs
-                            .spec
-                            .http
-                            .iter()
-                            .flat_map(|h| h.route.iter())
-                            .cloned()
-                            .collect::<Vec<_>>();
-                        ir.routes.push(Route {
-                            name: label("http"),
-                            kind: RouteKind::Http,
-                            destination_subnets: Vec::new(),
-                            backends: Vec::new(),
-                            http: rules,
-                            maglev_table_size: maglev(&first),
-                        });
-                        for h in &hosts {
-                            if bound.insert(h.clone()) {
-                                listener.bindings.push(Binding {
-                                    host: h.clone(),
-                                    route: ri,
-                                });
-                            }
-                        }
-                    }
+                    ListenerKind::Http | ListenerKind::TlsTerminate => self.bind_http(&b, &mut to),
                     _ => {}
                 }
             }
             ir.listeners.push(listener);
+        }
+    }
+
+    /// The IR listener of server `si` of Istio Gateway `gns/gname`, without bindings
+    /// and not transparent.
+    fn istio_listener(
+        &self,
+        gns: &str,
+        gname: &str,
+        si: usize,
+        server: &istio::Server,
+        port: u16,
+    ) -> Listener {
+        let proto = server.port.protocol.to_ascii_uppercase();
+        let tls = server.tls.as_ref();
+        let mode = tls.map(|t| t.mode);
+        let kind = match (proto.as_str(), mode) {
+            ("HTTP" | "HTTP2" | "GRPC" | "GRPC-WEB", _) => ListenerKind::Http,
+            ("TLS", Some(istio::TlsMode::AutoPassthrough)) => ListenerKind::TlsAutoPassthrough,
+            ("TLS", Some(istio::TlsMode::Passthrough) | None) => ListenerKind::TlsPassthrough,
+            ("TLS" | "HTTPS", Some(_)) => ListenerKind::TlsTerminate,
+            _ => ListenerKind::Tcp,
+        };
+        let terminate = (kind == ListenerKind::TlsTerminate).then(|| {
+            let t = tls.cloned().unwrap_or_default();
+            TlsTerminate {
+                mode: t.mode.as_str().to_string(),
+                certificates: match &t.credential_name {
+                    Some(c) => vec![format!("{gns}/{c}")],
+                    None => t.server_certificate.iter().cloned().collect(),
+                },
+                require_client_cert: t.mode == istio::TlsMode::Mutual,
+                http: proto == "HTTPS",
+            }
+        });
+        let bind: Vec<IpAddr> = server.bind.iter().filter_map(|b| b.parse().ok()).collect();
+        Listener {
+            name: format!(
+                "{} {gns}/{gname} servers[{si}]{}",
+                Kind::IstioGateway.as_str(),
+                server
+                    .name
+                    .as_ref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
+            ),
+            addresses: self.addresses(&bind),
+            port,
+            protocol: L4::Tcp,
+            kind,
+            tls: terminate,
+            https_redirect: tls.is_some_and(|t| t.https_redirect),
+            transparent: false,
+            bindings: Vec::new(),
+        }
+    }
+
+    /// The Maglev table size of a route: that of its first destination's Service.
+    fn maglev_of(&self, backends: &[istio::RouteDestination], vns: &str) -> u64 {
+        backends
+            .first()
+            .map(|d| {
+                let (ns, svc) = validate::service_of_host(&d.destination.host, vns);
+                self.maglev_size_for(ns, svc)
+            })
+            .unwrap_or(self.default_maglev)
+    }
+
+    /// A TLS passthrough server: a route per `tls` entry, bound to the SNI hosts of its
+    /// matches that the server hosts admit.
+    fn bind_tls(&self, b: &VsBinding, to: &mut Bind) {
+        let vs = b.vs;
+        for (ti, t) in vs.spec.tls.iter().enumerate() {
+            let mut snis = Vec::new();
+            for m in &t.matches {
+                if m.port.is_some_and(|p| p != b.port) || !b.gw_ok(&m.gateways) {
+                    continue;
+                }
+                for sni in &m.sni_hosts {
+                    for h in &b.hosts {
+                        if let Some(x) = istio_bound_host(h, sni) {
+                            snis.push((x, m.destination_subnets.clone()));
+                        }
+                    }
+                }
+            }
+            if snis.is_empty() {
+                continue;
+            }
+            let ri = to.ir.routes.len();
+            to.ir.routes.push(Route {
+                name: b.label(&format!("tls[{ti}]")),
+                kind: RouteKind::Tls,
+                destination_subnets: subnets(snis.iter().flat_map(|(_, s)| s.iter())),
+                backends: self.istio_destinations(&t.route, &b.vns),
+                http: Vec::new(),
+                maglev_table_size: self.maglev_of(&t.route, &b.vns),
+            });
+            for (sni, _) in snis {
+                if to.bound.insert(sni.clone()) {
+                    to.listener.bindings.push(Binding {
+                        host: sni,
+                        route: ri,
+                    });
+                }
+            }
+        }
+    }
+
+    /// A TCP (or TLS-terminating, not HTTPS) server: the first applicable `tcp` entry
+    /// becomes its catch-all route.
+    fn bind_tcp(&self, b: &VsBinding, to: &mut Bind) {
+        let vs = b.vs;
+        for (ti, t) in vs.spec.tcp.iter().enumerate() {
+            let applies = t.matches.is_empty()
+                || t.matches
+                    .iter()
+                    .any(|m| m.port.is_none_or(|p| p == b.port) && b.gw_ok(&m.gateways));
+            if !applies || to.bound.contains("*") {
+                continue;
+            }
+            let ri = to.ir.routes.len();
+            to.ir.routes.push(Route {
+                name: b.label(&format!("tcp[{ti}]")),
+                kind: RouteKind::Tcp,
+                destination_subnets: subnets(
+                    t.matches.iter().flat_map(|m| m.destination_subnets.iter()),
+                ),
+                backends: self.istio_destinations(&t.route, &b.vns),
+                http: Vec::new(),
+                maglev_table_size: self.maglev_of(&t.route, &b.vns),
+            });
+            to.bound.insert("*".into());
+            to.listener.bindings.push(Binding {
+                host: "*".into(),
+                route: ri,
+            });
+        }
+    }
+
+    /// An HTTP (or HTTPS-terminating) server: the applicable `http` entries become the
+    /// rules of one route, bound to every host of the binding.
+    fn bind_http(&self, b: &VsBinding, to: &mut Bind) {
+        let vs = b.vs;
+        let rules: Vec<HttpRule> = vs
+            .spec
+            .http
+            .iter()
+            .filter(|h| {
+                h.matches.is_empty()
+                    || h.matches
+                        .iter()
+                        .any(|m| m.port.is_none_or(|p| p == b.port) && b.gw_ok(&m.gateways))
+            })
+            .map(|h| HttpRule {
+                uri: h
+                    .matches
+                    .iter()
+                    .filter_map(|m| m.uri.as_ref())
+                    .filter_map(|u| match (&u.exact, &u.prefix) {
+                        (Some(e), _) => Some(StringMatch::Exact(e.clone())),
+                        (None, Some(p)) => Some(StringMatch::Prefix(p.clone())),
+                        _ => None,
+                    })
+                    .collect(),
+                backends: self.istio_destinations(&h.route, &b.vns),
+                redirect: h.redirect.as_ref().map(|r| Redirect {
+                    code: r
+                        .redirect_code
+                        .and_then(|c| u16::try_from(c).ok())
+                        .unwrap_or(301),
+                    scheme: r.scheme.clone(),
+                    authority: r.authority.clone(),
+                    path: r.uri.clone(),
+                }),
+            })
+            .collect();
+        if rules.is_empty() {
+            return;
+        }
+        let ri = to.ir.routes.len();
+        let first = vs
+            .spec
+            .http
+            .iter()
+            .flat_map(|h| h.route.iter())
+            .cloned()
+            .collect::<Vec<_>>();
+        to.ir.routes.push(Route {
+            name: b.label("http"),
+            kind: RouteKind::Http,
+            destination_subnets: Vec::new(),
+            backends: Vec::new(),
+            http: rules,
+            maglev_table_size: self.maglev_of(&first, &b.vns),
+        });
+        for h in &b.hosts {
+            if to.bound.insert(h.clone()) {
+                to.listener.bindings.push(Binding {
+                    host: h.clone(),
+                    route: ri,
+                });
+            }
         }
     }
 
