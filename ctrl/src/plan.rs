@@ -13,8 +13,8 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use sluice_dataplane::flow::Timeouts;
 use sluice_dataplane::balancer::BalancerConfig;
+use sluice_dataplane::flow::Timeouts;
 use sluice_dataplane::pipeline::{Fib, IfAddr, Route};
 use sluice_dataplane::port::PortKind;
 use sluice_dataplane::splice::SpliceConfig;

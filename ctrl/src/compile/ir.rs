@@ -69,22 +69,6 @@ pub struct Binding {
     pub route: usize,
 }
 
-/// The gateway annotation that turns source NAT off for all its listeners: `"false"`
-/// makes them transparent, `"true"` (the default) keeps source NAT.
-pub const SOURCE_NAT_ANNOTATION: &str = "sluice.dev/source-nat";
-
-/// Whether a gateway's annotations make its listeners transparent; an error (for
-/// validation to report) when [`SOURCE_NAT_ANNOTATION`] is neither `"true"` nor `"false"`.
-pub fn transparent_by_annotation(annotations: &BTreeMap<String, String>) -> Result<bool, String> {
-    match annotations.get(SOURCE_NAT_ANNOTATION).map(String::as_str) {
-        None | Some("true") => Ok(false),
-        Some("false") => Ok(true),
-        Some(other) => Err(format!(
-            "`{SOURCE_NAT_ANNOTATION}` must be \"true\" or \"false\", not {other:?}"
-        )),
-    }
-}
-
 /// A listener: where connections arrive.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Listener {
@@ -104,7 +88,7 @@ pub struct Listener {
     pub https_redirect: bool,
     /// Transparent: connections keep the client's source address towards the backend (no
     /// source NAT). Set for every listener of a gateway annotated
-    /// `sluice.dev/source-nat: "false"` ([`SOURCE_NAT_ANNOTATION`]).
+    /// `sluice.dev/source-nat: "false"` ([`SOURCE_NAT_ANNOTATION`](crate::model::meta::SOURCE_NAT_ANNOTATION)).
     pub transparent: bool,
     /// Host patterns -> routes (for TCP/UDP one `*` binding at most).
     pub bindings: Vec<Binding>,

@@ -20,7 +20,7 @@ pub struct ObjectMeta {
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
     /// Annotations (`sluice.dev/source-nat` on gateways is read; see
-    /// `compile::ir::SOURCE_NAT_ANNOTATION`).
+    /// [`SOURCE_NAT_ANNOTATION`]).
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
 }
@@ -32,6 +32,31 @@ impl ObjectMeta {
             Some(ns) if !ns.is_empty() => ns,
             _ => "default",
         }
+    }
+}
+
+/// The gateway annotation that turns source NAT off for all its listeners: `"false"`
+/// makes them transparent, `"true"` (the default) keeps source NAT.
+pub const SOURCE_NAT_ANNOTATION: &str = "sluice.dev/source-nat";
+
+/// A [`SOURCE_NAT_ANNOTATION`] value that is neither `"true"` nor `"false"`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AnnotationError {
+    /// The annotation holds another value (kept here).
+    #[error("`{SOURCE_NAT_ANNOTATION}` must be \"true\" or \"false\", not {0:?}")]
+    SourceNat(String),
+}
+
+/// Whether a gateway's annotations make its listeners transparent; an error (for
+/// validation to report) when [`SOURCE_NAT_ANNOTATION`] is neither `"true"` nor `"false"`.
+pub fn transparent_by_annotation(
+    annotations: &BTreeMap<String, String>,
+) -> Result<bool, AnnotationError> {
+    match annotations.get(SOURCE_NAT_ANNOTATION).map(String::as_str) {
+        None | Some("true") => Ok(false),
+        Some("false") => Ok(true),
+        Some(other) => Err(AnnotationError::SourceNat(other.to_string())),
     }
 }
 
@@ -146,5 +171,23 @@ impl Protocol {
             Protocol::Udp => "UDP",
             Protocol::Sctp => "SCTP",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_nat_annotation_is_true_false_or_absent() {
+        let with = |v: &str| BTreeMap::from([(SOURCE_NAT_ANNOTATION.to_string(), v.to_string())]);
+        assert_eq!(transparent_by_annotation(&BTreeMap::new()), Ok(false));
+        assert_eq!(transparent_by_annotation(&with("true")), Ok(false));
+        assert_eq!(transparent_by_annotation(&with("false")), Ok(true));
+        let e = transparent_by_annotation(&with("no")).expect_err("not a boolean");
+        assert_eq!(
+            e.to_string(),
+            "`sluice.dev/source-nat` must be \"true\" or \"false\", not \"no\""
+        );
     }
 }

@@ -1,0 +1,404 @@
+//! Gateway API Gateways: each listener becomes a listener, and the TLSRoutes, TCPRoutes
+//! and UDPRoutes whose parentRefs select it (and whose namespace and kind its
+//! `allowedRoutes` admit) attach to it, narrowed to the hostnames both allow.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::IpAddr;
+
+use super::hostname;
+
+use crate::diag::Diagnostic;
+use crate::load::Item;
+use crate::model::gateway_api as gw;
+use crate::model::meta::transparent_by_annotation;
+use crate::model::{Kind, Object};
+use crate::validate;
+
+use super::ir::*;
+use super::Ctx;
+
+/// A route that may attach to a listener, as the Gateway API kinds share it.
+struct Candidate<'r> {
+    item: &'r Item,
+    /// `TLSRoute`, `TCPRoute` or `UDPRoute`.
+    kind: &'static str,
+    parents: &'r [gw::ParentReference],
+    hostnames: &'r [String],
+    rules: &'r [gw::RouteRule],
+}
+
+impl<'r> Candidate<'r> {
+    /// The route of `item` when it is of the kind `want_kind` (a listener takes one kind).
+    fn of(item: &'r Item, want_kind: &str) -> Option<Self> {
+        let (parents, hostnames, rules, kind) = match &item.object {
+            Object::TcpRoute(r) if want_kind == "TCPRoute" => {
+                (&r.spec.parent_refs, &[][..], &r.spec.rules, "TCPRoute")
+            }
+            Object::UdpRoute(r) if want_kind == "UDPRoute" => {
+                (&r.spec.parent_refs, &[][..], &r.spec.rules, "UDPRoute")
+            }
+            Object::TlsRoute(r) if want_kind == "TLSRoute" => (
+                &r.spec.parent_refs,
+                &r.spec.hostnames[..],
+                &r.spec.rules,
+                "TLSRoute",
+            ),
+            _ => return None,
+        };
+        Some(Candidate {
+            item,
+            kind,
+            parents,
+            hostnames,
+            rules,
+        })
+    }
+}
+
+/// The route kind a listener of this kind and protocol takes (`""`: none).
+fn want_kind(kind: ListenerKind, l: &gw::Listener) -> &'static str {
+    match kind {
+        ListenerKind::Tcp => "TCPRoute",
+        ListenerKind::Udp => "UDPRoute",
+        ListenerKind::TlsPassthrough | ListenerKind::TlsTerminate if l.protocol == "TLS" => {
+            "TLSRoute"
+        }
+        _ => "",
+    }
+}
+
+impl Ctx<'_> {
+    /// Adds a listener per listener of a Gateway API Gateway, with the routes attached
+    /// to it; routes that cannot attach are warned about in `diags`.
+    pub(super) fn gateway_api(
+        &mut self,
+        it: &Item,
+        spec: &gw::GatewaySpec,
+        ir: &mut Ir,
+        diags: &mut Vec<Diagnostic>,
+    ) {
+        let gns = it.object.meta().namespace().to_string();
+        let gname = it.object.meta().name.clone();
+        let transparent = transparent_by_annotation(&it.object.meta().annotations).unwrap_or(false);
+        let explicit: Vec<IpAddr> = spec
+            .addresses
+            .iter()
+            .filter_map(|a| a.value.parse().ok())
+            .collect();
+        for (li, l) in spec.listeners.iter().enumerate() {
+            let Ok(port) = u16::try_from(l.port) else {
+                continue;
+            };
+            let mut listener = self.gateway_listener(&gns, &gname, li, l, port, &explicit);
+            listener.transparent = transparent;
+            let want_kind = want_kind(listener.kind, l);
+            // Hosts bound so far (the same as `listener.bindings`, for lookups).
+            let mut bound: HashSet<String> = HashSet::new();
+            let items = self.items;
+            for ri in self.by.routes_for(&gns, &gname, l) {
+                self.stats.candidates += 1;
+                let Some(c) = Candidate::of(&items[ri], want_kind) else {
+                    continue;
+                };
+                let Some(hosts) = self.attach_hosts(&c, l, &gns, &gname, diags) else {
+                    continue;
+                };
+                let Some(ri) = self.add_route(&c, ir) else {
+                    continue;
+                };
+                for h in hosts {
+                    if !bound.insert(h.clone()) {
+                        c.item.reporter(diags).warn(&c.item.path("spec"), format!("host `{h}` on listener `{}` is already taken by an earlier route; this one is not attached for it", l.name));
+                        continue;
+                    }
+                    listener.bindings.push(Binding { host: h, route: ri });
+                }
+            }
+            ir.listeners.push(listener);
+        }
+    }
+
+    /// The IR listener of Gateway `gns/gname`'s listener `l` (number `li`), without
+    /// bindings and not transparent.
+    fn gateway_listener(
+        &self,
+        gns: &str,
+        gname: &str,
+        li: usize,
+        l: &gw::Listener,
+        port: u16,
+        explicit: &[IpAddr],
+    ) -> Listener {
+        let (kind, protocol) = match (l.protocol.as_str(), l.tls.as_ref().map(|t| t.mode)) {
+            ("TCP", _) => (ListenerKind::Tcp, L4::Tcp),
+            ("UDP", _) => (ListenerKind::Udp, L4::Udp),
+            ("HTTP", _) => (ListenerKind::Http, L4::Tcp),
+            ("TLS", Some(gw::GatewayTlsMode::Passthrough)) => {
+                (ListenerKind::TlsPassthrough, L4::Tcp)
+            }
+            _ => (ListenerKind::TlsTerminate, L4::Tcp),
+        };
+        Listener {
+            name: format!("Gateway {gns}/{gname} listeners[{li}] ({})", l.name),
+            addresses: self.addresses(explicit),
+            port,
+            protocol,
+            kind,
+            tls: (kind == ListenerKind::TlsTerminate).then(|| TlsTerminate {
+                mode: "Terminate".into(),
+                certificates: l
+                    .tls
+                    .iter()
+                    .flat_map(|t| t.certificate_refs.iter())
+                    .map(|c| format!("{}/{}", c.namespace.as_deref().unwrap_or(gns), c.name))
+                    .collect(),
+                require_client_cert: false,
+                http: l.protocol == "HTTPS",
+            }),
+            https_redirect: false,
+            transparent: false,
+            bindings: Vec::new(),
+        }
+    }
+
+    /// The hosts a candidate route attaches to listener `l` of Gateway `gns/gname`
+    /// with: `None` when its parentRefs do not select the listener, the listener's
+    /// `allowedRoutes` do not admit it, or no hostname intersects (both warned about).
+    fn attach_hosts(
+        &self,
+        c: &Candidate,
+        l: &gw::Listener,
+        gns: &str,
+        gname: &str,
+        diags: &mut Vec<Diagnostic>,
+    ) -> Option<Vec<String>> {
+        let rit = c.item;
+        let rns = rit.object.meta().namespace();
+        let selects = c.parents.iter().any(|p| {
+            p.kind.as_deref().unwrap_or("Gateway") == "Gateway"
+                && p.namespace.as_deref().unwrap_or(rns) == gns
+                && p.name == gname
+                && p.section_name.as_ref().is_none_or(|s| *s == l.name)
+                && p.port.is_none_or(|pp| pp == l.port)
+        });
+        if !selects {
+            return None;
+        }
+        if !self.allowed(l, gns, rns, c.kind) {
+            rit.reporter(diags).warn(
+                &rit.path("spec.parentRefs"),
+                format!("not attached to listener `{}` of Gateway {gns}/{gname}: allowedRoutes does not admit this route", l.name),
+            );
+            return None;
+        }
+        // Hostnames: intersection of listener and route hostnames.
+        let route_hosts: Vec<&str> = c.hostnames.iter().map(String::as_str).collect();
+        let hosts: Vec<String> =
+            match hostname::narrow_route_hostnames(l.hostname.as_deref(), &route_hosts) {
+                Some(h) if h.is_empty() => vec!["*".into()],
+                Some(h) => h.iter().map(|h| h.to_ascii_lowercase()).collect(),
+                None => Vec::new(),
+            };
+        if hosts.is_empty() {
+            rit.reporter(diags).warn(
+                &rit.path("spec.hostnames"),
+                format!("no hostname intersects listener `{}` ({}) of Gateway {gns}/{gname}: not attached", l.name, l.hostname.as_deref().unwrap_or("*")),
+            );
+            return None;
+        }
+        Some(hosts)
+    }
+
+    /// Adds the IR route of a candidate's (only) rule; returns its index, or `None` when
+    /// the route has no rule.
+    fn add_route(&self, c: &Candidate, ir: &mut Ir) -> Option<usize> {
+        let rule = c.rules.first()?;
+        let rns = c.item.object.meta().namespace();
+        let backends: Vec<Backend> = rule
+            .backend_refs
+            .iter()
+            .map(|b| self.backend_ref(b, rns, c.kind))
+            .collect();
+        let maglev = rule
+            .backend_refs
+            .first()
+            .map(|b| self.maglev_size_for(b.namespace.as_deref().unwrap_or(rns), &b.name))
+            .unwrap_or(self.default_maglev);
+        let ri = ir.routes.len();
+        ir.routes.push(Route {
+            name: format!("{} {rns}/{}", c.kind, c.item.object.meta().name),
+            kind: if c.kind == "TLSRoute" {
+                RouteKind::Tls
+            } else {
+                RouteKind::Tcp
+            },
+            destination_subnets: Vec::new(),
+            backends,
+            http: Vec::new(),
+            maglev_table_size: maglev,
+        });
+        Some(ri)
+    }
+
+    /// The backend of one backendRef of a `route_kind` route in namespace `rns`: invalid
+    /// when it is not a Service or no ReferenceGrant permits the reference.
+    fn backend_ref(&self, b: &gw::BackendRef, rns: &str, route_kind: &str) -> Backend {
+        let bns = b.namespace.as_deref().unwrap_or(rns);
+        let w = b.weight.unwrap_or(1).clamp(0, validate::MAX_WEIGHT) as u32;
+        let kind_ok = b.kind.as_deref().unwrap_or("Service") == "Service"
+            && b.group.as_deref().unwrap_or("").is_empty();
+        if !kind_ok {
+            return Backend {
+                name: format!("{bns}/{}", b.name),
+                weight: w,
+                target: BackendTarget::Invalid("unsupported backend kind".into()),
+            };
+        }
+        if !self.index.grant_allows(
+            ("gateway.networking.k8s.io", route_kind, rns),
+            ("", "Service", bns, &b.name),
+        ) {
+            return Backend {
+                name: format!("{bns}/{}", b.name),
+                weight: w,
+                target: BackendTarget::Invalid(
+                    "cross-namespace reference not permitted by a ReferenceGrant".into(),
+                ),
+            };
+        }
+        self.backend(bns, &b.name, b.port, b.port_name.as_deref(), None, w)
+    }
+
+    fn allowed(&self, l: &gw::Listener, gns: &str, rns: &str, route_kind: &str) -> bool {
+        let ar = l.allowed_routes.clone().unwrap_or_default();
+        if !ar.kinds.is_empty() && !ar.kinds.iter().any(|k| k.kind == route_kind) {
+            return false;
+        }
+        let ns = ar.namespaces.unwrap_or_default();
+        match ns.from {
+            gw::FromNamespaces::All => true,
+            gw::FromNamespaces::Same => gns == rns,
+            gw::FromNamespaces::Selector => {
+                let labels = self
+                    .index
+                    .get(Kind::Namespace, "", rns)
+                    .map(|i| {
+                        let mut l = i.object.meta().labels.clone();
+                        l.insert("kubernetes.io/metadata.name".into(), rns.to_string());
+                        l
+                    })
+                    .unwrap_or_else(|| {
+                        BTreeMap::from([("kubernetes.io/metadata.name".into(), rns.to_string())])
+                    });
+                ns.selector.is_some_and(|s| s.matches(&labels))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tables;
+    use super::*;
+
+    /// A Gateway with a UDP and a TCP listener on the same port, a UDPRoute and a
+    /// TCPRoute naming the Gateway without a sectionName, and one Service.
+    const L4_ROUTES: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: g, namespace: default}
+spec:
+  gatewayClassName: sluice
+  addresses: [{value: 192.0.2.1}]
+  listeners:
+  - {name: dns-udp, port: 53, protocol: UDP}
+  - {name: dns-tcp, port: 53, protocol: TCP}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: UDPRoute
+metadata: {name: u, namespace: default}
+spec:
+  parentRefs: [{name: g}]
+  rules:
+  - backendRefs:
+    - {name: dns, port: 53, weight: 3}
+    - {name: ghost, port: 53, weight: 1}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: t, namespace: default}
+spec:
+  parentRefs: [{name: g}]
+  rules:
+  - backendRefs: [{name: dns, port: 53}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: dns, namespace: default}
+spec: {selector: {app: dns}, ports: [{port: 53, protocol: UDP}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: dns-0, namespace: default, labels: {app: dns}}
+status: {podIP: 10.0.0.53}
+"#;
+
+    #[test]
+    fn udp_listeners_bind_udproutes_and_tcp_listeners_tcproutes() {
+        let mut loaded = crate::load::Loaded::default();
+        crate::load::load_str("l4.yaml", L4_ROUTES, &mut loaded);
+        let c = crate::compile::build(loaded);
+        let errors: Vec<String> = crate::compile::diagnostics(&c)
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|d| d.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{errors:?}");
+        let ir = c.expect("compiles").ir;
+        let route_of = |proto: L4| {
+            let l = ir
+                .listeners
+                .iter()
+                .find(|l| l.port == 53 && l.protocol == proto)
+                .expect("listener");
+            assert_eq!(l.bindings.len(), 1, "{l:?}");
+            assert_eq!(l.bindings[0].host, "*");
+            &ir.routes[l.bindings[0].route]
+        };
+        let udp = route_of(L4::Udp);
+        assert_eq!(udp.name, "UDPRoute default/u");
+        assert_eq!(udp.kind, RouteKind::Tcp, "opaque L4");
+        let w: Vec<u32> = udp.backends.iter().map(|b| b.weight).collect();
+        assert_eq!(w, [3, 1]);
+        assert_eq!(
+            udp.backends[0].target,
+            BackendTarget::Endpoints(vec!["10.0.0.53:53".parse().expect("addr")])
+        );
+        // The missing Service keeps its weight: its quarter of the flows is rejected.
+        assert!(matches!(udp.backends[1].target, BackendTarget::Invalid(_)));
+        assert_eq!(route_of(L4::Tcp).name, "TCPRoute default/t");
+
+        // The dataplane table: UDP port 53 reaches the UDPRoute, ~1/4 reject slots.
+        let t = tables::listener_table(&ir).expect("table");
+        use sluice_dataplane::tables::listeners::proto;
+        let l = t
+            .lookup("192.0.2.1".parse().expect("ip"), 53, proto::UDP)
+            .expect("UDP listener");
+        let r = t.route(l.route(b"").expect("route")).expect("route");
+        assert_eq!(&*r.name, "UDPRoute default/u");
+        let picks: Vec<sluice_dataplane::tables::maglev::Pick> = (40000..40400u16)
+            .map(|p| {
+                r.pick(
+                    format!("198.51.100.1:{p}").parse().expect("src"),
+                    "192.0.2.1:53".parse().expect("dst"),
+                    17,
+                )
+            })
+            .collect();
+        let rejected = picks
+            .iter()
+            .filter(|p| **p == sluice_dataplane::tables::maglev::Pick::Reject)
+            .count();
+        assert!((60..140).contains(&rejected), "{rejected} of 400 rejected");
+    }
+}

@@ -1,0 +1,518 @@
+//! Istio Gateways: each server becomes a listener, and the VirtualServices that name
+//! the gateway bind their http, tls and tcp routes to it (AUTO_PASSTHROUGH servers bind
+//! every admitted Service port instead).
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use super::hostname;
+
+use crate::load::Item;
+use crate::model::istio;
+use crate::model::meta::transparent_by_annotation;
+use crate::model::{Kind, Object, Resource};
+use crate::validate;
+
+use super::ir::*;
+use super::{Ctx, CLUSTER_DOMAIN};
+
+/// Istio's binding of a VirtualService host to a Gateway server host: they bind when
+/// they overlap (`host.Name.Matches`), and the route serves the more specific of the two.
+pub fn istio_bound_host(server_host: &str, vs_host: &str) -> Option<String> {
+    if !hostname::istio_matches(server_host, vs_host) {
+        return None;
+    }
+    let narrowed = if hostname::istio_subset_of(vs_host, server_host) {
+        vs_host
+    } else {
+        server_host
+    };
+    Some(narrowed.to_ascii_lowercase())
+}
+
+/// Destination subnets as networks (validation already rejected unparsable ones and
+/// warned about host bits, which are cleared here).
+fn subnets<'a>(cidrs: impl Iterator<Item = &'a String>) -> Vec<ipnet::IpNet> {
+    cidrs
+        .filter_map(|c| c.parse::<ipnet::IpNet>().ok().map(|n| n.trunc()))
+        .collect()
+}
+
+/// A server's host entries as (namespace constraint, host pattern): `*` for any
+/// namespace, `.` resolved to the gateway's.
+fn server_hosts(server: &istio::Server, gns: &str) -> Vec<(String, String)> {
+    server
+        .hosts
+        .iter()
+        .map(|h| match h.split_once('/') {
+            Some((".", host)) => (gns.to_string(), host.to_ascii_lowercase()),
+            Some((ns, host)) => (ns.to_string(), host.to_ascii_lowercase()),
+            None => ("*".to_string(), h.to_ascii_lowercase()),
+        })
+        .collect()
+}
+
+/// A VirtualService that names an Istio Gateway, is exported to its namespace and has
+/// hosts a server of it admits: what binding its routes to that server needs.
+struct VsBinding<'v> {
+    vs: &'v Resource<istio::VirtualServiceSpec>,
+    /// The VirtualService's namespace.
+    vns: String,
+    gns: &'v str,
+    gname: &'v str,
+    /// The server's port number.
+    port: u32,
+    /// The VirtualService's hosts narrowed to the server hosts its namespace may use.
+    hosts: Vec<String>,
+}
+
+impl<'v> VsBinding<'v> {
+    /// `None` when `vs` does not bind to the server (port `port`, hosts
+    /// `server_hosts`) of Gateway `gns/gname`.
+    fn new(
+        vs: &'v Resource<istio::VirtualServiceSpec>,
+        gns: &'v str,
+        gname: &'v str,
+        port: u32,
+        server_hosts: &[(String, String)],
+    ) -> Option<Self> {
+        let vns = vs.meta.namespace().to_string();
+        let names_gateway = vs.spec.gateways.iter().any(|g| {
+            let (ns, n) = validate::split_gateway_ref(g, &vns);
+            ns == gns && n == gname
+        });
+        let exported = vs.spec.export_to.is_empty()
+            || vs
+                .spec
+                .export_to
+                .iter()
+                .any(|e| e == "*" || (e == "." && vns == gns) || *e == gns);
+        if !names_gateway || !exported {
+            return None;
+        }
+        let mut hosts: Vec<String> = Vec::new();
+        for (nsc, sh) in server_hosts {
+            if nsc != "*" && *nsc != vns {
+                continue;
+            }
+            for vh in &vs.spec.hosts {
+                if let Some(h) = istio_bound_host(sh, vh) {
+                    if !hosts.contains(&h) {
+                        hosts.push(h);
+                    }
+                }
+            }
+        }
+        if hosts.is_empty() {
+            return None;
+        }
+        Some(VsBinding {
+            vs,
+            vns,
+            gns,
+            gname,
+            port,
+            hosts,
+        })
+    }
+
+    /// Whether a match's `gateways` (empty: the VirtualService's) include this gateway.
+    fn gw_ok(&self, gws: &[String]) -> bool {
+        gws.is_empty()
+            || gws.iter().any(|g| {
+                let (ns, n) = validate::split_gateway_ref(g, &self.vns);
+                ns == self.gns && n == self.gname
+            })
+    }
+
+    /// The name of a route made of the VirtualService's `what`.
+    fn label(&self, what: &str) -> String {
+        format!("VirtualService {}/{} {what}", self.vns, self.vs.meta.name)
+    }
+}
+
+/// Where one server's bindings go: its listener, the hosts it has bound, the IR routes.
+struct Bind<'b> {
+    listener: &'b mut Listener,
+    bound: &'b mut HashSet<String>,
+    ir: &'b mut Ir,
+}
+
+impl Ctx<'_> {
+    fn istio_destinations(&self, route: &[istio::RouteDestination], own_ns: &str) -> Vec<Backend> {
+        route
+            .iter()
+            .map(|d| {
+                let (ns, svc) = validate::service_of_host(&d.destination.host, own_ns);
+                let w = d.weight.unwrap_or(1).clamp(0, validate::MAX_WEIGHT) as u32;
+                self.backend(
+                    ns,
+                    svc,
+                    d.destination.port.as_ref().map(|p| p.number),
+                    None,
+                    d.destination.subset.as_deref(),
+                    w,
+                )
+            })
+            .collect()
+    }
+
+    /// Adds a listener per server of an Istio Gateway, with the routes of the
+    /// VirtualServices bound to it.
+    pub(super) fn istio_gateway(&mut self, it: &Item, spec: &istio::GatewaySpec, ir: &mut Ir) {
+        let gns = it.object.meta().namespace().to_string();
+        let gname = it.object.meta().name.clone();
+        // A bad value is a validation error, so the IR is never built with one.
+        let transparent = transparent_by_annotation(&it.object.meta().annotations).unwrap_or(false);
+        for (si, server) in spec.servers.iter().enumerate() {
+            let Ok(port) = u16::try_from(server.port.number) else {
+                continue;
+            };
+            let mut listener = self.istio_listener(&gns, &gname, si, server, port);
+            listener.transparent = transparent;
+            let server_hosts = server_hosts(server, &gns);
+            if listener.kind == ListenerKind::TlsAutoPassthrough {
+                self.auto_passthrough(&server_hosts, u32::from(port), &mut listener, ir);
+                ir.listeners.push(listener);
+                continue;
+            }
+            // Hosts bound so far (the same as `listener.bindings`, for lookups).
+            let mut bound: HashSet<String> = HashSet::new();
+            let http = listener.tls.as_ref().is_some_and(|t| t.http);
+            let tcp_like = matches!(
+                listener.kind,
+                ListenerKind::Tcp | ListenerKind::Udp | ListenerKind::TlsTerminate
+            ) && !http;
+            let items = self.items;
+            for vi in self
+                .by
+                .virtual_services_for(&gns, &gname, server.port.number)
+            {
+                self.stats.candidates += 1;
+                let Object::VirtualService(vs) = &items[vi].object else {
+                    continue;
+                };
+                if tcp_like && !listener.bindings.is_empty() {
+                    // A TCP listener takes one catch-all route: the first one binds and
+                    // no later VirtualService can add anything.
+                    break;
+                }
+                let Some(b) = VsBinding::new(vs, &gns, &gname, server.port.number, &server_hosts)
+                else {
+                    continue;
+                };
+                let mut to = Bind {
+                    listener: &mut listener,
+                    bound: &mut bound,
+                    ir: &mut *ir,
+                };
+                match to.listener.kind {
+                    ListenerKind::TlsPassthrough => self.bind_tls(&b, &mut to),
+                    ListenerKind::Tcp | ListenerKind::Udp | ListenerKind::TlsTerminate if !http => {
+                        self.bind_tcp(&b, &mut to)
+                    }
+                    ListenerKind::Http | ListenerKind::TlsTerminate => self.bind_http(&b, &mut to),
+                    _ => {}
+                }
+            }
+            ir.listeners.push(listener);
+        }
+    }
+
+    /// The IR listener of server `si` of Istio Gateway `gns/gname`, without bindings
+    /// and not transparent.
+    fn istio_listener(
+        &self,
+        gns: &str,
+        gname: &str,
+        si: usize,
+        server: &istio::Server,
+        port: u16,
+    ) -> Listener {
+        let proto = server.port.protocol.to_ascii_uppercase();
+        let tls = server.tls.as_ref();
+        let mode = tls.map(|t| t.mode);
+        let kind = match (proto.as_str(), mode) {
+            ("HTTP" | "HTTP2" | "GRPC" | "GRPC-WEB", _) => ListenerKind::Http,
+            ("TLS", Some(istio::TlsMode::AutoPassthrough)) => ListenerKind::TlsAutoPassthrough,
+            ("TLS", Some(istio::TlsMode::Passthrough) | None) => ListenerKind::TlsPassthrough,
+            ("TLS" | "HTTPS", Some(_)) => ListenerKind::TlsTerminate,
+            _ => ListenerKind::Tcp,
+        };
+        let terminate = (kind == ListenerKind::TlsTerminate).then(|| {
+            let t = tls.cloned().unwrap_or_default();
+            TlsTerminate {
+                mode: t.mode.as_str().to_string(),
+                certificates: match &t.credential_name {
+                    Some(c) => vec![format!("{gns}/{c}")],
+                    None => t.server_certificate.iter().cloned().collect(),
+                },
+                require_client_cert: t.mode == istio::TlsMode::Mutual,
+                http: proto == "HTTPS",
+            }
+        });
+        let bind: Vec<IpAddr> = server.bind.iter().filter_map(|b| b.parse().ok()).collect();
+        Listener {
+            name: format!(
+                "{} {gns}/{gname} servers[{si}]{}",
+                Kind::IstioGateway.as_str(),
+                server
+                    .name
+                    .as_ref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
+            ),
+            addresses: self.addresses(&bind),
+            port,
+            protocol: L4::Tcp,
+            kind,
+            tls: terminate,
+            https_redirect: tls.is_some_and(|t| t.https_redirect),
+            transparent: false,
+            bindings: Vec::new(),
+        }
+    }
+
+    /// The Maglev table size of a route: that of its first destination's Service.
+    fn maglev_of(&self, backends: &[istio::RouteDestination], vns: &str) -> u64 {
+        backends
+            .first()
+            .map(|d| {
+                let (ns, svc) = validate::service_of_host(&d.destination.host, vns);
+                self.maglev_size_for(ns, svc)
+            })
+            .unwrap_or(self.default_maglev)
+    }
+
+    /// A TLS passthrough server: a route per `tls` entry, bound to the SNI hosts of its
+    /// matches that the server hosts admit.
+    fn bind_tls(&self, b: &VsBinding, to: &mut Bind) {
+        let vs = b.vs;
+        for (ti, t) in vs.spec.tls.iter().enumerate() {
+            let mut snis = Vec::new();
+            for m in &t.matches {
+                if m.port.is_some_and(|p| p != b.port) || !b.gw_ok(&m.gateways) {
+                    continue;
+                }
+                for sni in &m.sni_hosts {
+                    for h in &b.hosts {
+                        if let Some(x) = istio_bound_host(h, sni) {
+                            snis.push((x, m.destination_subnets.clone()));
+                        }
+                    }
+                }
+            }
+            if snis.is_empty() {
+                continue;
+            }
+            let ri = to.ir.routes.len();
+            to.ir.routes.push(Route {
+                name: b.label(&format!("tls[{ti}]")),
+                kind: RouteKind::Tls,
+                destination_subnets: subnets(snis.iter().flat_map(|(_, s)| s.iter())),
+                backends: self.istio_destinations(&t.route, &b.vns),
+                http: Vec::new(),
+                maglev_table_size: self.maglev_of(&t.route, &b.vns),
+            });
+            for (sni, _) in snis {
+                if to.bound.insert(sni.clone()) {
+                    to.listener.bindings.push(Binding {
+                        host: sni,
+                        route: ri,
+                    });
+                }
+            }
+        }
+    }
+
+    /// A TCP (or TLS-terminating, not HTTPS) server: the first applicable `tcp` entry
+    /// becomes its catch-all route.
+    fn bind_tcp(&self, b: &VsBinding, to: &mut Bind) {
+        let vs = b.vs;
+        for (ti, t) in vs.spec.tcp.iter().enumerate() {
+            let applies = t.matches.is_empty()
+                || t.matches
+                    .iter()
+                    .any(|m| m.port.is_none_or(|p| p == b.port) && b.gw_ok(&m.gateways));
+            if !applies || to.bound.contains("*") {
+                continue;
+            }
+            let ri = to.ir.routes.len();
+            to.ir.routes.push(Route {
+                name: b.label(&format!("tcp[{ti}]")),
+                kind: RouteKind::Tcp,
+                destination_subnets: subnets(
+                    t.matches.iter().flat_map(|m| m.destination_subnets.iter()),
+                ),
+                backends: self.istio_destinations(&t.route, &b.vns),
+                http: Vec::new(),
+                maglev_table_size: self.maglev_of(&t.route, &b.vns),
+            });
+            to.bound.insert("*".into());
+            to.listener.bindings.push(Binding {
+                host: "*".into(),
+                route: ri,
+            });
+        }
+    }
+
+    /// An HTTP (or HTTPS-terminating) server: the applicable `http` entries become the
+    /// rules of one route, bound to every host of the binding.
+    fn bind_http(&self, b: &VsBinding, to: &mut Bind) {
+        let vs = b.vs;
+        let rules: Vec<HttpRule> = vs
+            .spec
+            .http
+            .iter()
+            .filter(|h| {
+                h.matches.is_empty()
+                    || h.matches
+                        .iter()
+                        .any(|m| m.port.is_none_or(|p| p == b.port) && b.gw_ok(&m.gateways))
+            })
+            .map(|h| HttpRule {
+                uri: h
+                    .matches
+                    .iter()
+                    .filter_map(|m| m.uri.as_ref())
+                    .filter_map(|u| match (&u.exact, &u.prefix) {
+                        (Some(e), _) => Some(StringMatch::Exact(e.clone())),
+                        (None, Some(p)) => Some(StringMatch::Prefix(p.clone())),
+                        _ => None,
+                    })
+                    .collect(),
+                backends: self.istio_destinations(&h.route, &b.vns),
+                redirect: h.redirect.as_ref().map(|r| Redirect {
+                    code: r
+                        .redirect_code
+                        .and_then(|c| u16::try_from(c).ok())
+                        .unwrap_or(301),
+                    scheme: r.scheme.clone(),
+                    authority: r.authority.clone(),
+                    path: r.uri.clone(),
+                }),
+            })
+            .collect();
+        if rules.is_empty() {
+            return;
+        }
+        let ri = to.ir.routes.len();
+        let first = vs
+            .spec
+            .http
+            .iter()
+            .flat_map(|h| h.route.iter())
+            .cloned()
+            .collect::<Vec<_>>();
+        to.ir.routes.push(Route {
+            name: b.label("http"),
+            kind: RouteKind::Http,
+            destination_subnets: Vec::new(),
+            backends: Vec::new(),
+            http: rules,
+            maglev_table_size: self.maglev_of(&first, &b.vns),
+        });
+        for h in &b.hosts {
+            if to.bound.insert(h.clone()) {
+                to.listener.bindings.push(Binding {
+                    host: h.clone(),
+                    route: ri,
+                });
+            }
+        }
+    }
+
+    /// AUTO_PASSTHROUGH: the destination is in the SNI, `outbound_.<port>_.<subset>_.<host>`
+    /// (Istio's cluster naming). Every Service port (and DestinationRule subset) whose
+    /// host `name.ns.svc.cluster.local` the server's hosts admit becomes an exact SNI
+    /// binding to a route of its own, so the dataplane routes these like any SNI.
+    fn auto_passthrough(
+        &self,
+        server_hosts: &[(String, String)],
+        server_port: u32,
+        listener: &mut Listener,
+        ir: &mut Ir,
+    ) {
+        // Hosts bound so far (the same as `listener.bindings`, for lookups).
+        let mut bound: HashSet<String> = listener.bindings.iter().map(|b| b.host.clone()).collect();
+        for it in self.items {
+            let Object::Service(svc) = &it.object else {
+                continue;
+            };
+            let ns = svc.meta.namespace();
+            let fqdn = format!("{}.{ns}.svc.{CLUSTER_DOMAIN}", svc.meta.name);
+            let admitted = server_hosts
+                .iter()
+                .any(|(nsc, h)| (nsc == "*" || nsc == ns) && hostname::istio_matches(h, &fqdn));
+            if !admitted {
+                continue;
+            }
+            let mut subsets: Vec<String> = vec![String::new()];
+            for dr in self
+                .by
+                .rules
+                .get(&(ns, svc.meta.name.as_str()))
+                .into_iter()
+                .flatten()
+            {
+                subsets.extend(dr.subsets.iter().map(|s| s.name.clone()));
+            }
+            for sp in &svc.spec.ports {
+                let Ok(port) = u32::try_from(sp.port) else {
+                    continue;
+                };
+                for subset in &subsets {
+                    let sni = format!("outbound_.{port}_.{subset}_.{fqdn}");
+                    if !bound.insert(sni.clone()) {
+                        continue;
+                    }
+                    let backend = self.backend(
+                        ns,
+                        &svc.meta.name,
+                        Some(port),
+                        None,
+                        (!subset.is_empty()).then_some(subset.as_str()),
+                        1,
+                    );
+                    let ri = ir.routes.len();
+                    ir.routes.push(Route {
+                        name: format!("AUTO_PASSTHROUGH {sni} (server port {server_port})"),
+                        kind: RouteKind::Tls,
+                        destination_subnets: Vec::new(),
+                        backends: vec![backend],
+                        http: Vec::new(),
+                        maglev_table_size: self.maglev_size_for(ns, &svc.meta.name),
+                    });
+                    listener.bindings.push(Binding {
+                        host: sni,
+                        route: ri,
+                    });
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn istio_binding_narrows_to_the_more_specific_host() {
+        assert_eq!(istio_bound_host("*", "a.com").as_deref(), Some("a.com"));
+        assert_eq!(
+            istio_bound_host("*.a.com", "x.a.com").as_deref(),
+            Some("x.a.com")
+        );
+        assert_eq!(
+            istio_bound_host("x.a.com", "*.a.com").as_deref(),
+            Some("x.a.com")
+        );
+        assert_eq!(
+            istio_bound_host("*.a.com", "*.x.a.com").as_deref(),
+            Some("*.x.a.com")
+        );
+        assert_eq!(istio_bound_host("b.com", "a.com"), None);
+        assert_eq!(istio_bound_host("*.b.com", "*.a.com"), None);
+    }
+}

@@ -1,0 +1,468 @@
+//! Gateway API Gateway, TLSRoute, TCPRoute and UDPRoute (and Consul's TCPRoute).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use crate::diag::Reporter;
+use crate::load::Item;
+use crate::model::gateway_api::{self as gw, GatewayTlsMode};
+use crate::model::{Kind, Object};
+
+use super::hostnames::hostname;
+use super::{selector, weight, Index, MAX_BACKEND_REFS};
+
+/// Gateway API core/extended listener protocols.
+pub const GATEWAY_PROTOCOLS: &[&str] = &["HTTP", "HTTPS", "TLS", "TCP", "UDP"];
+
+/// A Gateway: its addresses, and each listener alone and against the others.
+pub(super) fn gateway(it: &Item, spec: &gw::GatewaySpec, index: &Index, r: &mut Reporter) {
+    let ns = it.object.meta().namespace().to_string();
+    if spec.listeners.is_empty() {
+        r.error(
+            &it.path("spec.listeners"),
+            "a Gateway needs at least one listener",
+        );
+    }
+    gateway_addresses(it, &spec.addresses, r);
+    let mut names = BTreeSet::new();
+    let mut seen = PortUse::new();
+    for (i, l) in spec.listeners.iter().enumerate() {
+        let at = format!("spec.listeners[{i}]");
+        if l.name.is_empty() {
+            r.error(&it.path(&format!("{at}.name")), "listener name is required");
+        } else if !names.insert(l.name.clone()) {
+            r.error(
+                &it.path(&format!("{at}.name")),
+                format!("duplicate listener name `{}`", l.name),
+            );
+        }
+        listener(it, &at, l, &ns, index, r);
+        listener_conflicts(it, &at, l, &mut seen, r);
+    }
+}
+
+/// A Gateway's addresses: IP addresses only.
+fn gateway_addresses(it: &Item, addresses: &[gw::GatewayAddress], r: &mut Reporter) {
+    for (i, a) in addresses.iter().enumerate() {
+        let kind = a.kind.as_deref().unwrap_or("IPAddress");
+        if kind == "IPAddress" && a.value.parse::<IpAddr>().is_err() {
+            r.error(
+                &it.path(&format!("spec.addresses[{i}].value")),
+                format!("`{}` is not an IP address", a.value),
+            );
+        } else if kind != "IPAddress" {
+            r.error(
+                &it.path(&format!("spec.addresses[{i}].type")),
+                format!("address type `{kind}` is not supported on an appliance (use IPAddress)"),
+            );
+        }
+    }
+}
+
+/// One listener on its own (at `at`): port, protocol, hostname, tls, allowedRoutes.
+fn listener(it: &Item, at: &str, l: &gw::Listener, ns: &str, index: &Index, r: &mut Reporter) {
+    if !(1..=65535).contains(&l.port) {
+        r.error(
+            &it.path(&format!("{at}.port")),
+            format!("port {} is out of range 1..65535", l.port),
+        );
+    }
+    if !GATEWAY_PROTOCOLS.contains(&l.protocol.as_str()) {
+        r.error(
+            &it.path(&format!("{at}.protocol")),
+            format!(
+                "unknown protocol `{}` (expected one of {})",
+                l.protocol,
+                GATEWAY_PROTOCOLS.join(", ")
+            ),
+        );
+    }
+    if let Some(h) = &l.hostname {
+        hostname(it, &format!("{at}.hostname"), h, r);
+        if matches!(l.protocol.as_str(), "TCP" | "UDP") {
+            r.warn(
+                &it.path(&format!("{at}.hostname")),
+                format!("hostname is ignored on a {} listener", l.protocol),
+            );
+        }
+    }
+    listener_tls(it, at, l, ns, index, r);
+    if let Some(ar) = &l.allowed_routes {
+        allowed_routes(it, at, ar, r);
+    }
+}
+
+/// A listener's `tls` against its protocol, with its certificate references.
+fn listener_tls(it: &Item, at: &str, l: &gw::Listener, ns: &str, index: &Index, r: &mut Reporter) {
+    match (&l.tls, l.protocol.as_str()) {
+        (None, "HTTPS" | "TLS") => r.error(
+            &it.path(&format!("{at}.tls")),
+            format!("a {} listener needs tls", l.protocol),
+        ),
+        (Some(_), "HTTP" | "TCP" | "UDP") => r.error(
+            &it.path(&format!("{at}.tls")),
+            format!("tls is invalid on a {} listener", l.protocol),
+        ),
+        (Some(tls), proto) => {
+            if proto == "HTTPS" && tls.mode == GatewayTlsMode::Passthrough {
+                r.error(
+                    &it.path(&format!("{at}.tls.mode")),
+                    "Passthrough needs protocol TLS, not HTTPS",
+                );
+            }
+            if tls.mode == GatewayTlsMode::Terminate && tls.certificate_refs.is_empty() {
+                r.error(
+                    &it.path(&format!("{at}.tls.certificateRefs")),
+                    "mode Terminate needs at least one certificateRef",
+                );
+            }
+            for (j, c) in tls.certificate_refs.iter().enumerate() {
+                let cat = format!("{at}.tls.certificateRefs[{j}]");
+                let kind = c.kind.as_deref().unwrap_or("Secret");
+                let group = c.group.as_deref().unwrap_or("");
+                if kind != "Secret" || !group.is_empty() {
+                    r.error(
+                        &it.path(&format!("{cat}.kind")),
+                        format!(
+                            "certificateRef {group}/{kind} is not supported (only core Secrets)"
+                        ),
+                    );
+                    continue;
+                }
+                let cns = c.namespace.clone().unwrap_or_else(|| ns.to_string());
+                match index.get(Kind::Secret, &cns, &c.name) {
+                    None => r.error(
+                        &it.path(&format!("{cat}.name")),
+                        format!("Secret {cns}/{} not found", c.name),
+                    ),
+                    Some(sec) => {
+                        if let Object::Secret(s) = &sec.object {
+                            if s.spec.kind != "kubernetes.io/tls" {
+                                r.error(&it.path(&format!("{cat}.name")), format!("Secret {cns}/{} has type `{}`; kubernetes.io/tls is required", c.name, s.spec.kind));
+                            }
+                        }
+                    }
+                }
+                if !index.grant_allows(
+                    ("gateway.networking.k8s.io", "Gateway", ns),
+                    ("", "Secret", &cns, &c.name),
+                ) {
+                    r.error(&it.path(&format!("{cat}.namespace")), format!("reference to Secret {cns}/{} from namespace {ns} is not allowed: no ReferenceGrant in {cns} permits it (RefNotPermitted)", c.name));
+                }
+            }
+            for k in tls.options.keys() {
+                if !k.contains('/') {
+                    r.error(&it.path(&format!("{at}.tls.options.{k}")), "implementation-specific options must use domain-prefixed names (example.com/my-option)");
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A listener's `allowedRoutes`: a namespace selector when asked for, known kinds.
+fn allowed_routes(it: &Item, at: &str, ar: &gw::AllowedRoutes, r: &mut Reporter) {
+    if let Some(nsel) = &ar.namespaces {
+        match (nsel.from, &nsel.selector) {
+            (gw::FromNamespaces::Selector, None) => r.error(
+                &it.path(&format!("{at}.allowedRoutes.namespaces.selector")),
+                "from: Selector needs a selector",
+            ),
+            (gw::FromNamespaces::Selector, Some(s)) => {
+                selector(it, &format!("{at}.allowedRoutes.namespaces.selector"), s, r)
+            }
+            _ => {}
+        }
+    }
+    for (j, k) in ar.kinds.iter().enumerate() {
+        if !matches!(
+            k.kind.as_str(),
+            "TLSRoute" | "TCPRoute" | "HTTPRoute" | "UDPRoute" | "GRPCRoute"
+        ) {
+            r.error(
+                &it.path(&format!("{at}.allowedRoutes.kinds[{j}].kind")),
+                format!("unknown route kind `{}`", k.kind),
+            );
+        }
+    }
+}
+
+/// What the listeners checked so far use on a (port, transport): the protocol class and
+/// the hostnames.
+type PortUse = BTreeMap<(u32, &'static str), (String, BTreeSet<String>)>;
+
+/// A listener against the earlier ones of its Gateway (`seen`).
+fn listener_conflicts(it: &Item, at: &str, l: &gw::Listener, seen: &mut PortUse, r: &mut Reporter) {
+    // Listeners on one port must be distinct by hostname and compatible by protocol;
+    // a UDP listener and a TCP-based one on the same port are distinct (Gateway API:
+    // "a mixture of TCP and UDP Protocol Listeners" is allowed), like DNS on 53.
+    let transport = if l.protocol == "UDP" { "UDP" } else { "TCP" };
+    let class = match l.protocol.as_str() {
+        "HTTP" => "HTTP",
+        "HTTPS" | "TLS" => "TLS",
+        other => other,
+    }
+    .to_string();
+    let entry = seen
+        .entry((l.port, transport))
+        .or_insert_with(|| (class.clone(), BTreeSet::new()));
+    let host = l.hostname.clone().unwrap_or_default();
+    if entry.0 != class {
+        r.error(
+            &it.path(&format!("{at}.protocol")),
+            format!(
+                "conflicting listeners on port {}: {} and {}",
+                l.port, entry.0, l.protocol
+            ),
+        );
+    } else if !entry.1.insert(host.clone()) {
+        r.error(
+            &it.path(&format!("{at}.hostname")),
+            format!(
+                "conflicting listeners on port {}: hostname `{}` is used twice",
+                l.port,
+                if host.is_empty() { "<any>" } else { &host }
+            ),
+        );
+    }
+}
+
+fn route_parents(
+    it: &Item,
+    parents: &[gw::ParentReference],
+    route_kind: &str,
+    index: &Index,
+    r: &mut Reporter,
+) {
+    let ns = it.object.meta().namespace().to_string();
+    let prefix = if it.object.format() == crate::model::Format::Consul {
+        "data.parentRefs"
+    } else {
+        "spec.parentRefs"
+    };
+    if parents.is_empty() {
+        r.error(
+            &it.path(prefix),
+            format!("a {route_kind} needs at least one parentRef"),
+        );
+    }
+    let mut seen = BTreeSet::new();
+    for (i, p) in parents.iter().enumerate() {
+        let at = format!("{prefix}[{i}]");
+        if !seen.insert(p.clone()) {
+            r.error(&it.path(&at), "the same parent is referenced twice");
+        }
+        let kind = p.kind.as_deref().unwrap_or("Gateway");
+        if kind != "Gateway" {
+            r.error(
+                &it.path(&format!("{at}.kind")),
+                format!("parent kind `{kind}` is not supported (only Gateway)"),
+            );
+            continue;
+        }
+        let gns = p.namespace.clone().unwrap_or_else(|| ns.clone());
+        let Some(g) = index.get(Kind::Gateway, &gns, &p.name) else {
+            r.error(
+                &it.path(&format!("{at}.name")),
+                format!("Gateway {gns}/{} not found", p.name),
+            );
+            continue;
+        };
+        let Object::Gateway(g) = &g.object else {
+            continue;
+        };
+        // The listeners the parentRef selects, in order, through the Gateway's index (a
+        // scan of every listener per route would make n routes on n listeners quadratic).
+        let by_index = index.listeners.get(&(gns.as_str(), p.name.as_str()));
+        let listeners = &g.spec.listeners;
+        let picked = |ids: Option<&Vec<usize>>| -> Vec<&gw::Listener> {
+            ids.into_iter()
+                .flatten()
+                .map(|&i| &listeners[i])
+                .filter(|l| p.port.is_none_or(|port| l.port == port))
+                .collect()
+        };
+        let matching: Vec<&gw::Listener> = match (&p.section_name, p.port, by_index) {
+            (Some(s), _, Some(ix)) => picked(ix.by_name.get(s.as_str())),
+            (None, Some(port), Some(ix)) => picked(ix.by_port.get(&port)),
+            _ => listeners
+                .iter()
+                .filter(|l| p.section_name.as_ref().is_none_or(|s| &l.name == s))
+                .filter(|l| p.port.is_none_or(|port| l.port == port))
+                .collect(),
+        };
+        if let Some(s) = &p.section_name {
+            let named = match by_index {
+                Some(ix) => ix.by_name.contains_key(s.as_str()),
+                None => listeners.iter().any(|l| &l.name == s),
+            };
+            if !named {
+                r.error(
+                    &it.path(&format!("{at}.sectionName")),
+                    format!("Gateway {gns}/{} has no listener named `{s}`", p.name),
+                );
+                continue;
+            }
+        }
+        if let Some(port) = p.port {
+            if matching.is_empty() {
+                r.error(
+                    &it.path(&format!("{at}.port")),
+                    format!(
+                        "Gateway {gns}/{} has no listener on port {port}{}",
+                        p.name,
+                        p.section_name
+                            .as_ref()
+                            .map(|s| format!(" named `{s}`"))
+                            .unwrap_or_default()
+                    ),
+                );
+                continue;
+            }
+        }
+        let want = listener_protocol_of(route_kind);
+        if !matching.iter().any(|l| l.protocol == want) {
+            // Name what the parentRef did select, and the route kind each listener takes.
+            let selected: Vec<String> = matching
+                .iter()
+                .map(|l| match route_kind_of(&l.protocol) {
+                    Some(k) => format!("`{}` is {} and takes {k}s", l.name, l.protocol),
+                    None => format!("`{}` is {}", l.name, l.protocol),
+                })
+                .collect();
+            r.error(
+                &it.path(&at),
+                format!(
+                    "Gateway {gns}/{} has no {want} listener this {route_kind} can attach to{}",
+                    p.name,
+                    if selected.is_empty() {
+                        String::new()
+                    } else {
+                        let noun = if selected.len() == 1 {
+                            "listener"
+                        } else {
+                            "listeners"
+                        };
+                        format!(" ({noun} {})", selected.join(", "))
+                    }
+                ),
+            );
+        }
+    }
+}
+
+/// The Gateway API listener protocol a route kind attaches to: a TLSRoute to TLS
+/// listeners, a UDPRoute to UDP listeners, a TCPRoute (and Consul's) to TCP listeners.
+fn listener_protocol_of(route_kind: &str) -> &'static str {
+    match route_kind {
+        "TLSRoute" => "TLS",
+        "UDPRoute" => "UDP",
+        _ => "TCP",
+    }
+}
+
+/// The route kind sluice attaches to a listener of this protocol (HTTP listeners take
+/// HTTPRoutes upstream, which sluice does not read).
+fn route_kind_of(protocol: &str) -> Option<&'static str> {
+    match protocol {
+        "TLS" => Some("TLSRoute"),
+        "TCP" => Some("TCPRoute"),
+        "UDP" => Some("UDPRoute"),
+        _ => None,
+    }
+}
+
+fn route_rules(
+    it: &Item,
+    rules: &[gw::RouteRule],
+    route_kind: &str,
+    index: &Index,
+    r: &mut Reporter,
+) {
+    let ns = it.object.meta().namespace().to_string();
+    let prefix = if it.object.format() == crate::model::Format::Consul {
+        "data.rules"
+    } else {
+        "spec.rules"
+    };
+    if rules.len() != 1 {
+        r.error(&it.path(prefix), format!("a {route_kind} has exactly one rule (it has no matchers to choose between rules); found {}", rules.len()));
+    }
+    for (i, rule) in rules.iter().enumerate() {
+        let at = format!("{prefix}[{i}].backendRefs");
+        if rule.backend_refs.is_empty() || rule.backend_refs.len() > MAX_BACKEND_REFS {
+            r.error(
+                &it.path(&at),
+                format!(
+                    "a rule needs 1..{MAX_BACKEND_REFS} backendRefs; found {}",
+                    rule.backend_refs.len()
+                ),
+            );
+        }
+        for (j, b) in rule.backend_refs.iter().enumerate() {
+            let here = format!("{at}[{j}]");
+            weight(it, &format!("{here}.weight"), b.weight, r);
+            let kind = b.kind.as_deref().unwrap_or("Service");
+            let group = b.group.as_deref().unwrap_or("");
+            if kind != "Service" || !group.is_empty() {
+                r.warn(&it.path(&format!("{here}.kind")), format!("backend kind {group}/{kind} is not supported: invalid backend, its share will be rejected"));
+                continue;
+            }
+            let bns = b.namespace.clone().unwrap_or_else(|| ns.clone());
+            if b.port.is_none() && b.port_name.is_none() {
+                r.error(
+                    &it.path(&format!("{here}.port")),
+                    "port is required for a Service backend",
+                );
+            }
+            if !index.grant_allows(
+                ("gateway.networking.k8s.io", route_kind, &ns),
+                ("", "Service", &bns, &b.name),
+            ) {
+                r.warn(&it.path(&format!("{here}.namespace")), format!("reference to Service {bns}/{} is not permitted by any ReferenceGrant: invalid backend, its share will be rejected", b.name));
+                continue;
+            }
+            match index.get(Kind::Service, &bns, &b.name) {
+                None => r.warn(
+                    &it.path(&format!("{here}.name")),
+                    format!(
+                        "Service {bns}/{} not found: invalid backend, its share will be rejected",
+                        b.name
+                    ),
+                ),
+                Some(svc) => {
+                    if let (Some(port), Object::Service(s)) = (b.port, &svc.object) {
+                        if !s.spec.ports.iter().any(|p| p.port == i64::from(port)) {
+                            r.error(
+                                &it.path(&format!("{here}.port")),
+                                format!("Service {bns}/{} has no port {port}", b.name),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A TLSRoute: its parents, hostnames and rule.
+pub(super) fn tls_route(it: &Item, spec: &gw::TlsRouteSpec, index: &Index, r: &mut Reporter) {
+    route_parents(it, &spec.parent_refs, "TLSRoute", index, r);
+    for (i, h) in spec.hostnames.iter().enumerate() {
+        hostname(it, &format!("spec.hostnames[{i}]"), h, r);
+    }
+    route_rules(it, &spec.rules, "TLSRoute", index, r);
+}
+
+/// A TCPRoute (Gateway API's or Consul's) or a UDPRoute (`route_kind`): its parents and
+/// rule.
+pub(super) fn tcp_route(
+    it: &Item,
+    spec: &gw::TcpRouteSpec,
+    route_kind: &str,
+    index: &Index,
+    r: &mut Reporter,
+) {
+    route_parents(it, &spec.parent_refs, route_kind, index, r);
+    route_rules(it, &spec.rules, route_kind, index, r);
+}

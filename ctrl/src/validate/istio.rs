@@ -1,0 +1,493 @@
+//! Istio Gateway, VirtualService and DestinationRule.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use crate::diag::Reporter;
+use crate::load::Item;
+use crate::model::istio::{self, TlsMode};
+use crate::model::{Kind, Object};
+
+use super::hostnames::istio_host_error;
+use super::{cidr, maglev_size, weight, Index};
+
+/// Istio `Port.protocol` values (seed 000).
+pub const ISTIO_PROTOCOLS: &[&str] = &[
+    "HTTP", "HTTPS", "GRPC", "GRPC-WEB", "HTTP2", "MONGO", "TCP", "TLS",
+];
+
+/// What the servers of one Istio Gateway bound so far on a (bind, port): the protocol
+/// class, and each host with how it is handled (plain, passthrough, terminate).
+type PortUse = (String, BTreeMap<String, &'static str>);
+
+pub(super) fn istio_gateway(it: &Item, spec: &istio::GatewaySpec, index: &Index, r: &mut Reporter) {
+    if spec.servers.is_empty() {
+        r.error(
+            &it.path("spec.servers"),
+            "a Gateway needs at least one server",
+        );
+    }
+    let ns = it.object.meta().namespace().to_string();
+    let mut names = BTreeSet::new();
+    // (bind, port) -> (protocol class, hosts seen)
+    let mut ports: BTreeMap<(String, u32), PortUse> = BTreeMap::new();
+    for (i, s) in spec.servers.iter().enumerate() {
+        let at = format!("spec.servers[{i}]");
+        if !(1..=65535).contains(&s.port.number) {
+            r.error(
+                &it.path(&format!("{at}.port.number")),
+                format!("port {} is out of range 1..65535", s.port.number),
+            );
+        }
+        let proto = s.port.protocol.to_ascii_uppercase();
+        if !ISTIO_PROTOCOLS.contains(&proto.as_str()) {
+            r.error(
+                &it.path(&format!("{at}.port.protocol")),
+                format!(
+                    "unknown protocol `{}` (expected one of {})",
+                    s.port.protocol,
+                    ISTIO_PROTOCOLS.join(", ")
+                ),
+            );
+        }
+        if s.port.name.is_empty() {
+            r.error(
+                &it.path(&format!("{at}.port.name")),
+                "port name is required",
+            );
+        }
+        if let Some(n) = &s.name {
+            if !names.insert(n.clone()) {
+                r.error(
+                    &it.path(&format!("{at}.name")),
+                    format!("duplicate server name `{n}`"),
+                );
+            }
+        }
+        if let Some(b) = &s.bind {
+            if b.parse::<IpAddr>().is_err() {
+                r.error(
+                    &it.path(&format!("{at}.bind")),
+                    format!("bind `{b}` must be an IP address on an appliance"),
+                );
+            }
+        }
+        if s.hosts.is_empty() {
+            r.error(
+                &it.path(&format!("{at}.hosts")),
+                "a server needs at least one host",
+            );
+        }
+        for (j, h) in s.hosts.iter().enumerate() {
+            if let Some(e) = istio_host_error(h, true) {
+                r.error(&it.path(&format!("{at}.hosts[{j}]")), e);
+            }
+        }
+        if let Some(tls) = &s.tls {
+            server_tls(it, &format!("{at}.tls"), tls, &proto, &ns, index, r);
+        } else if matches!(proto.as_str(), "HTTPS" | "TLS") {
+            r.error(
+                &it.path(&format!("{at}.tls")),
+                format!("a {proto} server needs tls settings"),
+            );
+        }
+        let class = match proto.as_str() {
+            "HTTP" | "HTTP2" | "GRPC" | "GRPC-WEB" => "HTTP",
+            "HTTPS" | "TLS" => "TLS",
+            _ => "TCP",
+        };
+        let key = (s.bind.clone().unwrap_or_default(), s.port.number);
+        let entry = ports
+            .entry(key)
+            .or_insert_with(|| (class.to_string(), BTreeMap::new()));
+        if entry.0 != class {
+            r.error(&it.path(&format!("{at}.port")), format!("port {} is already used by a {} server of this gateway; {class} cannot share it", s.port.number, entry.0));
+        } else if class == "TCP" && !entry.1.is_empty() {
+            r.error(
+                &it.path(&format!("{at}.port")),
+                format!(
+                    "two TCP servers on port {}: TCP cannot be told apart by host",
+                    s.port.number
+                ),
+            );
+        }
+        let handling = match s.tls.as_ref().map(|t| t.mode) {
+            _ if class != "TLS" => "plain",
+            Some(TlsMode::Passthrough | TlsMode::AutoPassthrough) | None => "passthrough",
+            Some(_) => "terminate",
+        };
+        for h in &s.hosts {
+            if class == "TCP" {
+                break;
+            }
+            match entry.1.insert(h.clone(), handling) {
+                Some(prev) if prev != handling => r.error(
+                    &it.path(&format!("{at}.hosts")),
+                    format!(
+                        "host `{h}` is both {prev} and {handling} on port {}: one TLS port cannot pass a name through and terminate it",
+                        s.port.number
+                    ),
+                ),
+                Some(_) => r.error(
+                    &it.path(&format!("{at}.hosts")),
+                    format!("host `{h}` appears twice on port {}", s.port.number),
+                ),
+                None => {}
+            }
+        }
+        if class == "TCP" {
+            entry.1.insert("*".into(), handling);
+        }
+    }
+}
+
+fn server_tls(
+    it: &Item,
+    at: &str,
+    tls: &istio::ServerTlsSettings,
+    proto: &str,
+    ns: &str,
+    index: &Index,
+    r: &mut Reporter,
+) {
+    let p = |f: &str| it.path(&format!("{at}.{f}"));
+    let has_files = tls.server_certificate.is_some()
+        || tls.private_key.is_some()
+        || tls.ca_certificates.is_some();
+    if tls.https_redirect && proto != "HTTP" {
+        r.error(
+            &p("httpsRedirect"),
+            "httpsRedirect applies to HTTP servers only",
+        );
+    }
+    if tls.https_redirect && proto == "HTTP" {
+        return; // An HTTP server with httpsRedirect needs nothing else.
+    }
+    if let Some(cred) = &tls.credential_name {
+        if has_files {
+            r.error(
+                &p("credentialName"),
+                "credentialName excludes serverCertificate, privateKey and caCertificates",
+            );
+        }
+        if index.get(Kind::Secret, ns, cred).is_none() {
+            r.error(&p("credentialName"), format!("Secret {ns}/{cred} not found (credentialName refers to a Secret in the gateway's namespace)"));
+        }
+    }
+    match tls.mode {
+        TlsMode::Simple | TlsMode::Mutual | TlsMode::OptionalMutual => {
+            if tls.credential_name.is_none() {
+                if tls.server_certificate.is_none() {
+                    r.error(
+                        &p("serverCertificate"),
+                        format!(
+                            "mode {} needs serverCertificate (or credentialName)",
+                            tls.mode.as_str()
+                        ),
+                    );
+                }
+                if tls.private_key.is_none() {
+                    r.error(
+                        &p("privateKey"),
+                        format!(
+                            "mode {} needs privateKey (or credentialName)",
+                            tls.mode.as_str()
+                        ),
+                    );
+                }
+                if matches!(tls.mode, TlsMode::Mutual | TlsMode::OptionalMutual)
+                    && tls.ca_certificates.is_none()
+                {
+                    r.error(
+                        &p("caCertificates"),
+                        format!(
+                            "mode {} needs caCertificates (or credentialName with a CA)",
+                            tls.mode.as_str()
+                        ),
+                    );
+                }
+            } else if let (Some(cred), TlsMode::Mutual | TlsMode::OptionalMutual) =
+                (&tls.credential_name, tls.mode)
+            {
+                let has_ca = |it: &Item| match &it.object {
+                    Object::Secret(s) => ["ca.crt", "cacert"]
+                        .iter()
+                        .any(|k| s.spec.entries.contains_key(*k)),
+                    _ => false,
+                };
+                let ca_secret = index.get(Kind::Secret, ns, &format!("{cred}-cacert"));
+                let main = index.get(Kind::Secret, ns, cred);
+                if main.is_some() && !main.is_some_and(has_ca) && !ca_secret.is_some_and(has_ca) {
+                    r.error(&p("credentialName"), format!("mode {} needs a CA: Secret {ns}/{cred} has no `ca.crt`/`cacert` and there is no {cred}-cacert Secret", tls.mode.as_str()));
+                }
+            }
+        }
+        TlsMode::IstioMutual => {
+            if has_files || tls.credential_name.is_some() {
+                r.error(&p("mode"), "ISTIO_MUTUAL uses Istio's certificates: serverCertificate, privateKey, caCertificates and credentialName must be empty");
+            }
+        }
+        TlsMode::Passthrough | TlsMode::AutoPassthrough => {
+            if proto == "HTTPS" {
+                r.error(
+                    &p("mode"),
+                    format!(
+                        "mode {} on an HTTPS server; use protocol TLS for passthrough",
+                        tls.mode.as_str()
+                    ),
+                );
+            }
+        }
+    }
+    if tls.min_protocol_version != istio::TlsProtocol::Auto
+        && tls.max_protocol_version != istio::TlsProtocol::Auto
+        && tls.min_protocol_version > tls.max_protocol_version
+    {
+        r.error(
+            &p("minProtocolVersion"),
+            "minProtocolVersion is above maxProtocolVersion",
+        );
+    }
+}
+
+/// Splits an Istio gateway reference `[ns/]name` (default namespace: the VirtualService's).
+pub fn split_gateway_ref<'a>(r: &'a str, own_ns: &'a str) -> (&'a str, &'a str) {
+    match r.split_once('/') {
+        Some((ns, name)) => (ns, name),
+        None => (own_ns, r),
+    }
+}
+
+/// Resolves an Istio destination host to (namespace, service name): short names are in
+/// `own_ns`; `name.ns`, `name.ns.svc` and `name.ns.svc.<domain>` are fully qualified.
+pub fn service_of_host<'a>(host: &'a str, own_ns: &'a str) -> (&'a str, &'a str) {
+    let parts: Vec<&str> = host.split('.').collect();
+    match parts.as_slice() {
+        [name] => (own_ns, name),
+        [name, ns] | [name, ns, "svc", ..] => (ns, name),
+        _ => (own_ns, host),
+    }
+}
+
+pub(super) fn virtual_service(
+    it: &Item,
+    spec: &istio::VirtualServiceSpec,
+    index: &Index,
+    r: &mut Reporter,
+) {
+    let ns = it.object.meta().namespace().to_string();
+    if spec.hosts.is_empty() {
+        r.error(
+            &it.path("spec.hosts"),
+            "a VirtualService needs at least one host",
+        );
+    }
+    for (i, h) in spec.hosts.iter().enumerate() {
+        if let Some(e) = istio_host_error(h, false) {
+            r.error(&it.path(&format!("spec.hosts[{i}]")), e);
+        }
+    }
+    let gateway_refs = |list: &[String], at: &str, r: &mut Reporter| {
+        for (i, g) in list.iter().enumerate() {
+            if g == "mesh" {
+                continue;
+            }
+            let (gns, name) = split_gateway_ref(g, &ns);
+            if index.get(Kind::IstioGateway, gns, name).is_none() {
+                r.error(
+                    &it.path(&format!("{at}[{i}]")),
+                    format!("Gateway {gns}/{name} not found"),
+                );
+            }
+        }
+    };
+    gateway_refs(&spec.gateways, "spec.gateways", r);
+    let dests = |route: &[istio::RouteDestination], at: &str, r: &mut Reporter| {
+        for (i, d) in route.iter().enumerate() {
+            let here = format!("{at}[{i}]");
+            weight(it, &format!("{here}.weight"), d.weight, r);
+            destination(
+                it,
+                &format!("{here}.destination"),
+                &d.destination,
+                &ns,
+                index,
+                r,
+            );
+        }
+        if route.len() > 1 && route.iter().all(|d| d.weight.is_none()) {
+            r.warn(
+                &it.path(at),
+                "several destinations without weights: each gets weight 1 (an equal share)",
+            );
+        }
+    };
+    for (i, h) in spec.http.iter().enumerate() {
+        let at = format!("spec.http[{i}]");
+        for (j, m) in h.matches.iter().enumerate() {
+            gateway_refs(&m.gateways, &format!("{at}.match[{j}].gateways"), r);
+            for (field, sm) in [("uri", &m.uri), ("authority", &m.authority)] {
+                if let Some(sm) = sm {
+                    if sm.exact.is_some() && sm.prefix.is_some() {
+                        r.error(
+                            &it.path(&format!("{at}.match[{j}].{field}")),
+                            "set exactly one of exact and prefix",
+                        );
+                    }
+                }
+            }
+        }
+        if h.route.is_empty() && h.redirect.is_none() {
+            r.error(&it.path(&at), "an http route needs `route` or `redirect`");
+        }
+        if !h.route.is_empty() && h.redirect.is_some() {
+            r.error(
+                &it.path(&format!("{at}.redirect")),
+                "`redirect` and `route` are mutually exclusive",
+            );
+        }
+        dests(&h.route, &format!("{at}.route"), r);
+    }
+    for (i, t) in spec.tls.iter().enumerate() {
+        let at = format!("spec.tls[{i}]");
+        if t.matches.is_empty() {
+            r.error(
+                &it.path(&format!("{at}.match")),
+                "a tls route needs at least one match with sniHosts",
+            );
+        }
+        for (j, m) in t.matches.iter().enumerate() {
+            let mat = format!("{at}.match[{j}]");
+            if m.sni_hosts.is_empty() {
+                r.error(&it.path(&format!("{mat}.sniHosts")), "sniHosts is required");
+            }
+            for (k, h) in m.sni_hosts.iter().enumerate() {
+                if let Some(e) = istio_host_error(h, false) {
+                    r.error(&it.path(&format!("{mat}.sniHosts[{k}]")), e);
+                }
+            }
+            for (k, c) in m.destination_subnets.iter().enumerate() {
+                cidr(it, &format!("{mat}.destinationSubnets[{k}]"), c, r);
+            }
+            gateway_refs(&m.gateways, &format!("{mat}.gateways"), r);
+        }
+        if t.route.is_empty() {
+            r.error(
+                &it.path(&format!("{at}.route")),
+                "a tls route needs at least one destination",
+            );
+        }
+        dests(&t.route, &format!("{at}.route"), r);
+    }
+    for (i, t) in spec.tcp.iter().enumerate() {
+        let at = format!("spec.tcp[{i}]");
+        for (j, m) in t.matches.iter().enumerate() {
+            let mat = format!("{at}.match[{j}]");
+            for (k, c) in m.destination_subnets.iter().enumerate() {
+                cidr(it, &format!("{mat}.destinationSubnets[{k}]"), c, r);
+            }
+            if !m.source_labels.is_empty() {
+                r.warn(
+                    &it.path(&format!("{mat}.sourceLabels")),
+                    "sourceLabels selects sidecar workloads; ignored on an appliance",
+                );
+            }
+            gateway_refs(&m.gateways, &format!("{mat}.gateways"), r);
+        }
+        if t.route.is_empty() {
+            r.error(
+                &it.path(&format!("{at}.route")),
+                "a tcp route needs at least one destination",
+            );
+        }
+        dests(&t.route, &format!("{at}.route"), r);
+    }
+}
+
+fn destination(
+    it: &Item,
+    at: &str,
+    d: &istio::Destination,
+    ns: &str,
+    index: &Index,
+    r: &mut Reporter,
+) {
+    if d.host.is_empty() {
+        r.error(
+            &it.path(&format!("{at}.host")),
+            "destination host is required",
+        );
+        return;
+    }
+    let (sns, name) = service_of_host(&d.host, ns);
+    let Some(svc) = index.get(Kind::Service, sns, name) else {
+        r.warn(&it.path(&format!("{at}.host")), format!("Service {sns}/{name} not found: this destination is invalid and its share of connections will be rejected"));
+        return;
+    };
+    if let (Some(port), Object::Service(s)) = (&d.port, &svc.object) {
+        if !s
+            .spec
+            .ports
+            .iter()
+            .any(|p| p.port == i64::from(port.number))
+        {
+            r.error(
+                &it.path(&format!("{at}.port.number")),
+                format!("Service {sns}/{name} has no port {}", port.number),
+            );
+        }
+    } else if let Object::Service(s) = &svc.object {
+        if s.spec.ports.len() > 1 {
+            r.warn(
+                &it.path(&format!("{at}.port")),
+                format!("Service {sns}/{name} has several ports and destination.port.number is not set: this destination is invalid and its share of connections will be rejected"),
+            );
+        }
+    }
+    if let Some(subset) = &d.subset {
+        if !index.defines_subset(sns, name, subset) {
+            r.warn(&it.path(&format!("{at}.subset")), format!("no DestinationRule defines subset `{subset}` of {sns}/{name}: this destination is invalid and its share of connections will be rejected"));
+        }
+    }
+}
+
+pub(super) fn destination_rule(it: &Item, spec: &istio::DestinationRuleSpec, r: &mut Reporter) {
+    if spec.host.is_empty() {
+        r.error(&it.path("spec.host"), "host is required");
+    }
+    let lb = |tp: &Option<istio::TrafficPolicy>, at: &str, r: &mut Reporter| {
+        if let Some(lb) = tp.as_ref().and_then(|t| t.load_balancer.as_ref()) {
+            if let Some(s) = &lb.simple {
+                r.warn(&it.path(&format!("{at}.loadBalancer.simple")), format!("loadBalancer.simple {s} is not implemented: sluice always balances with Maglev"));
+            }
+            if let Some(m) = lb.consistent_hash.as_ref().and_then(|c| c.maglev.as_ref()) {
+                maglev_size(
+                    it,
+                    &format!("{at}.loadBalancer.consistentHash.maglev.tableSize"),
+                    m.table_size,
+                    r,
+                );
+            }
+        }
+    };
+    lb(&spec.traffic_policy, "spec.trafficPolicy", r);
+    let mut names = BTreeSet::new();
+    for (i, s) in spec.subsets.iter().enumerate() {
+        if s.name.is_empty() {
+            r.error(
+                &it.path(&format!("spec.subsets[{i}].name")),
+                "subset name is required",
+            );
+        } else if !names.insert(s.name.clone()) {
+            r.error(
+                &it.path(&format!("spec.subsets[{i}].name")),
+                format!("duplicate subset `{}`", s.name),
+            );
+        }
+        lb(
+            &s.traffic_policy,
+            &format!("spec.subsets[{i}].trafficPolicy"),
+            r,
+        );
+    }
+}

@@ -1,0 +1,231 @@
+//! Semantic checks across objects: references, TLS mode requirements, protocol values,
+//! hostname and CIDR syntax, selectors, ports, weights, duplicates and conflicting
+//! listeners. Every problem is reported (not only the first), each with file, line,
+//! object and field path.
+//!
+//! What is an error and what a warning: anything that makes the intent unclear or a
+//! listener unusable is an error (the whole config is rejected). A backend that does not
+//! resolve (missing Service, no endpoints, unknown subset, cross-namespace reference
+//! without a ReferenceGrant) is a warning: per seed 004 such a backend keeps its weight
+//! and its share of connections is actively rejected.
+//!
+//! One file per family of kinds, like [`crate::model`]: `istio`, `gateway_api`, `netpol`,
+//! `appliance`, `core` (Pods, Services, Secrets); `hostnames` holds the hostname syntax
+//! they share and `index` the lookups of every reference check ([`Index`]). This file
+//! holds the entry point, [`validate`], and the field checks used by several kinds.
+
+mod appliance;
+mod core;
+mod gateway_api;
+mod hostnames;
+mod index;
+mod istio;
+mod netpol;
+
+use std::collections::HashMap;
+
+use ipnet::IpNet;
+
+use crate::diag::{Diagnostic, Reporter};
+use crate::load::{Item, Loaded};
+use crate::model::meta::{
+    transparent_by_annotation, LabelSelector, SelectorOperator, SOURCE_NAT_ANNOTATION,
+};
+use crate::model::{Kind, Object};
+
+pub use gateway_api::GATEWAY_PROTOCOLS;
+pub use hostnames::{gateway_hostname_error, istio_host_error};
+pub use index::Index;
+pub use istio::{service_of_host, split_gateway_ref, ISTIO_PROTOCOLS};
+
+/// Largest weight accepted on a route destination or backendRef.
+pub const MAX_WEIGHT: i64 = 1_000_000;
+/// Most backendRefs in one TCPRoute/UDPRoute/TLSRoute rule.
+pub const MAX_BACKEND_REFS: usize = 16;
+
+/// Runs every check; appends diagnostics to `loaded.diagnostics`.
+pub fn validate(loaded: &mut Loaded) {
+    let mut out = Vec::new();
+    {
+        let items = &loaded.items;
+        let index = Index::new(items);
+        check_duplicates(items, &mut out);
+        let appliances: Vec<&Item> = items
+            .iter()
+            .filter(|i| i.object.kind() == Kind::Appliance)
+            .collect();
+        for extra in appliances.iter().skip(1) {
+            extra.reporter(&mut out).error(
+                &extra.path("metadata.name"),
+                "only one Appliance may be given",
+            );
+        }
+        for it in items {
+            let mut r = it.reporter(&mut out);
+            if it.object.meta().name.is_empty() {
+                let field = match it.object.format() {
+                    crate::model::Format::Kubernetes => "metadata.name",
+                    crate::model::Format::Ligato => "name",
+                    crate::model::Format::Consul => "id.name",
+                };
+                r.error(&it.path(field), "missing name");
+            }
+            match &it.object {
+                Object::IstioGateway(g) => istio::istio_gateway(it, &g.spec, &index, &mut r),
+                Object::VirtualService(v) => istio::virtual_service(it, &v.spec, &index, &mut r),
+                Object::DestinationRule(d) => istio::destination_rule(it, &d.spec, &mut r),
+                Object::Gateway(g) => gateway_api::gateway(it, &g.spec, &index, &mut r),
+                Object::TlsRoute(t) => gateway_api::tls_route(it, &t.spec, &index, &mut r),
+                Object::TcpRoute(t) => {
+                    gateway_api::tcp_route(it, &t.spec, "TCPRoute", &index, &mut r)
+                }
+                Object::UdpRoute(u) => {
+                    gateway_api::tcp_route(it, &u.spec, "UDPRoute", &index, &mut r)
+                }
+                Object::NetworkPolicy(p) => netpol::network_policy(it, &p.spec, &mut r),
+                Object::Appliance(a) => appliance::appliance(it, &a.spec, &mut r),
+                Object::Pod(p) => core::pod(it, &p.spec, &mut r),
+                Object::Service(s) => core::service(it, &s.spec, &mut r),
+                Object::Secret(s) if s.spec.kind == "kubernetes.io/tls" => {
+                    core::tls_secret(it, &s.spec, &mut r)
+                }
+                _ => {}
+            }
+            if matches!(it.object.kind(), Kind::Gateway | Kind::IstioGateway) {
+                let meta = it.object.meta();
+                if let Err(e) = transparent_by_annotation(&meta.annotations) {
+                    r.error(
+                        &it.path("metadata.annotations").key(SOURCE_NAT_ANNOTATION),
+                        e.to_string(),
+                    );
+                }
+            }
+        }
+    }
+    loaded.diagnostics.extend(out);
+}
+
+fn check_duplicates(items: &[Item], out: &mut Vec<Diagnostic>) {
+    let mut seen: HashMap<(Kind, String, String), &Item> = HashMap::new();
+    for it in items {
+        let m = it.object.meta();
+        if m.name.is_empty() {
+            continue;
+        }
+        let ns = if it.object.kind().namespaced() {
+            m.namespace().to_string()
+        } else {
+            String::new()
+        };
+        let key = (it.object.kind(), ns, m.name.clone());
+        match seen.get(&key) {
+            Some(first) => {
+                let p = first.origin.locate(&first.base);
+                it.reporter(out).error(
+                    &it.path("metadata.name"),
+                    format!(
+                        "duplicate object: {} is already defined at {}:{}:{}",
+                        it.object.label(),
+                        first.origin.file,
+                        p.line,
+                        p.col
+                    ),
+                );
+            }
+            None => {
+                seen.insert(key, it);
+            }
+        }
+    }
+}
+
+/// A port number is in 1..65535.
+fn port_number(it: &Item, at: &str, n: i64, r: &mut Reporter) {
+    if !(1..=65535).contains(&n) {
+        r.error(&it.path(at), format!("port {n} is out of range 1..65535"));
+    }
+}
+
+/// A label selector's expressions are well formed.
+fn selector(it: &Item, at: &str, s: &LabelSelector, r: &mut Reporter) {
+    for (i, e) in s.match_expressions.iter().enumerate() {
+        let here = format!("{at}.matchExpressions[{i}]");
+        match e.operator {
+            SelectorOperator::In | SelectorOperator::NotIn if e.values.is_empty() => r.error(
+                &it.path(&format!("{here}.values")),
+                format!("operator {:?} needs at least one value", e.operator),
+            ),
+            SelectorOperator::Exists | SelectorOperator::DoesNotExist if !e.values.is_empty() => r
+                .error(
+                    &it.path(&format!("{here}.values")),
+                    format!("operator {:?} takes no values", e.operator),
+                ),
+            _ => {}
+        }
+        if e.key.is_empty() {
+            r.error(&it.path(&format!("{here}.key")), "empty label key");
+        }
+    }
+}
+
+/// Parses a CIDR; a prefix with host bits set is normalised (warning), garbage is an
+/// error. Returns the normalised network.
+pub fn cidr(it: &Item, at: &str, s: &str, r: &mut Reporter) -> Option<IpNet> {
+    match s.parse::<IpNet>() {
+        Ok(n) => {
+            if n.trunc() != n {
+                r.warn(
+                    &it.path(at),
+                    format!("`{s}` has host bits set; normalised to `{}`", n.trunc()),
+                );
+            }
+            Some(n.trunc())
+        }
+        Err(_) => {
+            r.error(
+                &it.path(at),
+                format!("`{s}` is not a CIDR (like 10.0.0.0/8 or fd00::/8)"),
+            );
+            None
+        }
+    }
+}
+
+/// A route weight is in 0..[`MAX_WEIGHT`].
+fn weight(it: &Item, at: &str, w: Option<i64>, r: &mut Reporter) {
+    if let Some(w) = w {
+        if !(0..=MAX_WEIGHT).contains(&w) {
+            r.error(
+                &it.path(at),
+                format!("weight {w} is out of range 0..{MAX_WEIGHT}"),
+            );
+        }
+    }
+}
+
+/// Whether `n` is prime (Maglev table sizes must be).
+pub fn is_prime(n: u64) -> bool {
+    if n < 2 {
+        return false;
+    }
+    let mut d = 2u64;
+    while d.saturating_mul(d) <= n {
+        if n.is_multiple_of(d) {
+            return false;
+        }
+        d += 1;
+    }
+    true
+}
+
+/// A Maglev table size is a prime no larger than 5000011.
+fn maglev_size(it: &Item, at: &str, size: Option<u64>, r: &mut Reporter) {
+    if let Some(s) = size {
+        if !is_prime(s) || s > 5_000_011 {
+            r.error(
+                &it.path(at),
+                format!("Maglev table size {s} must be a prime no larger than 5000011"),
+            );
+        }
+    }
+}
