@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use sluice_dataplane::balancer::BalancerConfig;
 use sluice_dataplane::flow::Timeouts;
-use sluice_dataplane::pipeline::{Fib, IfAddr, Route};
+use sluice_dataplane::pipeline::{Fib, FibError, IfAddr, Route};
 use sluice_dataplane::port::PortKind;
 use sluice_dataplane::splice::SpliceConfig;
 
@@ -169,7 +169,7 @@ pub enum PlanError {
     },
     /// The static routes do not make a forwarding table (a next hop no port reaches).
     #[error("routes: {0}")]
-    Routes(String),
+    Routes(#[from] FibError),
     /// A virtual address that is not an IP.
     #[error("virtual address {value:?}: bad IP")]
     VirtualAddress {
@@ -268,7 +268,7 @@ impl RunPlan {
         // The routes must make a forwarding table over the ports' subnets, as `run`
         // will build it: a next hop no port reaches fails here, not at start.
         let port_addrs: Vec<Vec<IfAddr>> = ports.iter().map(|p| p.addrs.clone()).collect();
-        Fib::new(&port_addrs, &routes).map_err(PlanError::Routes)?;
+        Fib::new(&port_addrs, &routes)?;
         let virtual_addrs = spec
             .virtual_addresses
             .iter()

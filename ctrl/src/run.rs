@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sluice_dataplane::balancer::{Balancer, BalancerConfig};
-use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, NeighbourCache, PortConf};
+use sluice_dataplane::pipeline::{FibError, Forwarder, ForwarderConfig, NeighbourCache, PortConf};
 use sluice_dataplane::port::{self, Opened, Pool, PortError, PortKind};
 use sluice_dataplane::rcu::Reader;
 use sluice_dataplane::stats::{Counters, SharedCounters};
@@ -79,8 +79,8 @@ pub enum RunError {
         source: PortError,
     },
     /// The forwarder's configuration (routes over the ports' subnets).
-    #[error("{0}")]
-    Forwarder(String),
+    #[error(transparent)]
+    Forwarder(#[from] FibError),
     /// A signal handler could not be installed.
     #[error("{what} handler: {source}")]
     Signal {

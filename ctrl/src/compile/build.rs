@@ -269,3 +269,57 @@ pub fn diagnostics(r: &Result<Built, Diagnostics>) -> &[Diagnostic] {
         Err(d) => &d.list,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build_text(text: &str) -> Result<Built, Diagnostics> {
+        let mut loaded = Loaded::default();
+        load::load_str("a.yaml", text, &mut loaded);
+        build(loaded)
+    }
+
+    const APPLIANCE: &str = "apiVersion: sluice.dev/v1alpha1
+kind: Appliance
+metadata: {name: a}
+spec:
+  cores: [0, 1]
+  ports:
+  - name: p
+    tap: {name: t0}
+    addresses: [10.1.0.2/24]
+    queues: QUEUES
+  routes: [{to: 0.0.0.0/0, via: VIA}]
+";
+
+    /// What `run` would refuse, `check` refuses too, at the Appliance field: a queue
+    /// count that is not one per core, a next hop no port reaches.
+    #[test]
+    fn run_plan_errors_are_located_at_the_appliance() {
+        let ok = APPLIANCE.replace("QUEUES", "2").replace("VIA", "10.1.0.1");
+        let b = build_text(&ok).expect("builds");
+        assert_eq!(b.plan.cores, vec![0, 1]);
+        assert!(!b.plan.is_default);
+        let bad = APPLIANCE.replace("QUEUES", "3").replace("VIA", "10.1.0.1");
+        let e = build_text(&bad).expect_err("rejected").error_lines();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("a.yaml:10:"), "{e:?}");
+        assert!(e[0].contains("spec.ports[0].queues"), "{e:?}");
+        let bad = APPLIANCE.replace("QUEUES", "2").replace("VIA", "10.9.0.1");
+        let e = build_text(&bad).expect_err("rejected").error_lines();
+        assert!(e[0].contains("spec.routes"), "{e:?}");
+        assert!(
+            e[0].contains("the next hop is in no port's network"),
+            "{e:?}"
+        );
+    }
+
+    /// Without an Appliance the plan is the embedded default's.
+    #[test]
+    fn no_appliance_plans_the_embedded_default() {
+        let b = build_text("").expect("an empty configuration builds");
+        assert!(b.plan.is_default);
+        assert_eq!(b.plan.ports[0].name, "sl0");
+    }
+}

@@ -116,7 +116,7 @@ impl Ctx<'_> {
         };
         let sp = match service_port(&s.spec, ns, svc, port, port_name) {
             Ok(sp) => sp,
-            Err(e) => return BackendTarget::Invalid(e),
+            Err(e) => return BackendTarget::Invalid(e.to_string()),
         };
         let subset_labels = match subset {
             None => None,
@@ -277,15 +277,26 @@ impl Ctx<'_> {
     }
 }
 
+/// Why a destination names no port of its Service.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NoServicePort {
+    #[error("Service {0} has no port {1}")]
+    Number(String, u32),
+    #[error("Service {0} has no port named {1}")]
+    Name(String, String),
+    #[error("Service {0} has several ports and the destination names none")]
+    Ambiguous(String),
+}
+
 /// The port of Service `ns/svc` a destination names: by number, else by name or target
-/// port name, else the only port. The error says why there is none.
+/// port name, else the only port.
 fn service_port<'s>(
     spec: &'s ServiceSpec,
     ns: &str,
     svc: &str,
     port: Option<u32>,
     port_name: Option<&str>,
-) -> Result<&'s ServicePort, String> {
+) -> Result<&'s ServicePort, NoServicePort> {
     let sp = spec.ports.iter().find(|p| match (port, port_name) {
         (Some(n), _) => p.port == i64::from(n),
         (None, Some(name)) => {
@@ -294,11 +305,10 @@ fn service_port<'s>(
         }
         (None, None) => spec.ports.len() == 1,
     });
+    let service = || format!("{ns}/{svc}");
     sp.ok_or_else(|| match (port, port_name) {
-        (Some(n), _) => format!("Service {ns}/{svc} has no port {n}"),
-        (None, Some(n)) => format!("Service {ns}/{svc} has no port named {n}"),
-        (None, None) => {
-            format!("Service {ns}/{svc} has several ports and the destination names none")
-        }
+        (Some(n), _) => NoServicePort::Number(service(), n),
+        (None, Some(n)) => NoServicePort::Name(service(), n.to_string()),
+        (None, None) => NoServicePort::Ambiguous(service()),
     })
 }

@@ -54,18 +54,49 @@ pub enum EnumValue {
     Number(i64),
 }
 
+/// A proto3 enum value that names no member.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnumError {
+    /// By name.
+    #[error("unknown enum value `{name}` (expected one of {expected:?})")]
+    Name {
+        /// As written.
+        name: String,
+        /// The members.
+        expected: &'static [&'static str],
+    },
+    /// By number.
+    #[error("unknown enum number {number} (expected 0..{members})")]
+    Number {
+        /// As written.
+        number: i64,
+        /// How many members there are.
+        members: usize,
+    },
+}
+
 impl EnumValue {
     /// Resolves against the enum's names (index = number); unknown values are an error.
-    fn resolve(&self, names: &[&'static str]) -> Result<usize, String> {
+    fn resolve(&self, names: &'static [&'static str]) -> Result<usize, EnumError> {
         match self {
-            EnumValue::Name(n) => names
-                .iter()
-                .position(|v| v == n)
-                .ok_or_else(|| format!("unknown enum value `{n}` (expected one of {names:?})")),
-            EnumValue::Number(i) => usize::try_from(*i)
-                .ok()
-                .filter(|i| *i < names.len())
-                .ok_or_else(|| format!("unknown enum number {i} (expected 0..{})", names.len())),
+            EnumValue::Name(n) => {
+                names
+                    .iter()
+                    .position(|v| v == n)
+                    .ok_or_else(|| EnumError::Name {
+                        name: n.clone(),
+                        expected: names,
+                    })
+            }
+            EnumValue::Number(i) => {
+                usize::try_from(*i)
+                    .ok()
+                    .filter(|i| *i < names.len())
+                    .ok_or(EnumError::Number {
+                        number: *i,
+                        members: names.len(),
+                    })
+            }
         }
     }
 }
@@ -205,7 +236,7 @@ impl Policy {
             None => None,
             Some(v) => match v
                 .resolve(&["DEFAULT", "INGRESS", "EGRESS", "INGRESS_AND_EGRESS"])
-                .map_err(|e| ("policyType".to_string(), e))?
+                .map_err(|e| ("policyType".to_string(), e.to_string()))?
             {
                 0 => None,
                 1 => Some(vec![PolicyType::Ingress]),
@@ -259,7 +290,7 @@ fn selector(s: &Selector, at: &str) -> Result<LabelSelector, (String, String)> {
             None => 0,
             Some(v) => v
                 .resolve(&["IN", "NOT_IN", "EXISTS", "DOES_NOT_EXIST"])
-                .map_err(|m| (format!("{at}.matchExpression[{i}].operator"), m))?,
+                .map_err(|m| (format!("{at}.matchExpression[{i}].operator"), m.to_string()))?,
         };
         let operator = [
             SelectorOperator::In,
@@ -287,7 +318,7 @@ fn ports(list: &[PortL], at: &str) -> Result<Vec<NetworkPolicyPort>, (String, St
             None => Protocol::Tcp,
             Some(v) => match v
                 .resolve(&["TCP", "UDP"])
-                .map_err(|m| (format!("{here}.protocol"), m))?
+                .map_err(|m| (format!("{here}.protocol"), m.to_string()))?
             {
                 0 => Protocol::Tcp,
                 _ => Protocol::Udp,
@@ -300,7 +331,7 @@ fn ports(list: &[PortL], at: &str) -> Result<Vec<NetworkPolicyPort>, (String, St
                     None => 0,
                     Some(v) => v
                         .resolve(&["NUMBER", "NAME"])
-                        .map_err(|m| (format!("{here}.port.type"), m))?,
+                        .map_err(|m| (format!("{here}.port.type"), m.to_string()))?,
                 };
                 match kind {
                     0 if pn.number == 0 => None,

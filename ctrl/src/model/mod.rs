@@ -65,6 +65,18 @@ pub enum Kind {
     Appliance,
 }
 
+/// A known kind in an `apiVersion` sluice does not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} apiVersion `{api_version}` is not supported (supported: {})", supported.join(", "))]
+pub struct VersionError {
+    /// The kind.
+    pub kind: String,
+    /// The version given.
+    pub api_version: String,
+    /// The versions sluice reads, `group/version`.
+    pub supported: Vec<String>,
+}
+
 impl Kind {
     /// Every kind, in summary order.
     pub const ALL: [Kind; 17] = [
@@ -129,9 +141,9 @@ impl Kind {
         )
     }
 
-    /// Resolves `apiVersion` + `kind`. `Err` carries a message for known kinds with an
-    /// unsupported version; `Ok(None)` means a kind sluice does not read.
-    pub fn resolve(api_version: &str, kind: &str) -> Result<Option<Kind>, String> {
+    /// Resolves `apiVersion` + `kind`. `Err` for a known kind with an unsupported
+    /// version; `Ok(None)` means a kind sluice does not read.
+    pub fn resolve(api_version: &str, kind: &str) -> Result<Option<Kind>, VersionError> {
         let (group, version) = match api_version.rsplit_once('/') {
             Some((g, v)) => (g, v),
             None => ("", api_version),
@@ -161,18 +173,20 @@ impl Kind {
         if versions.contains(&version) {
             Ok(Some(k))
         } else {
-            Err(format!(
-                "{kind} apiVersion `{api_version}` is not supported (supported: {})",
-                versions
+            Err(VersionError {
+                kind: kind.to_string(),
+                api_version: api_version.to_string(),
+                supported: versions
                     .iter()
-                    .map(|v| if group.is_empty() {
-                        v.to_string()
-                    } else {
-                        format!("{group}/{v}")
+                    .map(|v| {
+                        if group.is_empty() {
+                            v.to_string()
+                        } else {
+                            format!("{group}/{v}")
+                        }
                     })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
+                    .collect(),
+            })
         }
     }
 }
@@ -345,7 +359,7 @@ pub fn decode(doc: &Value) -> Decoded {
         (Some(av), Some(k)) => match Kind::resolve(av, k) {
             Ok(Some(kind)) => decode_kind(kind, doc),
             Ok(None) => Decoded::Skipped(format!("kind {k} ({av}) is not read by sluice")),
-            Err(msg) => Decoded::Error(FieldPath::root().key("apiVersion"), msg),
+            Err(e) => Decoded::Error(FieldPath::root().key("apiVersion"), e.to_string()),
         },
         (None, Some(_)) => Decoded::Error(
             FieldPath::root().key("apiVersion"),

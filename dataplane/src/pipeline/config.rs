@@ -1,7 +1,7 @@
 //! The forwarder's configuration: sluice's ports (MAC, addresses), its virtual addresses
 //! and the FIB, with the per-packet "is it ours?" sets precomputed once.
 
-use super::fib::{Fib, IfAddr, Route};
+use super::fib::{Fib, FibError, IfAddr, Route};
 use crate::wire::MacAddr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -45,7 +45,7 @@ fn filter_bit_v4(a: u32) -> u64 {
 
 impl ForwarderConfig {
     /// Builds the configuration, deriving the FIB from the ports' addresses and `routes`.
-    pub fn new(ports: Vec<PortConf>, routes: &[Route]) -> Result<ForwarderConfig, String> {
+    pub fn new(ports: Vec<PortConf>, routes: &[Route]) -> Result<ForwarderConfig, FibError> {
         ForwarderConfig::with_virtual(ports, routes, Vec::new())
     }
 
@@ -54,7 +54,7 @@ impl ForwarderConfig {
         ports: Vec<PortConf>,
         routes: &[Route],
         virtual_addrs: Vec<IpAddr>,
-    ) -> Result<ForwarderConfig, String> {
+    ) -> Result<ForwarderConfig, FibError> {
         let addrs: Vec<Vec<IfAddr>> = ports.iter().map(|p| p.addrs.clone()).collect();
         let fib = Fib::new(&addrs, routes)?;
         let mut local_v4 = Vec::new();

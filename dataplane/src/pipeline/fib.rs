@@ -87,17 +87,64 @@ fn mask(len: u8, v4: bool) -> u128 {
     }
 }
 
+/// Why the ports' subnets and the static routes do not make a forwarding table.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FibError {
+    /// A port address's prefix is longer than its family allows.
+    #[error("{addr}/{len}: prefix too long")]
+    AddressPrefix {
+        /// The address.
+        addr: IpAddr,
+        /// Its prefix length.
+        len: u8,
+    },
+    /// A route's prefix is longer than its family allows.
+    #[error("route {to}/{len}: prefix too long")]
+    RoutePrefix {
+        /// The destination.
+        to: IpAddr,
+        /// Its prefix length.
+        len: u8,
+    },
+    /// A route's destination and next hop are of different families.
+    #[error("route {to}/{len} via {via}: address families differ")]
+    Families {
+        /// The destination.
+        to: IpAddr,
+        /// Its prefix length.
+        len: u8,
+        /// The next hop.
+        via: IpAddr,
+    },
+    /// A route's next hop is in no port's connected network.
+    #[error("route {to}/{len} via {via}: the next hop is in no port's network")]
+    Unreachable {
+        /// The destination.
+        to: IpAddr,
+        /// Its prefix length.
+        len: u8,
+        /// The next hop.
+        via: IpAddr,
+    },
+    /// The IPv4 longest-prefix table could not be built.
+    #[error("IPv4 routes: {0}")]
+    Lpm(#[from] crate::tables::lpm::LpmError),
+}
+
 impl Fib {
     /// Builds the table from each port's addresses (connected networks) and the static
     /// routes. A route whose next hop is in no connected network is an error.
-    pub fn new(port_addrs: &[Vec<IfAddr>], routes: &[Route]) -> Result<Fib, String> {
+    pub fn new(port_addrs: &[Vec<IfAddr>], routes: &[Route]) -> Result<Fib, FibError> {
         let mut entries = Vec::new();
         for (port, addrs) in port_addrs.iter().enumerate() {
             for a in addrs {
                 let (b, v4) = bits(a.addr);
                 let max = if v4 { 32 } else { 128 };
                 if a.prefix_len > max {
-                    return Err(format!("{}/{}: prefix too long", a.addr, a.prefix_len));
+                    return Err(FibError::AddressPrefix {
+                        addr: a.addr,
+                        len: a.prefix_len,
+                    });
                 }
                 let m = mask(a.prefix_len, v4);
                 entries.push(Entry {
@@ -115,19 +162,24 @@ impl Fib {
             let (b, v4) = bits(r.to);
             let max = if v4 { 32 } else { 128 };
             if r.prefix_len > max {
-                return Err(format!("route {}/{}: prefix too long", r.to, r.prefix_len));
+                return Err(FibError::RoutePrefix {
+                    to: r.to,
+                    len: r.prefix_len,
+                });
             }
             if r.to.is_ipv4() != r.via.is_ipv4() {
-                return Err(format!(
-                    "route {}/{} via {}: address families differ",
-                    r.to, r.prefix_len, r.via
-                ));
+                return Err(FibError::Families {
+                    to: r.to,
+                    len: r.prefix_len,
+                    via: r.via,
+                });
             }
             let Some(nh) = scan(&connected, r.via) else {
-                return Err(format!(
-                    "route {}/{} via {}: the next hop is in no port's network",
-                    r.to, r.prefix_len, r.via
-                ));
+                return Err(FibError::Unreachable {
+                    to: r.to,
+                    len: r.prefix_len,
+                    via: r.via,
+                });
             };
             let m = mask(r.prefix_len, v4);
             entries.push(Entry {
@@ -160,7 +212,7 @@ impl Fib {
                 },
             });
         }
-        let lpm4 = Lpm4::new(prefixes).map_err(|e| format!("IPv4 routes: {e}"))?;
+        let lpm4 = Lpm4::new(prefixes)?;
         Ok(Fib { entries, v4, lpm4 })
     }
 

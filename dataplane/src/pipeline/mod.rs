@@ -47,7 +47,7 @@ mod resolve;
 pub mod stage;
 
 pub use config::{ForwarderConfig, PortConf};
-pub use fib::{Fib, IfAddr, NextHop, Route};
+pub use fib::{Fib, FibError, IfAddr, NextHop, Route};
 pub use forward::Forwarder;
 pub use neigh::{NeighConfig, Neighbour, NeighbourCache};
 pub use stage::{Ctx, Stage, StageIo, Verdict, EXTRA_TX};

@@ -33,7 +33,23 @@ pub struct Eal {
     pools: Mutex<HashMap<i32, usize>>,
 }
 
-static EAL: OnceLock<Result<Eal, String>> = OnceLock::new();
+/// Why the EAL did not start (kept by the first [`init`] and returned to every later one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EalError {
+    /// An argument holds a NUL byte.
+    #[error("EAL argument {0:?} holds NUL")]
+    Nul(String),
+    /// `rte_eal_init` failed.
+    #[error("rte_eal_init({args}) failed: {why}")]
+    Init {
+        /// The arguments, joined by spaces.
+        args: String,
+        /// DPDK's reason.
+        why: String,
+    },
+}
+
+static EAL: OnceLock<Result<Eal, EalError>> = OnceLock::new();
 
 fn errno_str(rc: i32) -> String {
     let e = if rc < 0 { -rc } else { rc };
@@ -54,9 +70,7 @@ pub fn init(args: &[String]) -> Result<&'static Eal, PortError> {
     let r = EAL.get_or_init(|| {
         let mut owned: Vec<CString> = vec![CString::new("sluice").unwrap_or_default()];
         for a in args {
-            owned.push(
-                CString::new(a.as_str()).map_err(|_| format!("EAL argument {a:?} holds NUL"))?,
-            );
+            owned.push(CString::new(a.as_str()).map_err(|_| EalError::Nul(a.clone()))?);
         }
         // The EAL keeps pointers into argv: the strings live as long as the process.
         let owned: &'static [CString] = Box::leak(owned.into_boxed_slice());
@@ -71,17 +85,16 @@ pub fn init(args: &[String]) -> Result<&'static Eal, PortError> {
         // OnceLock makes this the only rte_eal_init call of the process.
         let rc = unsafe { sys::rte_eal_init(argv.len() as i32, argv.as_mut_ptr()) };
         if rc < 0 {
-            return Err(format!(
-                "rte_eal_init({}) failed: {}",
-                args.join(" "),
-                errno_str(rte_errno())
-            ));
+            return Err(EalError::Init {
+                args: args.join(" "),
+                why: errno_str(rte_errno()),
+            });
         }
         Ok(Eal {
             pools: Mutex::new(HashMap::new()),
         })
     });
-    r.as_ref().map_err(|e| PortError::Dpdk(e.clone()))
+    r.as_ref().map_err(|e| PortError::Dpdk(e.to_string()))
 }
 
 /// The EAL, if [`init`] succeeded.
@@ -518,7 +531,7 @@ pub fn open(name: &str, devargs: &str, queues: u16) -> Result<Opened, PortError>
 }
 
 /// Spreads the redirection table round-robin over `queues`.
-fn program_reta(port_id: u16, reta_size: u16, queues: u16) -> Result<(), String> {
+fn program_reta(port_id: u16, reta_size: u16, queues: u16) -> Result<(), PortError> {
     let groups = usize::from(reta_size).div_ceil(sys::RTE_ETH_RSS_RETA_SIZE_64 as usize);
     let mut conf = vec![sys::rte_eth_rss_reta_entry64::default(); groups];
     for i in 0..usize::from(reta_size) {
@@ -529,7 +542,7 @@ fn program_reta(port_id: u16, reta_size: u16, queues: u16) -> Result<(), String>
     // SAFETY: started port; conf holds reta_size/64 entries as the API requires.
     let rc = unsafe { sys::rte_eth_dev_rss_reta_update(port_id, conf.as_mut_ptr(), reta_size) };
     if rc < 0 && rc != -libc::ENOTSUP {
-        return Err(format!("RETA update: {}", errno_str(rc)));
+        return Err(PortError::Dpdk(format!("RETA update: {}", errno_str(rc))));
     }
     Ok(())
 }

@@ -588,7 +588,8 @@ fn forwarder(inside_mac: MacAddr) -> Result<Forwarder, String> {
         ],
         &[],
         vec![IpAddr::V4(VIP)],
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     let neigh = Arc::new(NeighbourCache::new(16 * BACKENDS));
     for i in 0..BACKENDS {
         neigh.learn(IpAddr::V4(backend_ip(i)), BACKEND_MAC, 0);

@@ -226,7 +226,8 @@ fn forwarder() -> Result<Forwarder, String> {
             via: ip("2001:db8:fffe::1"),
         },
     ];
-    let conf = ForwarderConfig::with_virtual(ports, &routes, vec![IpAddr::V4(VIP)])?;
+    let conf = ForwarderConfig::with_virtual(ports, &routes, vec![IpAddr::V4(VIP)])
+        .map_err(|e| e.to_string())?;
     let neigh = Arc::new(NeighbourCache::new(16));
     neigh.learn(ip("198.51.100.1"), PEER_MAC, 0);
     neigh.learn(ip("2001:db8:fffe::1"), PEER_MAC, 0);

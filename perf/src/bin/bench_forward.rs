@@ -113,7 +113,8 @@ fn sluice_run(capture: &Path, secs: f64, macswap: bool) -> Result<Run, String> {
             prefix_len: 0,
             via: "10.2.0.1".parse().unwrap(),
         }],
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     let neigh = Arc::new(NeighbourCache::new(64));
     neigh.learn("10.2.0.1".parse().unwrap(), NEXT_HOP_MAC, 0);
     let mut queues = Vec::new();

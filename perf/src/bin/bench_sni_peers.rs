@@ -219,7 +219,8 @@ fn start_sluice(lane: &TapLane, spin: bool) -> Result<InProcessRun, String> {
         ],
         &[],
         vec![IpAddr::V4(net::LANE_VIP)],
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     let publisher = Publisher::new(snapshot, 1);
     let stage = Balancer::new(
         Forwarder::new(Arc::new(conf), Arc::new(NeighbourCache::new(256))),

@@ -148,7 +148,8 @@ pub(crate) fn forwarder() -> Result<Forwarder, String> {
         ],
         &[],
         vec![IpAddr::V4(VIP)],
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     // Neighbours stay reachable for the whole run (no probes).
     let neigh = Arc::new(NeighbourCache::with_config(
         1024,
