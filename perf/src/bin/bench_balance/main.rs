@@ -60,7 +60,7 @@
 //! [--swap-interval-ms MS] [--swap-maglev SLOTS] [--out FILE] [--only-flows N]
 //! [--source capture|template] [--both-directions] [--capacity N] [--only-new-connections]`
 //! (`--help` explains each; `--quick`: 1k and 100k flows only; `--only-flows N`: only
-//! the balancer with N established flows on the replay, for `perf record`, from
+//! the balancer with N established flows on the replay, for profiling, from
 //! `--source`, `capture` by default). Medians over `--runs` runs; each figure is added to
 //! `--out` (if given) as soon as it is measured.
 //!
