@@ -65,12 +65,10 @@ pub struct Run {
 
 /// The length of the windows a run is cut into for its quiet rate ([`Run::mpps_quiet`]).
 ///
-/// The benchmark machines are shared: on the Zen 4 VM of stop 14 and 15 the same
-/// balancer process, on the same memory, flips between about 205 and about 285 cycles a
-/// packet in phases of a quarter of a second to a few seconds (interference in the
-/// memory system from outside the VM), while testpmd's cache-resident macswap stays
-/// within 103-111. A whole-run figure then measures how much of the run was disturbed;
-/// the quiet windows measure the code.
+/// The benchmark machines are shared, and their memory system is disturbed from outside
+/// in phases of a quarter of a second to a few seconds: a whole-run figure measures how
+/// much of the run was disturbed, the quiet windows the code (`bench_balance`'s `_quiet`
+/// figures; the measurements are in perf/NOTES.md, "Benchmark harness").
 pub const WINDOW: Duration = Duration::from_millis(250);
 
 /// The quiet rate of a run's per-window rates: their upper quartile (the rate that a

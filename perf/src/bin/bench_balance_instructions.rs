@@ -10,10 +10,10 @@
 //! - `other`: `ROUNDS` rounds of ICMP echo requests from the clients to hosts on the
 //!   inside network: routed traffic the balancer leaves to the forwarder.
 //!
-//! Usage: `valgrind --tool=callgrind --collect-atstart=no
-//! --toggle-collect='*Balancer*process_burst*' bench_balance_instructions PHASE [ROUNDS]`;
-//! instructions a packet = collected / `packets` (printed as JSON), minus the SYNs'
-//! share for `established` (a `new` run's figure).
+//! Usage: `bench_balance_instructions PHASE [ROUNDS]` under callgrind, collecting only
+//! inside `Balancer::process_burst` (the command line: perf/NOTES.md, "Benchmark
+//! harness"); instructions a packet = collected / `packets` (printed as JSON), minus the
+//! SYNs' share for `established` (a `new` run's figure).
 
 use sluice_ctrl::compile::build;
 use sluice_ctrl::load::{load_str, Loaded};

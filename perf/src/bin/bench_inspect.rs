@@ -647,8 +647,8 @@ fn chase_ns(bytes: usize) -> f64 {
 }
 
 /// `bench_inspect --loop N [TESTDATA_DIR]`: only parse every vector N times with sluice,
-/// tls-parser and rustls (no timing), for instruction counts under
-/// `valgrind --tool=callgrind`, which do not depend on machine load.
+/// tls-parser and rustls (no timing), for instruction counts under callgrind, which do
+/// not depend on machine load (the command line: perf/NOTES.md, "Benchmark harness").
 fn loop_only(n: usize, dir: &Path) {
     let vs = vectors(dir);
     let mut sum = 0usize;
@@ -679,7 +679,7 @@ struct Opts {
     /// `<repo>/../shared/testdata/tls`).
     testdata_dir: Option<PathBuf>,
     /// Only parse every vector N times with sluice, tls-parser and rustls, untimed (for
-    /// instruction counts under `valgrind --tool=callgrind`).
+    /// instruction counts under callgrind).
     #[arg(long = "loop", value_name = "N", num_args = 0..=1, default_missing_value = "1000")]
     loop_n: Option<usize>,
     /// Only the host lookups.

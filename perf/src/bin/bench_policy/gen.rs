@@ -187,34 +187,68 @@ fn v6(offset: u32) -> Ipv6Addr {
 /// Generates a cluster of about `n_pods` pods and exactly `n_policies` policies.
 pub fn cluster(n_pods: usize, n_policies: usize, seed: u64) -> Cluster {
     let mut rng = Rng::new(seed);
-    let mut ir = Ir::default();
     let n_ns = (n_pods / 100).max(10);
-    let mut apps: Vec<Vec<App>> = Vec::new();
-    let mut out_pods = Vec::new();
-    let mut pod_count = 0usize;
     let n_nodes = n_pods.div_ceil(50).max(1);
-    let mut nodes = Vec::new();
-    for i in 0..n_nodes as u32 {
-        let a4 = Ipv4Addr::from(0xac10_0000 + i + 1);
-        let a6 = Ipv6Addr::from((0xfd00_0020_u128 << 96) + u128::from(i) + 1);
-        ir.nodes.push(Node {
-            name: format!("node-{i}"),
-            addresses: vec![IpAddr::V4(a4), IpAddr::V6(a6)],
-        });
-        nodes.push((a4, a6));
+    let mut b = Builder {
+        ir: Ir::default(),
+        pods: Vec::new(),
+        pod_count: 0,
+        n_nodes,
+    };
+    let nodes = b.nodes();
+    // Namespaces 0..n_ns are workloads; then monitoring and kube-system.
+    let ns_names: Vec<String> = (0..n_ns).map(|i| format!("ns-{i}")).collect();
+    let apps = b.workload_namespaces(&ns_names, &mut rng);
+    b.system_namespaces(n_ns);
+    let mut ir = b.ir;
+    policies(&mut ir, &ns_names, &apps, n_policies, &mut rng);
+    Cluster {
+        ir,
+        pods: b.pods,
+        nodes,
     }
-    let add_pod = |ir: &mut Ir,
-                   ns: &str,
-                   name: String,
-                   l: BTreeMap<String, String>,
-                   ports: Vec<(String, Protocol, u16)>,
-                   offset: u32,
-                   count: &mut usize| {
-        let node = format!("node-{}", (*count / 50) % n_nodes);
-        *count += 1;
+}
+
+/// The cluster as it is filled: the IR, the pods added so far and how many nodes host
+/// them.
+struct Builder {
+    ir: Ir,
+    pods: Vec<(Ipv4Addr, Ipv6Addr, Vec<u16>)>,
+    pod_count: usize,
+    n_nodes: usize,
+}
+
+impl Builder {
+    /// The nodes, with their addresses (IPv4, IPv6).
+    fn nodes(&mut self) -> Vec<(Ipv4Addr, Ipv6Addr)> {
+        let mut nodes = Vec::new();
+        for i in 0..self.n_nodes as u32 {
+            let a4 = Ipv4Addr::from(0xac10_0000 + i + 1);
+            let a6 = Ipv6Addr::from((0xfd00_0020_u128 << 96) + u128::from(i) + 1);
+            self.ir.nodes.push(Node {
+                name: format!("node-{i}"),
+                addresses: vec![IpAddr::V4(a4), IpAddr::V6(a6)],
+            });
+            nodes.push((a4, a6));
+        }
+        nodes
+    }
+
+    /// A dual-stack pod at `offset` of the address space, on the node whose run of 50
+    /// addresses it falls in.
+    fn add_pod(
+        &mut self,
+        ns: &str,
+        name: String,
+        l: BTreeMap<String, String>,
+        ports: Vec<(String, Protocol, u16)>,
+        offset: u32,
+    ) {
+        let node = format!("node-{}", (self.pod_count / 50) % self.n_nodes);
+        self.pod_count += 1;
         let (a4, a6) = (v4(offset), v6(offset));
         for ip in [IpAddr::V4(a4), IpAddr::V6(a6)] {
-            ir.workloads.push(Workload {
+            self.ir.workloads.push(Workload {
                 ip,
                 namespace: ns.to_string(),
                 pod: name.clone(),
@@ -223,85 +257,85 @@ pub fn cluster(n_pods: usize, n_policies: usize, seed: u64) -> Cluster {
                 node: Some(node.clone()),
             });
         }
-        (a4, a6, ports.iter().map(|p| p.2).collect::<Vec<u16>>())
-    };
-    // Namespaces 0..n_ns are workloads; then monitoring and kube-system.
-    let ns_names: Vec<String> = (0..n_ns).map(|i| format!("ns-{i}")).collect();
-    for (i, ns) in ns_names.iter().enumerate() {
-        let env = ["prod", "staging", "dev"][i % 3];
-        let team = format!("t{}", i % 20);
-        let mut l = labels(&[("team", &team), ("env", env)]);
-        l.insert("kubernetes.io/metadata.name".into(), ns.clone());
-        ir.namespaces.insert(ns.clone(), l);
-        let base = (i as u32) << 9; // a /23 per namespace
-        let mut ns_apps = Vec::new();
-        let mut in_ns = 0usize;
-        let mut k = 0u32;
-        while in_ns < 100 && k < 32 {
-            let tier = TIERS[(k as usize) % TIERS.len()];
-            let name = format!("a{k}");
-            let size = 5 + rng.below(12);
-            for p in 0..size {
-                let version = if k % 2 == 1 && p >= size / 2 {
-                    "v2"
-                } else {
-                    "v1"
-                };
-                let l = labels(&[("app", &name), ("tier", tier), ("version", version)]);
-                let offset = base + (k << 4) + p as u32;
-                out_pods.push(add_pod(
-                    &mut ir,
-                    ns,
-                    format!("{name}-{p}"),
-                    l,
-                    tier_ports(tier),
-                    offset,
-                    &mut pod_count,
-                ));
-            }
-            in_ns += size;
-            ns_apps.push(App { name, tier });
-            k += 1;
-        }
-        apps.push(ns_apps);
-    }
-    for (i, (ns, app, ports)) in [
-        (
-            "monitoring",
-            "prometheus",
-            vec![("web".to_string(), Protocol::Tcp, 9090)],
-        ),
-        (
-            "kube-system",
-            "kube-dns",
-            vec![
-                ("dns".to_string(), Protocol::Udp, 53),
-                ("dns-tcp".to_string(), Protocol::Tcp, 53),
-            ],
-        ),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let mut l = labels(&[("team", "platform")]);
-        l.insert("kubernetes.io/metadata.name".into(), ns.into());
-        ir.namespaces.insert(ns.into(), l);
-        let base = ((n_ns + i) as u32) << 9;
-        for p in 0..4u32 {
-            let key = if app == "kube-dns" { "k8s-app" } else { "app" };
-            out_pods.push(add_pod(
-                &mut ir,
-                ns,
-                format!("{app}-{p}"),
-                labels(&[(key, app)]),
-                ports.clone(),
-                base + p + 1,
-                &mut pod_count,
-            ));
-        }
+        self.pods
+            .push((a4, a6, ports.iter().map(|p| p.2).collect::<Vec<u16>>()));
     }
 
-    // Policies: round-robin over namespaces, templates cycling per namespace.
+    /// The workload namespaces `ns_names` with their deployments (about 100 pods each);
+    /// returns each namespace's deployments.
+    fn workload_namespaces(&mut self, ns_names: &[String], rng: &mut Rng) -> Vec<Vec<App>> {
+        let mut apps: Vec<Vec<App>> = Vec::new();
+        for (i, ns) in ns_names.iter().enumerate() {
+            let env = ["prod", "staging", "dev"][i % 3];
+            let team = format!("t{}", i % 20);
+            let mut l = labels(&[("team", &team), ("env", env)]);
+            l.insert("kubernetes.io/metadata.name".into(), ns.clone());
+            self.ir.namespaces.insert(ns.clone(), l);
+            let base = (i as u32) << 9; // a /23 per namespace
+            let mut ns_apps = Vec::new();
+            let mut in_ns = 0usize;
+            let mut k = 0u32;
+            while in_ns < 100 && k < 32 {
+                let tier = TIERS[(k as usize) % TIERS.len()];
+                let name = format!("a{k}");
+                let size = 5 + rng.below(12);
+                for p in 0..size {
+                    let version = if k % 2 == 1 && p >= size / 2 {
+                        "v2"
+                    } else {
+                        "v1"
+                    };
+                    let l = labels(&[("app", &name), ("tier", tier), ("version", version)]);
+                    let offset = base + (k << 4) + p as u32;
+                    self.add_pod(ns, format!("{name}-{p}"), l, tier_ports(tier), offset);
+                }
+                in_ns += size;
+                ns_apps.push(App { name, tier });
+                k += 1;
+            }
+            apps.push(ns_apps);
+        }
+        apps
+    }
+
+    /// Monitoring (prometheus) and kube-system (kube-dns), four pods each, after the
+    /// `n_ns` workload namespaces.
+    fn system_namespaces(&mut self, n_ns: usize) {
+        for (i, (ns, app, ports)) in [
+            (
+                "monitoring",
+                "prometheus",
+                vec![("web".to_string(), Protocol::Tcp, 9090)],
+            ),
+            (
+                "kube-system",
+                "kube-dns",
+                vec![
+                    ("dns".to_string(), Protocol::Udp, 53),
+                    ("dns-tcp".to_string(), Protocol::Tcp, 53),
+                ],
+            ),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut l = labels(&[("team", "platform")]);
+            l.insert("kubernetes.io/metadata.name".into(), ns.into());
+            self.ir.namespaces.insert(ns.into(), l);
+            let base = ((n_ns + i) as u32) << 9;
+            for p in 0..4u32 {
+                let key = if app == "kube-dns" { "k8s-app" } else { "app" };
+                let l = labels(&[(key, app)]);
+                self.add_pod(ns, format!("{app}-{p}"), l, ports.clone(), base + p + 1);
+            }
+        }
+    }
+}
+
+/// `n_policies` policies, round-robin over the workload namespaces, templates cycling
+/// per namespace.
+fn policies(ir: &mut Ir, ns_names: &[String], apps: &[Vec<App>], n_policies: usize, rng: &mut Rng) {
+    let n_ns = ns_names.len();
     let mut per_ns = vec![0usize; n_ns];
     for n in 0..n_policies {
         let nsi = n % n_ns;
@@ -313,151 +347,12 @@ pub fn cluster(n_pods: usize, n_policies: usize, seed: u64) -> Cluster {
         let my = &apps[nsi];
         let pick = |rng: &mut Rng| &my[rng.below(my.len())];
         let other_team = format!("t{}", rng.below(20));
-        let x = pick(&mut rng);
-        let y = pick(&mut rng);
+        let x = pick(rng);
+        let y = pick(rng);
+        let drawn = Drawn { x, y, other_team };
         let spec = match t % 10 {
-            0 => NetworkPolicySpec {
-                policy_types: Some(vec![PolicyType::Ingress]),
-                ..Default::default()
-            },
-            1 => NetworkPolicySpec {
-                ingress: Some(vec![IngressRule {
-                    ports: vec![],
-                    from: vec![pods(LabelSelector::default())],
-                }]),
-                ..Default::default()
-            },
-            2 => NetworkPolicySpec {
-                pod_selector: sel(&[("app", &x.name)]),
-                ingress: Some(vec![IngressRule {
-                    ports: if rng.pct(50) {
-                        vec![port(Protocol::Tcp, 8080)]
-                    } else {
-                        vec![named("http"), named("grpc")]
-                    },
-                    from: vec![pods(sel(&[("app", &y.name)]))],
-                }]),
-                ..Default::default()
-            },
-            3 => NetworkPolicySpec {
-                pod_selector: sel(&[("tier", "api")]),
-                ingress: Some(vec![IngressRule {
-                    ports: vec![port(Protocol::Tcp, 8080), port(Protocol::Tcp, 9000)],
-                    from: vec![nss(
-                        sel(&[("team", &other_team)]),
-                        Some(sel(&[("tier", "web")])),
-                    )],
-                }]),
-                ..Default::default()
-            },
-            4 => NetworkPolicySpec {
-                ingress: Some(vec![IngressRule {
-                    ports: vec![named("metrics")],
-                    from: vec![nss(
-                        sel(&[("kubernetes.io/metadata.name", "monitoring")]),
-                        Some(sel(&[("app", "prometheus")])),
-                    )],
-                }]),
-                ..Default::default()
-            },
-            5 => NetworkPolicySpec {
-                pod_selector: sel(&[("app", &x.name)]),
-                policy_types: Some(vec![PolicyType::Egress]),
-                egress: Some(vec![
-                    EgressRule {
-                        ports: vec![port(Protocol::Tcp, 5432), named("redis")],
-                        to: vec![pods(LabelSelector {
-                            match_labels: BTreeMap::new(),
-                            match_expressions: vec![req(
-                                "tier",
-                                SelectorOperator::In,
-                                &["db", "cache"],
-                            )],
-                        })],
-                    },
-                    EgressRule {
-                        ports: vec![port(Protocol::Udp, 53), port(Protocol::Tcp, 53)],
-                        to: vec![nss(
-                            LabelSelector::default(),
-                            Some(sel(&[("k8s-app", "kube-dns")])),
-                        )],
-                    },
-                    EgressRule {
-                        ports: vec![],
-                        to: vec![pods(LabelSelector::default())],
-                    },
-                ]),
-                ..Default::default()
-            },
-            6 => NetworkPolicySpec {
-                pod_selector: sel(&[("tier", "web")]),
-                policy_types: Some(vec![PolicyType::Egress]),
-                egress: Some(vec![EgressRule {
-                    ports: vec![port(Protocol::Tcp, 443)],
-                    to: vec![
-                        block(
-                            "0.0.0.0/0",
-                            &[
-                                "10.0.0.0/8".into(),
-                                "172.16.0.0/12".into(),
-                                "192.168.0.0/16".into(),
-                            ],
-                        ),
-                        block("::/0", &["fd00::/8".into()]),
-                    ],
-                }]),
-                ..Default::default()
-            },
-            7 => {
-                let a = rng.below(256);
-                let b = rng.below(256);
-                NetworkPolicySpec {
-                    pod_selector: sel(&[("tier", x.tier)]),
-                    ingress: Some(vec![IngressRule {
-                        ports: vec![port(Protocol::Tcp, 443), range(8443, 8450)],
-                        from: vec![
-                            block(&format!("198.18.{a}.0/24"), &[format!("198.18.{a}.128/28")]),
-                            block(
-                                &format!("2001:db8:{b:x}::/48"),
-                                &[format!("2001:db8:{b:x}:1::/64")],
-                            ),
-                        ],
-                    }]),
-                    ..Default::default()
-                }
-            }
-            8 => NetworkPolicySpec {
-                pod_selector: LabelSelector {
-                    match_labels: BTreeMap::new(),
-                    match_expressions: vec![
-                        req("app", SelectorOperator::In, &[&x.name, &y.name]),
-                        req("version", SelectorOperator::NotIn, &["v2"]),
-                    ],
-                },
-                ingress: Some(vec![IngressRule {
-                    ports: vec![port(Protocol::Tcp, 8080), port(Protocol::Udp, 8125)],
-                    from: vec![pods(LabelSelector {
-                        match_labels: BTreeMap::new(),
-                        match_expressions: vec![
-                            req("tier", SelectorOperator::Exists, &[]),
-                            req("canary", SelectorOperator::DoesNotExist, &[]),
-                        ],
-                    })],
-                }]),
-                ..Default::default()
-            },
-            _ => NetworkPolicySpec {
-                pod_selector: sel(&[("tier", "worker")]),
-                policy_types: Some(vec![PolicyType::Egress]),
-                egress: Some(vec![EgressRule {
-                    ports: vec![port(Protocol::Tcp, 8080), port(Protocol::Sctp, 3868)],
-                    to: vec![nss(
-                        sel(&[("env", "prod"), ("team", &other_team)]),
-                        Some(sel(&[("tier", "api")])),
-                    )],
-                }]),
-                ..Default::default()
-            },
+            t @ 0..=4 => ingress_template(t, &drawn, rng),
+            t => egress_template(t, &drawn, rng),
         };
         ir.policies.push(Policy {
             namespace: ns.clone(),
@@ -465,10 +360,172 @@ pub fn cluster(n_pods: usize, n_policies: usize, seed: u64) -> Cluster {
             spec,
         });
     }
-    Cluster {
-        ir,
-        pods: out_pods,
-        nodes,
+}
+
+/// What a policy's template draws on: two deployments of its namespace and another
+/// team.
+struct Drawn<'a> {
+    x: &'a App,
+    y: &'a App,
+    other_team: String,
+}
+
+/// Templates 0-4: default deny, same-namespace, app-to-app with numeric or named ports,
+/// cross-namespace by team, monitoring scrapes on a named port.
+fn ingress_template(t: usize, d: &Drawn, rng: &mut Rng) -> NetworkPolicySpec {
+    let (x, y, other_team) = (d.x, d.y, &d.other_team);
+    match t {
+        0 => NetworkPolicySpec {
+            policy_types: Some(vec![PolicyType::Ingress]),
+            ..Default::default()
+        },
+        1 => NetworkPolicySpec {
+            ingress: Some(vec![IngressRule {
+                ports: vec![],
+                from: vec![pods(LabelSelector::default())],
+            }]),
+            ..Default::default()
+        },
+        2 => NetworkPolicySpec {
+            pod_selector: sel(&[("app", &x.name)]),
+            ingress: Some(vec![IngressRule {
+                ports: if rng.pct(50) {
+                    vec![port(Protocol::Tcp, 8080)]
+                } else {
+                    vec![named("http"), named("grpc")]
+                },
+                from: vec![pods(sel(&[("app", &y.name)]))],
+            }]),
+            ..Default::default()
+        },
+        3 => NetworkPolicySpec {
+            pod_selector: sel(&[("tier", "api")]),
+            ingress: Some(vec![IngressRule {
+                ports: vec![port(Protocol::Tcp, 8080), port(Protocol::Tcp, 9000)],
+                from: vec![nss(
+                    sel(&[("team", other_team)]),
+                    Some(sel(&[("tier", "web")])),
+                )],
+            }]),
+            ..Default::default()
+        },
+        _ => NetworkPolicySpec {
+            ingress: Some(vec![IngressRule {
+                ports: vec![named("metrics")],
+                from: vec![nss(
+                    sel(&[("kubernetes.io/metadata.name", "monitoring")]),
+                    Some(sel(&[("app", "prometheus")])),
+                )],
+            }]),
+            ..Default::default()
+        },
+    }
+}
+
+/// Templates 5-9: egress to databases and DNS, egress to the internet minus private
+/// ranges, ingress from external CIDRs with excepts and port ranges, set-based
+/// selectors, egress to other namespaces.
+fn egress_template(t: usize, d: &Drawn, rng: &mut Rng) -> NetworkPolicySpec {
+    let (x, y, other_team) = (d.x, d.y, &d.other_team);
+    match t {
+        5 => NetworkPolicySpec {
+            pod_selector: sel(&[("app", &x.name)]),
+            policy_types: Some(vec![PolicyType::Egress]),
+            egress: Some(vec![
+                EgressRule {
+                    ports: vec![port(Protocol::Tcp, 5432), named("redis")],
+                    to: vec![pods(LabelSelector {
+                        match_labels: BTreeMap::new(),
+                        match_expressions: vec![req(
+                            "tier",
+                            SelectorOperator::In,
+                            &["db", "cache"],
+                        )],
+                    })],
+                },
+                EgressRule {
+                    ports: vec![port(Protocol::Udp, 53), port(Protocol::Tcp, 53)],
+                    to: vec![nss(
+                        LabelSelector::default(),
+                        Some(sel(&[("k8s-app", "kube-dns")])),
+                    )],
+                },
+                EgressRule {
+                    ports: vec![],
+                    to: vec![pods(LabelSelector::default())],
+                },
+            ]),
+            ..Default::default()
+        },
+        6 => NetworkPolicySpec {
+            pod_selector: sel(&[("tier", "web")]),
+            policy_types: Some(vec![PolicyType::Egress]),
+            egress: Some(vec![EgressRule {
+                ports: vec![port(Protocol::Tcp, 443)],
+                to: vec![
+                    block(
+                        "0.0.0.0/0",
+                        &[
+                            "10.0.0.0/8".into(),
+                            "172.16.0.0/12".into(),
+                            "192.168.0.0/16".into(),
+                        ],
+                    ),
+                    block("::/0", &["fd00::/8".into()]),
+                ],
+            }]),
+            ..Default::default()
+        },
+        7 => {
+            let a = rng.below(256);
+            let b = rng.below(256);
+            NetworkPolicySpec {
+                pod_selector: sel(&[("tier", x.tier)]),
+                ingress: Some(vec![IngressRule {
+                    ports: vec![port(Protocol::Tcp, 443), range(8443, 8450)],
+                    from: vec![
+                        block(&format!("198.18.{a}.0/24"), &[format!("198.18.{a}.128/28")]),
+                        block(
+                            &format!("2001:db8:{b:x}::/48"),
+                            &[format!("2001:db8:{b:x}:1::/64")],
+                        ),
+                    ],
+                }]),
+                ..Default::default()
+            }
+        }
+        8 => NetworkPolicySpec {
+            pod_selector: LabelSelector {
+                match_labels: BTreeMap::new(),
+                match_expressions: vec![
+                    req("app", SelectorOperator::In, &[&x.name, &y.name]),
+                    req("version", SelectorOperator::NotIn, &["v2"]),
+                ],
+            },
+            ingress: Some(vec![IngressRule {
+                ports: vec![port(Protocol::Tcp, 8080), port(Protocol::Udp, 8125)],
+                from: vec![pods(LabelSelector {
+                    match_labels: BTreeMap::new(),
+                    match_expressions: vec![
+                        req("tier", SelectorOperator::Exists, &[]),
+                        req("canary", SelectorOperator::DoesNotExist, &[]),
+                    ],
+                })],
+            }]),
+            ..Default::default()
+        },
+        _ => NetworkPolicySpec {
+            pod_selector: sel(&[("tier", "worker")]),
+            policy_types: Some(vec![PolicyType::Egress]),
+            egress: Some(vec![EgressRule {
+                ports: vec![port(Protocol::Tcp, 8080), port(Protocol::Sctp, 3868)],
+                to: vec![nss(
+                    sel(&[("env", "prod"), ("team", other_team)]),
+                    Some(sel(&[("tier", "api")])),
+                )],
+            }]),
+            ..Default::default()
+        },
     }
 }
 

@@ -605,6 +605,14 @@ fn acl_side(
     })
 }
 
+/// What every scenario runs with: the options, the scratch directory, and whether
+/// `dpdk-test-acl` is there (or only its rule sets are wanted).
+struct Bench<'a> {
+    args: &'a Args,
+    dir: &'a Path,
+    acl_present: bool,
+}
+
 fn main() {
     let a = args();
     let scenarios = &a.scenarios;
@@ -615,92 +623,24 @@ fn main() {
             && std::env::var_os("PATH").is_some_and(|p| {
                 std::env::split_paths(&p).any(|d| d.join("dpdk-test-acl").is_file())
             });
+    let bench = Bench {
+        args: &a,
+        dir: &dir,
+        acl_present,
+    };
     let mut results = Vec::new();
     let mut kept: Vec<Kept> = Vec::new();
     for &(pods, policies) in scenarios {
-        eprintln!("bench_policy: {pods} pods, {policies} policies");
-        let cluster = gen::cluster(pods, policies, 0x5eed_0000 + policies as u64);
-        let mut best = f64::MAX;
-        let mut compiled = None;
-        for _ in 0..3 {
-            let t = Instant::now();
-            let c = compile(&cluster.ir);
-            best = best.min(t.elapsed().as_secs_f64());
-            compiled = Some(c);
-        }
-        let c = match compiled {
-            Some(Ok(c)) => c,
-            Some(Err(e)) => {
-                results
-                    .push(json!({"requested_pods": pods, "pods": pods, "policies": policies, "error": format!("{e:?}")}));
+        let (entry, k) = match scenario(&bench, pods, policies) {
+            Some(Ok(measured)) => measured,
+            Some(Err(failed)) => {
+                results.push(failed);
                 continue;
             }
             None => continue,
         };
-        let mut entry = json!({
-            "requested_pods": pods,
-            "pods": cluster.pods.len(),
-            "policies": policies,
-            "compile": {
-                "seconds": best,
-                "memory_bytes": c.stats.memory_bytes,
-                "memory_mib": c.stats.memory_bytes as f64 / (1024.0 * 1024.0),
-                "stats": c.stats,
-            },
-        });
-        let (mut v4, mut v6s) = (vec![], vec![]);
-        for (key, v6) in [("ipv4", false), ("ipv6", true)] {
-            let trace = gen::trace(&cluster, TRACE, v6, 0x7ace + policies as u64, None);
-            if v6 {
-                v6s = conns6(&trace);
-            } else {
-                v4 = conns4(&trace);
-            }
-            let mut s = sluice_rate(&c.tables, &trace, v6);
-            // The same mix with every destination an ingress-isolated pod: the cost of
-            // evaluating policy, apart from how much of the cluster policy covers.
-            let isolated: Vec<usize> = cluster
-                .pods
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| {
-                    let ip = if v6 { IpAddr::V6(p.1) } else { IpAddr::V4(p.0) };
-                    c.tables
-                        .identity_entry(c.tables.identity(ip))
-                        .is_some_and(|e| e.ingress != NONE)
-                })
-                .map(|(i, _)| i)
-                .collect();
-            if !isolated.is_empty() {
-                let t2 = gen::trace(
-                    &cluster,
-                    TRACE,
-                    v6,
-                    0x150 + policies as u64,
-                    Some(&isolated),
-                );
-                let s2 = sluice_rate(&c.tables, &t2, v6);
-                s["isolated_destinations"] = s2;
-            }
-            let lps = (
-                s["burst"]["lookups_per_sec"].as_f64().unwrap_or(0.0),
-                s["single"]["lookups_per_sec"].as_f64().unwrap_or(0.0),
-            );
-            let acl = if acl_present {
-                eprintln!("bench_policy:   {key}: rte_acl");
-                acl_side(&dir, &c, &trace, v6, lps, a.rules_only)
-            } else {
-                json!({"skipped": if a.acl { "dpdk-test-acl not found (Debian package dpdk-dev)" } else { "--no-acl" }})
-            };
-            entry[key] = json!({"trace": TRACE, "sluice": s, "rte_acl": acl});
-        }
         results.push(entry);
-        kept.push(Kept {
-            name: format!("{pods}x{policies}"),
-            tables: c.tables,
-            v4,
-            v6: v6s,
-        });
+        kept.push(k);
         // Keep what is measured so far, in case a long rte_acl build is interrupted.
         if let Some(p) = &a.out {
             let partial =
@@ -711,61 +651,7 @@ fn main() {
             );
         }
     }
-    // Growth of the lookup cost from the fewest to the most policies (ties: most pods).
-    let pick = |most: bool| {
-        results
-            .iter()
-            .filter(|r| r["error"].is_null())
-            .max_by_key(|r| {
-                let pol = r["policies"].as_u64().unwrap_or(0);
-                let pods = r["requested_pods"].as_u64().unwrap_or(0);
-                (if most { pol } else { u64::MAX - pol }, pods)
-            })
-    };
-    let mut growth = serde_json::Map::new();
-    if let (Some(lo), Some(hi)) = (pick(false), pick(true)) {
-        let name = |r: &Value| format!("{}x{}", r["requested_pods"], r["policies"]);
-        growth.insert("from".into(), json!(name(lo)));
-        growth.insert("to".into(), json!(name(hi)));
-        growth.insert(
-            "measured_as".into(),
-            json!(
-                "ns per lookup at `to` over ns per lookup at `from`, from each scenario's \
-                 own timings (taken minutes apart). `burst` is the staged lookup for a \
-                 burst (PolicyTables::verdicts_v4/verdicts_v6 over 32 connections, with \
-                 prefetching across the burst); the <= 1.5 goal is read from \
-                 `burst_interleaved`, the same lookups with both tables timed in \
-                 alternation. `single` is one verdict_v4/verdict_v6 call per \
-                 connection (how the balancer checks new connections when its tables \
-                 are under policy::BURST_MIN). Plain \
-                 keys: median wall-clock rounds; `_cpu` keys: median thread CPU time \
-                 (leaves out time lost to other work on a shared core)."
-            ),
-        );
-        for path in ["burst", "single"] {
-            for (field, suffix_t) in [("ns_per_lookup", ""), ("cpu_ns_per_lookup", "_cpu")] {
-                let mut g = serde_json::Map::new();
-                for key in ["ipv4", "ipv6"] {
-                    for (suffix, iso) in [("", false), ("_isolated_destinations", true)] {
-                        let ns = |r: &Value| {
-                            let s = &r[key]["sluice"];
-                            let s = if iso { &s["isolated_destinations"] } else { s };
-                            s[path][field].as_f64()
-                        };
-                        if let (Some(l), Some(h)) = (ns(lo), ns(hi)) {
-                            g.insert(format!("{key}{suffix}"), json!(h / l));
-                        }
-                    }
-                }
-                growth.insert(format!("{path}{suffix_t}"), Value::Object(g));
-            }
-        }
-        let find = |r: &Value| kept.iter().find(|k| k.name == name(r));
-        if let (Some(l), Some(h)) = (find(lo), find(hi)) {
-            eprintln!("bench_policy: interleaved growth {} -> {}", l.name, h.name);
-            growth.insert("burst_interleaved".into(), interleaved_growth(l, h));
-        }
-    }
+    let growth = growth(&results, &kept);
     let _ = std::fs::remove_dir_all(&dir);
     let out = json!({
         "benchmark": "bench_policy",
@@ -786,4 +672,160 @@ fn main() {
             eprintln!("bench_policy: cannot write {}: {e}", p.display());
         }
     }
+}
+
+/// One scenario: a generated cluster of `pods` pods and `policies` policies, compiled
+/// (best of three), then both families' lookups beside rte_acl. Its entry and what the
+/// interleaved growth needs, or the entry of a compile error.
+fn scenario(b: &Bench, pods: usize, policies: usize) -> Option<Result<(Value, Kept), Value>> {
+    eprintln!("bench_policy: {pods} pods, {policies} policies");
+    let cluster = gen::cluster(pods, policies, 0x5eed_0000 + policies as u64);
+    let mut best = f64::MAX;
+    let mut compiled = None;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let c = compile(&cluster.ir);
+        best = best.min(t.elapsed().as_secs_f64());
+        compiled = Some(c);
+    }
+    let c = match compiled {
+        Some(Ok(c)) => c,
+        Some(Err(e)) => {
+            return Some(Err(
+                json!({"requested_pods": pods, "pods": pods, "policies": policies, "error": format!("{e:?}")}),
+            ));
+        }
+        None => return None,
+    };
+    let mut entry = json!({
+        "requested_pods": pods,
+        "pods": cluster.pods.len(),
+        "policies": policies,
+        "compile": {
+            "seconds": best,
+            "memory_bytes": c.stats.memory_bytes,
+            "memory_mib": c.stats.memory_bytes as f64 / (1024.0 * 1024.0),
+            "stats": c.stats,
+        },
+    });
+    let (mut v4, mut v6s) = (vec![], vec![]);
+    for (key, v6) in [("ipv4", false), ("ipv6", true)] {
+        let trace = gen::trace(&cluster, TRACE, v6, 0x7ace + policies as u64, None);
+        if v6 {
+            v6s = conns6(&trace);
+        } else {
+            v4 = conns4(&trace);
+        }
+        entry[key] = family(b, &cluster, &c, &trace, (key, v6), policies);
+    }
+    let kept = Kept {
+        name: format!("{pods}x{policies}"),
+        tables: c.tables,
+        v4,
+        v6: v6s,
+    };
+    Some(Ok((entry, kept)))
+}
+
+/// One family's figures of a scenario: sluice's lookups over `trace` (and over a trace
+/// whose destinations are all ingress-isolated pods), beside rte_acl's.
+fn family(
+    b: &Bench,
+    cluster: &gen::Cluster,
+    c: &CompiledPolicy,
+    trace: &[gen::Probe],
+    (key, v6): (&str, bool),
+    policies: usize,
+) -> Value {
+    let mut s = sluice_rate(&c.tables, trace, v6);
+    // The same mix with every destination an ingress-isolated pod: the cost of
+    // evaluating policy, apart from how much of the cluster policy covers.
+    let isolated: Vec<usize> = cluster
+        .pods
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| {
+            let ip = if v6 { IpAddr::V6(p.1) } else { IpAddr::V4(p.0) };
+            c.tables
+                .identity_entry(c.tables.identity(ip))
+                .is_some_and(|e| e.ingress != NONE)
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if !isolated.is_empty() {
+        let t2 = gen::trace(cluster, TRACE, v6, 0x150 + policies as u64, Some(&isolated));
+        let s2 = sluice_rate(&c.tables, &t2, v6);
+        s["isolated_destinations"] = s2;
+    }
+    let lps = (
+        s["burst"]["lookups_per_sec"].as_f64().unwrap_or(0.0),
+        s["single"]["lookups_per_sec"].as_f64().unwrap_or(0.0),
+    );
+    let acl = if b.acl_present {
+        eprintln!("bench_policy:   {key}: rte_acl");
+        acl_side(b.dir, c, trace, v6, lps, b.args.rules_only)
+    } else {
+        json!({"skipped": if b.args.acl { "dpdk-test-acl not found (Debian package dpdk-dev)" } else { "--no-acl" }})
+    };
+    json!({"trace": TRACE, "sluice": s, "rte_acl": acl})
+}
+
+/// Growth of the lookup cost from the fewest to the most policies (ties: most pods).
+fn growth(results: &[Value], kept: &[Kept]) -> serde_json::Map<String, Value> {
+    let pick = |most: bool| {
+        results
+            .iter()
+            .filter(|r| r["error"].is_null())
+            .max_by_key(|r| {
+                let pol = r["policies"].as_u64().unwrap_or(0);
+                let pods = r["requested_pods"].as_u64().unwrap_or(0);
+                (if most { pol } else { u64::MAX - pol }, pods)
+            })
+    };
+    let mut growth = serde_json::Map::new();
+    let (Some(lo), Some(hi)) = (pick(false), pick(true)) else {
+        return growth;
+    };
+    let name = |r: &Value| format!("{}x{}", r["requested_pods"], r["policies"]);
+    growth.insert("from".into(), json!(name(lo)));
+    growth.insert("to".into(), json!(name(hi)));
+    growth.insert(
+        "measured_as".into(),
+        json!(
+            "ns per lookup at `to` over ns per lookup at `from`, from each scenario's \
+             own timings (taken minutes apart). `burst` is the staged lookup for a \
+             burst (PolicyTables::verdicts_v4/verdicts_v6 over 32 connections, with \
+             prefetching across the burst); the <= 1.5 goal is read from \
+             `burst_interleaved`, the same lookups with both tables timed in \
+             alternation. `single` is one verdict_v4/verdict_v6 call per \
+             connection (how the balancer checks new connections when its tables \
+             are under policy::BURST_MIN). Plain \
+             keys: median wall-clock rounds; `_cpu` keys: median thread CPU time \
+             (leaves out time lost to other work on a shared core)."
+        ),
+    );
+    for path in ["burst", "single"] {
+        for (field, suffix_t) in [("ns_per_lookup", ""), ("cpu_ns_per_lookup", "_cpu")] {
+            let mut g = serde_json::Map::new();
+            for key in ["ipv4", "ipv6"] {
+                for (suffix, iso) in [("", false), ("_isolated_destinations", true)] {
+                    let ns = |r: &Value| {
+                        let s = &r[key]["sluice"];
+                        let s = if iso { &s["isolated_destinations"] } else { s };
+                        s[path][field].as_f64()
+                    };
+                    if let (Some(l), Some(h)) = (ns(lo), ns(hi)) {
+                        g.insert(format!("{key}{suffix}"), json!(h / l));
+                    }
+                }
+            }
+            growth.insert(format!("{path}{suffix_t}"), Value::Object(g));
+        }
+    }
+    let find = |r: &Value| kept.iter().find(|k| k.name == name(r));
+    if let (Some(l), Some(h)) = (find(lo), find(hi)) {
+        eprintln!("bench_policy: interleaved growth {} -> {}", l.name, h.name);
+        growth.insert("burst_interleaved".into(), interleaved_growth(l, h));
+    }
+    growth
 }

@@ -16,6 +16,7 @@ use sluice_dataplane::port::BURST;
 use sluice_dataplane::splice::SpliceConfig;
 use sluice_dataplane::stats::{DropReason, Event};
 use sluice_dataplane::wire::tcp;
+use sluice_dataplane::wire::MacAddr;
 use sluice_perf::report::{drops_json, events_json, Report};
 use sluice_perf::stats::median;
 use std::net::SocketAddrV4;
@@ -40,114 +41,7 @@ pub(crate) fn splice_step(
         if !c.ok {
             continue;
         }
-        let hl = pl.hellos[c.sni].len() as u32;
-        let vip = c.vip(SNI_PORT);
-        let (to, from, seg) = match s {
-            0 => (
-                SLUICE_MAC,
-                CLIENT_MAC,
-                Seg {
-                    src: c.client,
-                    dst: vip,
-                    seq: c.isn,
-                    ack: 0,
-                    flags: tcp::flags::SYN,
-                    options: &syn_opts[..syn_n],
-                    payload: &[],
-                },
-            ),
-            1 => (
-                SLUICE_MAC,
-                CLIENT_MAC,
-                Seg {
-                    src: c.client,
-                    dst: vip,
-                    seq: c.isn.wrapping_add(1),
-                    ack: c.cookie.wrapping_add(1),
-                    flags: tcp::flags::ACK,
-                    options: &[],
-                    payload: &[],
-                },
-            ),
-            2 => (
-                SLUICE_MAC,
-                CLIENT_MAC,
-                Seg {
-                    src: c.client,
-                    dst: vip,
-                    seq: c.isn.wrapping_add(1),
-                    ack: c.cookie.wrapping_add(1),
-                    flags: tcp::flags::ACK | tcp::flags::PSH,
-                    options: &[],
-                    payload: &pl.hellos[c.sni],
-                },
-            ),
-            3 => (
-                INSIDE_MAC,
-                BACKEND_MAC,
-                Seg {
-                    src: c.backend,
-                    dst: c.snat,
-                    seq: c.backend_isn,
-                    ack: c.isn.wrapping_add(1),
-                    flags: tcp::flags::SYN | tcp::flags::ACK,
-                    options: &syn_opts[..syn_n],
-                    payload: &[],
-                },
-            ),
-            4 => (
-                INSIDE_MAC,
-                BACKEND_MAC,
-                Seg {
-                    src: c.backend,
-                    dst: c.snat,
-                    seq: c.backend_isn.wrapping_add(1),
-                    ack: c.isn.wrapping_add(1 + hl),
-                    flags: tcp::flags::ACK | tcp::flags::PSH,
-                    options: &[],
-                    payload: &pl.server,
-                },
-            ),
-            5 => (
-                SLUICE_MAC,
-                CLIENT_MAC,
-                Seg {
-                    src: c.client,
-                    dst: vip,
-                    seq: c.isn.wrapping_add(1 + hl),
-                    ack: c.cookie.wrapping_add(1 + srv),
-                    flags: tcp::flags::FIN | tcp::flags::ACK,
-                    options: &[],
-                    payload: &[],
-                },
-            ),
-            6 => (
-                INSIDE_MAC,
-                BACKEND_MAC,
-                Seg {
-                    src: c.backend,
-                    dst: c.snat,
-                    seq: c.backend_isn.wrapping_add(1 + srv),
-                    ack: c.isn.wrapping_add(2 + hl),
-                    flags: tcp::flags::FIN | tcp::flags::ACK,
-                    options: &[],
-                    payload: &[],
-                },
-            ),
-            _ => (
-                SLUICE_MAC,
-                CLIENT_MAC,
-                Seg {
-                    src: c.client,
-                    dst: vip,
-                    seq: c.isn.wrapping_add(2 + hl),
-                    ack: c.cookie.wrapping_add(2 + srv),
-                    flags: tcp::flags::ACK,
-                    options: &[],
-                    payload: &[],
-                },
-            ),
-        };
+        let (to, from, seg) = step_segment(s, c, pl, &syn_opts[..syn_n]);
         frame(scratch, to, from, &seg);
         if !h.pkts[n].copy_from(scratch) {
             fail.add(name, "driver: frame does not fit");
@@ -191,6 +85,110 @@ pub(crate) fn splice_step(
         c.ok &= ok;
     }
     cycles
+}
+
+/// Step `s`'s segment of `c` with the Ethernet addresses it travels with (to sluice's
+/// port, from the sender): the backend's steps (3, 4, 6) on the inside port, the
+/// client's on the outside one. `syn_opts`: the SYNs' options.
+fn step_segment<'a>(
+    s: usize,
+    c: &Conn,
+    pl: &'a Payloads,
+    syn_opts: &'a [u8],
+) -> (MacAddr, MacAddr, Seg<'a>) {
+    match s {
+        3 | 4 | 6 => (INSIDE_MAC, BACKEND_MAC, backend_segment(s, c, pl, syn_opts)),
+        _ => (SLUICE_MAC, CLIENT_MAC, client_segment(s, c, pl, syn_opts)),
+    }
+}
+
+/// The client's segment of step `s` (0 SYN, 1 ACK, 2 ClientHello, 5 FIN/ACK, 7 last ACK).
+fn client_segment<'a>(s: usize, c: &Conn, pl: &'a Payloads, syn_opts: &'a [u8]) -> Seg<'a> {
+    let hl = pl.hellos[c.sni].len() as u32;
+    let srv = pl.server.len() as u32;
+    let vip = c.vip(SNI_PORT);
+    match s {
+        0 => Seg {
+            src: c.client,
+            dst: vip,
+            seq: c.isn,
+            ack: 0,
+            flags: tcp::flags::SYN,
+            options: syn_opts,
+            payload: &[],
+        },
+        1 => Seg {
+            src: c.client,
+            dst: vip,
+            seq: c.isn.wrapping_add(1),
+            ack: c.cookie.wrapping_add(1),
+            flags: tcp::flags::ACK,
+            options: &[],
+            payload: &[],
+        },
+        2 => Seg {
+            src: c.client,
+            dst: vip,
+            seq: c.isn.wrapping_add(1),
+            ack: c.cookie.wrapping_add(1),
+            flags: tcp::flags::ACK | tcp::flags::PSH,
+            options: &[],
+            payload: &pl.hellos[c.sni],
+        },
+        5 => Seg {
+            src: c.client,
+            dst: vip,
+            seq: c.isn.wrapping_add(1 + hl),
+            ack: c.cookie.wrapping_add(1 + srv),
+            flags: tcp::flags::FIN | tcp::flags::ACK,
+            options: &[],
+            payload: &[],
+        },
+        _ => Seg {
+            src: c.client,
+            dst: vip,
+            seq: c.isn.wrapping_add(2 + hl),
+            ack: c.cookie.wrapping_add(2 + srv),
+            flags: tcp::flags::ACK,
+            options: &[],
+            payload: &[],
+        },
+    }
+}
+
+/// The backend's segment of step `s` (3 SYN-ACK, 4 data, 6 FIN/ACK).
+fn backend_segment<'a>(s: usize, c: &Conn, pl: &'a Payloads, syn_opts: &'a [u8]) -> Seg<'a> {
+    let hl = pl.hellos[c.sni].len() as u32;
+    let srv = pl.server.len() as u32;
+    match s {
+        3 => Seg {
+            src: c.backend,
+            dst: c.snat,
+            seq: c.backend_isn,
+            ack: c.isn.wrapping_add(1),
+            flags: tcp::flags::SYN | tcp::flags::ACK,
+            options: syn_opts,
+            payload: &[],
+        },
+        4 => Seg {
+            src: c.backend,
+            dst: c.snat,
+            seq: c.backend_isn.wrapping_add(1),
+            ack: c.isn.wrapping_add(1 + hl),
+            flags: tcp::flags::ACK | tcp::flags::PSH,
+            options: &[],
+            payload: &pl.server,
+        },
+        _ => Seg {
+            src: c.backend,
+            dst: c.snat,
+            seq: c.backend_isn.wrapping_add(1 + srv),
+            ack: c.isn.wrapping_add(2 + hl),
+            flags: tcp::flags::FIN | tcp::flags::ACK,
+            options: &[],
+            payload: &[],
+        },
+    }
 }
 
 /// Checks what sluice sent for step `s` of `c` and records what the driver needs next.
@@ -298,126 +296,15 @@ pub(crate) fn fig_new_connections(o: &Opts, report: &mut Report) {
     let mut errors = vec![];
     let mut next_k = 0u64;
     for run in 0..o.runs {
-        let res = (|| -> Result<Value, String> {
-            let timeouts = if o.long_timeouts {
-                Timeouts {
-                    tcp_time_wait: 1,
-                    ..Timeouts::default()
-                }
-            } else {
-                Timeouts {
-                    tcp_syn_sent: 2,
-                    tcp_syn_recv: 2,
-                    tcp_time_wait: 1,
-                    ..Timeouts::default()
-                }
-            };
-            let mut h = Harness::new(1 << 20, timeouts)?;
-            let mut scratch = Vec::with_capacity(2048);
-            let mut fail = Failures::default();
-            const GROUPS: usize = STEPS;
-            let mut groups: Vec<Vec<Conn>> = vec![Vec::new(); GROUPS];
-            let mut by_step = [Cycles::default(); STEPS];
-            let mut maint = Cycles::default();
-            let (mut started, mut completed) = (0u64, 0u64);
-            let mut sni = 0usize;
-            let spliced0 = h.counters.events_of(Event::Spliced);
-            let (wall0, cpu0) = (Instant::now(), cpu_ns());
-            let mut bursts = 0u64;
-            let end = o.duration;
-            let mut tick = 0usize;
-            // Group g does step (tick + g) % STEPS at each tick; a group at step 0 starts
-            // 32 new connections. The loop ends once the time is up and every group has
-            // finished its connections.
-            loop {
-                let elapsed = wall0.elapsed().as_secs_f64();
-                for (g, conns) in groups.iter_mut().enumerate() {
-                    let s = (tick + g) % STEPS;
-                    if s == 0 {
-                        completed += conns.iter().filter(|c| c.ok).count() as u64;
-                        conns.clear();
-                        if elapsed >= end {
-                            continue;
-                        }
-                        for _ in 0..BURST {
-                            conns.push(Conn::new(next_k, sni));
-                            next_k += 1;
-                            sni = (sni + 1) % SNI_SERVICES.len();
-                        }
-                        started += BURST as u64;
-                    }
-                    if conns.is_empty() {
-                        continue;
-                    }
-                    let c = splice_step(&mut h, s, conns, &pl, &mut scratch, &mut fail);
-                    by_step[s].add(&c);
-                    bursts += 1;
-                    if bursts.is_multiple_of(2) {
-                        maint.add(&h.maintain());
-                    }
-                }
-                tick += 1;
-                if elapsed >= end && groups.iter().all(|c| c.is_empty()) {
-                    break;
-                }
+        match new_connections_run(o, run, &pl, &mut next_k) {
+            Ok((v, r)) => {
+                per_core.push(hz / r.per_conn.max(1.0));
+                cycles_conn.push(r.per_conn);
+                setup_conn.push(r.setup_per_conn);
+                wall_rates.push(r.wall_rate);
+                cpu_rates.push(r.cpu_rate);
+                runs.push(v)
             }
-            let wall = wall0.elapsed().as_secs_f64();
-            let cpu_s = cpu_ns().saturating_sub(cpu0) as f64 / 1e9;
-            let spliced = h.counters.events_of(Event::Spliced) - spliced0;
-            let mut total = maint;
-            let mut setup = Cycles::default();
-            for (s, c) in by_step.iter().enumerate() {
-                total.add(c);
-                if s < 4 {
-                    setup.add(c);
-                }
-            }
-            let per_conn = total.cycles as f64 / completed.max(1) as f64;
-            let setup_per_conn = setup.cycles as f64 / started.max(1) as f64;
-            per_core.push(hz / per_conn.max(1.0));
-            cycles_conn.push(per_conn);
-            setup_conn.push(setup_per_conn);
-            wall_rates.push(completed as f64 / wall);
-            cpu_rates.push(completed as f64 / cpu_s.max(1e-9));
-            let steps: serde_json::Map<String, Value> = STEP_NAMES
-                .iter()
-                .zip(by_step.iter())
-                .map(|(n, c)| {
-                    (
-                        n.to_string(),
-                        json!({
-                            "cycles_per_packet": c.cycles as f64 / started.max(1) as f64,
-                            "preempted_calls": c.preempted,
-                        }),
-                    )
-                })
-                .collect();
-            let f = h.bal.flows();
-            Ok(json!({
-                "run": run,
-                "connections_started": started,
-                "connections_completed": completed,
-                "spliced_events": spliced,
-                "failed": fail.total(),
-                "failures": fail.json(),
-                "stage_cycles_per_connection": per_conn,
-                "setup_cycles_per_connection": setup_per_conn,
-                "maintain_cycles_per_connection": maint.cycles as f64 / completed.max(1) as f64,
-                "tsc_cycles_per_connection_uncorrected": total.raw as f64 / completed.max(1) as f64,
-                "stage_calls": total.calls,
-                "preempted_calls": total.preempted,
-                "by_step": steps,
-                "wall_s": wall,
-                "thread_cpu_s": cpu_s,
-                "flows_live_at_end": f.len(),
-                "flow_stats": format!("{:?}", f.stats()),
-                "extra_packets_via_stage_io": h.extra,
-                "drops": drops_json(&h.counters),
-                "events": events_json(&h.counters),
-            }))
-        })();
-        match res {
-            Ok(v) => runs.push(v),
             Err(e) => errors.push(e),
         }
     }
@@ -458,6 +345,173 @@ pub(crate) fn fig_new_connections(o: &Opts, report: &mut Report) {
             "errors": errors,
         }),
     );
+}
+
+/// The rates of one run that the figure takes medians of.
+struct RunRates {
+    /// Stage cycles per completed connection (`maintain` included).
+    per_conn: f64,
+    /// Cycles of the setup steps (0-3) per started connection.
+    setup_per_conn: f64,
+    /// Completed connections per wall-clock second of the whole loop.
+    wall_rate: f64,
+    /// Completed connections per CPU second of the whole loop.
+    cpu_rate: f64,
+}
+
+/// The flow timeouts of part 1: conntrack's with TIME_WAIT 1 s under `--long-timeouts`,
+/// else SYN_SENT and SYN_RECV 2 s too.
+fn new_connections_timeouts(long: bool) -> Timeouts {
+    if long {
+        Timeouts {
+            tcp_time_wait: 1,
+            ..Timeouts::default()
+        }
+    } else {
+        Timeouts {
+            tcp_syn_sent: 2,
+            tcp_syn_recv: 2,
+            tcp_time_wait: 1,
+            ..Timeouts::default()
+        }
+    }
+}
+
+/// One run of part 1 on a fresh harness: its JSON and its rates.
+fn new_connections_run(
+    o: &Opts,
+    run: usize,
+    pl: &Payloads,
+    next_k: &mut u64,
+) -> Result<(Value, RunRates), String> {
+    let mut h = Harness::new(1 << 20, new_connections_timeouts(o.long_timeouts))?;
+    let spliced0 = h.counters.events_of(Event::Spliced);
+    let (wall0, cpu0) = (Instant::now(), cpu_ns());
+    let d = drive(&mut h, pl, wall0, o.duration, next_k);
+    let (by_step, maint, started, completed) = (d.by_step, d.maint, d.started, d.completed);
+    let wall = wall0.elapsed().as_secs_f64();
+    let cpu_s = cpu_ns().saturating_sub(cpu0) as f64 / 1e9;
+    let spliced = h.counters.events_of(Event::Spliced) - spliced0;
+    let mut total = maint;
+    let mut setup = Cycles::default();
+    for (s, c) in by_step.iter().enumerate() {
+        total.add(c);
+        if s < 4 {
+            setup.add(c);
+        }
+    }
+    let per_conn = total.cycles as f64 / completed.max(1) as f64;
+    let setup_per_conn = setup.cycles as f64 / started.max(1) as f64;
+    let rates = RunRates {
+        per_conn,
+        setup_per_conn,
+        wall_rate: completed as f64 / wall,
+        cpu_rate: completed as f64 / cpu_s.max(1e-9),
+    };
+    let steps: serde_json::Map<String, Value> = STEP_NAMES
+        .iter()
+        .zip(by_step.iter())
+        .map(|(n, c)| {
+            (
+                n.to_string(),
+                json!({
+                    "cycles_per_packet": c.cycles as f64 / started.max(1) as f64,
+                    "preempted_calls": c.preempted,
+                }),
+            )
+        })
+        .collect();
+    let f = h.bal.flows();
+    let fail = &d.fail;
+    let v = json!({
+        "run": run,
+        "connections_started": started,
+        "connections_completed": completed,
+        "spliced_events": spliced,
+        "failed": fail.total(),
+        "failures": fail.json(),
+        "stage_cycles_per_connection": per_conn,
+        "setup_cycles_per_connection": setup_per_conn,
+        "maintain_cycles_per_connection": maint.cycles as f64 / completed.max(1) as f64,
+        "tsc_cycles_per_connection_uncorrected": total.raw as f64 / completed.max(1) as f64,
+        "stage_calls": total.calls,
+        "preempted_calls": total.preempted,
+        "by_step": steps,
+        "wall_s": wall,
+        "thread_cpu_s": cpu_s,
+        "flows_live_at_end": f.len(),
+        "flow_stats": format!("{:?}", f.stats()),
+        "extra_packets_via_stage_io": h.extra,
+        "drops": drops_json(&h.counters),
+        "events": events_json(&h.counters),
+    });
+    Ok((v, rates))
+}
+
+/// What one run's pipelined loop measured.
+struct Driven {
+    by_step: [Cycles; STEPS],
+    maint: Cycles,
+    started: u64,
+    completed: u64,
+    fail: Failures,
+}
+
+/// Drives connections through the steps, pipelined, from `wall0` for `end` seconds
+/// (connection numbers from `next_k` on).
+fn drive(h: &mut Harness, pl: &Payloads, wall0: Instant, end: f64, next_k: &mut u64) -> Driven {
+    let mut scratch = Vec::with_capacity(2048);
+    let mut fail = Failures::default();
+    const GROUPS: usize = STEPS;
+    let mut groups: Vec<Vec<Conn>> = vec![Vec::new(); GROUPS];
+    let mut by_step = [Cycles::default(); STEPS];
+    let mut maint = Cycles::default();
+    let (mut started, mut completed) = (0u64, 0u64);
+    let mut sni = 0usize;
+    let mut bursts = 0u64;
+    let mut tick = 0usize;
+    // Group g does step (tick + g) % STEPS at each tick; a group at step 0 starts
+    // 32 new connections. The loop ends once the time is up and every group has
+    // finished its connections.
+    loop {
+        let elapsed = wall0.elapsed().as_secs_f64();
+        for (g, conns) in groups.iter_mut().enumerate() {
+            let s = (tick + g) % STEPS;
+            if s == 0 {
+                completed += conns.iter().filter(|c| c.ok).count() as u64;
+                conns.clear();
+                if elapsed >= end {
+                    continue;
+                }
+                for _ in 0..BURST {
+                    conns.push(Conn::new(*next_k, sni));
+                    *next_k += 1;
+                    sni = (sni + 1) % SNI_SERVICES.len();
+                }
+                started += BURST as u64;
+            }
+            if conns.is_empty() {
+                continue;
+            }
+            let c = splice_step(h, s, conns, pl, &mut scratch, &mut fail);
+            by_step[s].add(&c);
+            bursts += 1;
+            if bursts.is_multiple_of(2) {
+                maint.add(&h.maintain());
+            }
+        }
+        tick += 1;
+        if elapsed >= end && groups.iter().all(|c| c.is_empty()) {
+            break;
+        }
+    }
+    Driven {
+        by_step,
+        maint,
+        started,
+        completed,
+        fail,
+    }
 }
 
 // ---------------------------------------------------------------------------------------
