@@ -27,7 +27,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 use sluice_dataplane::tables::policy::{
-    merge_ranges, Direction, IdentityEntry, PeerKind, PortRange, ProtoClass, NONE,
+    merge_ranges, DirTable, Direction, IdentityEntry, PeerKind, PortRange, ProtoClass, NONE,
 };
 
 use super::CompiledPolicy;
@@ -335,61 +335,86 @@ fn class_tree(c: &CompiledPolicy, family: Family) -> Vec<(IpNet, u32, Option<usi
 /// one profile per direction). Then a deny-all per isolated local prefix, and last an
 /// explicit allow-all (not isolated).
 pub fn export(c: &CompiledPolicy, family: Family) -> (AclRules, AclRules) {
-    let ids: Vec<IdentityEntry> = c.tables.identities().copied().collect();
-    let sets = Sets {
-        intervals: flatten(&c.info.prefixes, family),
-        family,
+    let x = Export::new(c, family);
+    let egress = x.direction(Direction::Egress, c.tables.egress());
+    let ingress = x.direction(Direction::Ingress, c.tables.ingress());
+    (egress, ingress)
+}
+
+/// What the export of one family needs in both directions.
+struct Export<'c> {
+    c: &'c CompiledPolicy,
+    ids: Vec<IdentityEntry>,
+    sets: Sets,
+    any: IpNet,
+    /// The class prefixes, see [`class_tree`].
+    tree: Vec<(IpNet, u32, Option<usize>)>,
+    /// Per (peer kind, key): the ipcache intervals whose identity carries it.
+    key_intervals: HashMap<(usize, u32), Vec<usize>>,
+}
+
+/// A rule of `direction` between a local (protected) prefix and a peer prefix.
+fn rule(
+    direction: Direction,
+    local: IpNet,
+    peer: IpNet,
+    proto: Option<u8>,
+    dport: PortRange,
+    allow: bool,
+) -> AclRule {
+    let (src, dst) = match direction {
+        Direction::Egress => (local, peer),
+        Direction::Ingress => (peer, local),
     };
-    let any = any_net(family);
-    let tree = class_tree(c, family);
-    let class_key0 = c.info.keys.class(0);
-    // Per (peer kind, key): the ipcache intervals whose identity carries it.
-    let mut key_intervals: HashMap<(usize, u32), Vec<usize>> = HashMap::new();
-    for (i, &(_, _, id)) in sets.intervals.iter().enumerate() {
-        if let Some(e) = ids.get(id as usize) {
-            for (k, &key) in e.peer.iter().enumerate() {
-                if key != NONE {
-                    key_intervals.entry((k, key)).or_default().push(i);
-                }
-            }
-        }
+    AclRule {
+        src,
+        dst,
+        proto,
+        dport,
+        allow,
     }
-    let mut out = Vec::new();
-    for (direction, table) in [
-        (Direction::Egress, c.tables.egress()),
-        (Direction::Ingress, c.tables.ingress()),
-    ] {
-        let profile_of = |e: &IdentityEntry| match direction {
-            Direction::Egress => e.egress,
-            Direction::Ingress => e.ingress,
+}
+
+/// An identity's profile in `direction`.
+fn profile_of(direction: Direction, e: &IdentityEntry) -> u32 {
+    match direction {
+        Direction::Egress => e.egress,
+        Direction::Ingress => e.ingress,
+    }
+}
+
+impl<'c> Export<'c> {
+    fn new(c: &'c CompiledPolicy, family: Family) -> Self {
+        let ids: Vec<IdentityEntry> = c.tables.identities().copied().collect();
+        let sets = Sets {
+            intervals: flatten(&c.info.prefixes, family),
+            family,
         };
-        let rule = |local: IpNet, peer: IpNet, proto: Option<u8>, dport: PortRange, allow: bool| {
-            let (src, dst) = match direction {
-                Direction::Egress => (local, peer),
-                Direction::Ingress => (peer, local),
-            };
-            AclRule {
-                src,
-                dst,
-                proto,
-                dport,
-                allow,
-            }
-        };
-        let mut rules = Vec::new();
-        if direction == Direction::Ingress {
-            for n in 0..c.info.nodes.len() as u32 {
-                let srcs = sets.cover(|id| ids.get(id as usize).is_some_and(|e| e.node_of == n));
-                let dsts = sets.cover(|id| {
-                    ids.get(id as usize)
-                        .is_some_and(|e| e.runs_on == n && e.ingress != NONE)
-                });
-                for s in &srcs {
-                    for d in &dsts {
-                        rules.push(rule(*d, *s, None, PortRange::ALL, true));
+        let mut key_intervals: HashMap<(usize, u32), Vec<usize>> = HashMap::new();
+        for (i, &(_, _, id)) in sets.intervals.iter().enumerate() {
+            if let Some(e) = ids.get(id as usize) {
+                for (k, &key) in e.peer.iter().enumerate() {
+                    if key != NONE {
+                        key_intervals.entry((k, key)).or_default().push(i);
                     }
                 }
             }
+        }
+        Export {
+            c,
+            ids,
+            sets,
+            any: any_net(family),
+            tree: class_tree(c, family),
+            key_intervals,
+        }
+    }
+
+    /// The rule list of one direction.
+    fn direction(&self, direction: Direction, table: &DirTable) -> AclRules {
+        let mut rules = Vec::new();
+        if direction == Direction::Ingress {
+            self.node_rules(&mut rules);
         }
         let mut by_profile: BTreeMap<u32, Vec<ProfileEntry>> = BTreeMap::new();
         for (profile, kind, key, proto, ranges) in table.entries() {
@@ -399,125 +424,176 @@ pub fn export(c: &CompiledPolicy, family: Family) -> (AclRules, AclRules) {
                 .push((kind, key, proto, ranges));
         }
         for (profile, entries) in by_profile {
-            let locals = sets.cover(|id| {
+            self.profile_rules(direction, profile, &entries, &mut rules);
+        }
+        let ids = &self.ids;
+        let isolated = self.sets.cover(|id| {
+            ids.get(id as usize)
+                .is_some_and(|e| profile_of(direction, e) != NONE)
+        });
+        let any = self.any;
+        for l in isolated {
+            rules.push(rule(direction, l, any, None, PortRange::ALL, false));
+        }
+        rules.push(rule(direction, any, any, None, PortRange::ALL, true));
+        AclRules { direction, rules }
+    }
+
+    /// Ingress from a node's addresses to the isolated pods on that node: allowed.
+    fn node_rules(&self, rules: &mut Vec<AclRule>) {
+        let ids = &self.ids;
+        for n in 0..self.c.info.nodes.len() as u32 {
+            let srcs = self
+                .sets
+                .cover(|id| ids.get(id as usize).is_some_and(|e| e.node_of == n));
+            let dsts = self.sets.cover(|id| {
                 ids.get(id as usize)
-                    .is_some_and(|e| profile_of(e) == profile)
+                    .is_some_and(|e| e.runs_on == n && e.ingress != NONE)
             });
-            if locals.is_empty() {
-                continue;
-            }
-            // Pod-named entries: exact covers.
-            let mut pod_sets: BTreeMap<(PeerKind, u32), ProtoSet> = BTreeMap::new();
-            let mut class_sets: BTreeMap<u32, ProtoSet> = BTreeMap::new();
-            let mut any_set = ProtoSet::new();
-            for (kind, key, proto, ranges) in &entries {
-                match kind {
-                    PeerKind::Class => add_to(
-                        class_sets.entry(key - class_key0).or_default(),
-                        *proto,
-                        ranges,
-                    ),
-                    PeerKind::Any => add_to(&mut any_set, *proto, ranges),
-                    _ => add_to(pod_sets.entry((*kind, *key)).or_default(), *proto, ranges),
+            for s in &srcs {
+                for d in &dsts {
+                    rules.push(rule(Direction::Ingress, *d, *s, None, PortRange::ALL, true));
                 }
             }
-            // Each peer address interval gets the union of what its keys allow; intervals
-            // with the same allowed set merge before they are cut into prefixes.
-            let mut tagged: Vec<(usize, &ProtoSet)> = Vec::new();
-            for ((kind, key), set) in &pod_sets {
-                if let Some(list) = key_intervals.get(&(*kind as usize, *key)) {
-                    tagged.extend(list.iter().map(|&i| (i, set)));
-                }
+        }
+    }
+
+    /// The rules of one profile's entries, over the local addresses having it.
+    fn profile_rules(
+        &self,
+        direction: Direction,
+        profile: u32,
+        entries: &[ProfileEntry],
+        rules: &mut Vec<AclRule>,
+    ) {
+        let ids = &self.ids;
+        let locals = self.sets.cover(|id| {
+            ids.get(id as usize)
+                .is_some_and(|e| profile_of(direction, e) == profile)
+        });
+        if locals.is_empty() {
+            return;
+        }
+        let class_key0 = self.c.info.keys.class(0);
+        let mut pod_sets: BTreeMap<(PeerKind, u32), ProtoSet> = BTreeMap::new();
+        let mut class_sets: BTreeMap<u32, ProtoSet> = BTreeMap::new();
+        let mut any_set = ProtoSet::new();
+        for (kind, key, proto, ranges) in entries {
+            match kind {
+                PeerKind::Class => add_to(
+                    class_sets.entry(key - class_key0).or_default(),
+                    *proto,
+                    ranges,
+                ),
+                PeerKind::Any => add_to(&mut any_set, *proto, ranges),
+                _ => add_to(pod_sets.entry((*kind, *key)).or_default(), *proto, ranges),
             }
-            tagged.sort_by_key(|t| t.0);
-            let mut by_set: BTreeMap<ProtoSet, Vec<(u128, u128)>> = BTreeMap::new();
-            let mut i = 0;
-            while i < tagged.len() {
-                let at = tagged[i].0;
-                let mut set = tagged[i].1.clone();
+        }
+        self.pod_rules(direction, &locals, &pod_sets, rules);
+        if class_sets.is_empty() && any_set.is_empty() {
+            return;
+        }
+        self.class_rules(direction, &locals, &class_sets, &any_set, rules);
+    }
+
+    /// Pod-named entries: allow rules over exact covers. Each peer address interval gets
+    /// the union of what its keys allow; intervals with the same allowed set merge
+    /// before they are cut into prefixes.
+    fn pod_rules(
+        &self,
+        direction: Direction,
+        locals: &[IpNet],
+        pod_sets: &BTreeMap<(PeerKind, u32), ProtoSet>,
+        rules: &mut Vec<AclRule>,
+    ) {
+        let mut tagged: Vec<(usize, &ProtoSet)> = Vec::new();
+        for ((kind, key), set) in pod_sets {
+            if let Some(list) = self.key_intervals.get(&(*kind as usize, *key)) {
+                tagged.extend(list.iter().map(|&i| (i, set)));
+            }
+        }
+        tagged.sort_by_key(|t| t.0);
+        let mut by_set: BTreeMap<ProtoSet, Vec<(u128, u128)>> = BTreeMap::new();
+        let mut i = 0;
+        while i < tagged.len() {
+            let at = tagged[i].0;
+            let mut set = tagged[i].1.clone();
+            i += 1;
+            while i < tagged.len() && tagged[i].0 == at {
+                for (p, rs) in tagged[i].1 {
+                    add_to(&mut set, *p, rs);
+                }
                 i += 1;
-                while i < tagged.len() && tagged[i].0 == at {
-                    for (p, rs) in tagged[i].1 {
+            }
+            let (lo, hi, _) = self.sets.intervals[at];
+            let list = by_set.entry(set).or_default();
+            match list.last_mut() {
+                Some(last) if last.1.checked_add(1) == Some(lo) => last.1 = hi,
+                _ => list.push((lo, hi)),
+            }
+        }
+        for (set, ranges) in &by_set {
+            let mut peers = Vec::new();
+            for &(lo, hi) in ranges {
+                to_prefixes(lo, hi, self.sets.family, &mut peers);
+            }
+            let its = items(set);
+            for l in locals {
+                for p in &peers {
+                    for &(proto, dport) in &its {
+                        rules.push(rule(direction, *l, *p, proto, dport, true));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Class-named entries (and "any"): longest-prefix emulation over the class
+    /// prefixes.
+    fn class_rules(
+        &self,
+        direction: Direction,
+        locals: &[IpNet],
+        class_sets: &BTreeMap<u32, ProtoSet>,
+        any_set: &ProtoSet,
+        rules: &mut Vec<AclRule>,
+    ) {
+        let allowed: Vec<ProtoSet> = self
+            .tree
+            .iter()
+            .map(|(_, class, _)| {
+                let mut set = any_set.clone();
+                if let Some(cs) = class_sets.get(class) {
+                    for (p, rs) in cs {
                         add_to(&mut set, *p, rs);
                     }
-                    i += 1;
                 }
-                let (lo, hi, _) = sets.intervals[at];
-                let list = by_set.entry(set).or_default();
-                match list.last_mut() {
-                    Some(last) if last.1.checked_add(1) == Some(lo) => last.1 = hi,
-                    _ => list.push((lo, hi)),
+                set
+            })
+            .collect();
+        for (i, (net, _, parent)) in self.tree.iter().enumerate() {
+            let a = &allowed[i];
+            let needs_deny = match parent {
+                None => false,
+                Some(p) => {
+                    if allowed[*p] == *a {
+                        continue;
+                    }
+                    true
                 }
-            }
-            for (set, ranges) in &by_set {
-                let mut peers = Vec::new();
-                for &(lo, hi) in ranges {
-                    to_prefixes(lo, hi, family, &mut peers);
+            };
+            let its = items(a);
+            for l in locals {
+                for &(proto, dport) in &its {
+                    rules.push(rule(direction, *l, *net, proto, dport, true));
                 }
-                let its = items(set);
-                for l in &locals {
-                    for p in &peers {
-                        for &(proto, dport) in &its {
-                            rules.push(rule(*l, *p, proto, dport, true));
-                        }
-                    }
-                }
-            }
-            if class_sets.is_empty() && any_set.is_empty() {
-                continue;
-            }
-            // Class-named entries: longest-prefix emulation over the class prefixes.
-            let allowed: Vec<ProtoSet> = tree
-                .iter()
-                .map(|(_, class, _)| {
-                    let mut set = any_set.clone();
-                    if let Some(cs) = class_sets.get(class) {
-                        for (p, rs) in cs {
-                            add_to(&mut set, *p, rs);
-                        }
-                    }
-                    set
-                })
-                .collect();
-            for (i, (net, _, parent)) in tree.iter().enumerate() {
-                let a = &allowed[i];
-                let needs_deny = match parent {
-                    None => false,
-                    Some(p) => {
-                        if allowed[*p] == *a {
-                            continue;
-                        }
-                        true
-                    }
-                };
-                let its = items(a);
-                for l in &locals {
-                    for &(proto, dport) in &its {
-                        rules.push(rule(*l, *net, proto, dport, true));
-                    }
-                    let all = its == [(None, PortRange::ALL)];
-                    if needs_deny && !all {
-                        rules.push(rule(*l, *net, None, PortRange::ALL, false));
-                    }
+                let all = its == [(None, PortRange::ALL)];
+                if needs_deny && !all {
+                    rules.push(rule(direction, *l, *net, None, PortRange::ALL, false));
                 }
             }
         }
-        let isolated = sets.cover(|id| ids.get(id as usize).is_some_and(|e| profile_of(e) != NONE));
-        for l in isolated {
-            rules.push(rule(l, any, None, PortRange::ALL, false));
-        }
-        rules.push(rule(any, any, None, PortRange::ALL, true));
-        out.push(AclRules { direction, rules });
     }
-    let ingress = out.pop().unwrap_or(AclRules {
-        direction: Direction::Ingress,
-        rules: Vec::new(),
-    });
-    let egress = out.pop().unwrap_or(AclRules {
-        direction: Direction::Egress,
-        rules: Vec::new(),
-    });
-    (egress, ingress)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use serde_json::{json, Value};
 use sluice_dataplane::tables::policy::{DenyReason, DirOutcome, ProtoClass};
 
-use super::{has_type, proto_class, rules, term_of};
+use super::semantics::{has_type, proto_class, rules, term_of};
 use crate::compile::ir::{Ir, Node, Policy, Workload};
 use crate::model::meta::{IntOrString, LabelSelector};
 use crate::model::netpol::{NetworkPolicyPeer, NetworkPolicyPort, PolicyType};

@@ -9,7 +9,8 @@ use std::path::Path;
 use sluice_dataplane::tables::policy::{DenyReason, DirOutcome, Direction, Verdict};
 
 use super::*;
-use crate::compile::ir::{Node, Workload};
+use crate::compile::ir::{Node, Policy, Workload};
+use crate::model::meta::{IntOrString, LabelSelector};
 use crate::model::netpol::{IngressRule, IpBlock, NetworkPolicyPeer, NetworkPolicySpec};
 
 fn ip(s: &str) -> IpAddr {
