@@ -12,8 +12,8 @@
 //!   with every diagnostic; its summary and table dumps.
 //! - [`explain`]: trace one hypothetical connection (`sluice explain`).
 //! - [`stdout`]: command output that survives a closed pipe.
-//! - [`synth`]: generated configurations of many listeners and routes (scale tests and
-//!   benchmarks).
+//! - `synth` (cargo feature `bench`): generated configurations of many listeners and
+//!   routes, for scale tests and benchmarks; not part of the product.
 //! - [`plan`]: the Appliance translated into what `sluice run` starts (ports, cores,
 //!   routes, limits), or the embedded default.
 //! - [`run`]: `sluice run`: ports opened and pinned workers started as the plan says,
@@ -38,5 +38,6 @@ pub mod reload;
 pub mod run;
 pub mod sources;
 pub mod stdout;
+#[cfg(feature = "bench")]
 pub mod synth;
 pub mod validate;

@@ -9,7 +9,25 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::server::RELOAD_TIMEOUT;
-use super::CtlError;
+
+/// Why `sluice ctl` got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    /// Nothing listens on the socket.
+    #[error("cannot reach sluice at {path}: {source} (is `sluice run` running?)")]
+    Unreachable {
+        /// The socket.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Sending the command or reading the answer failed.
+    #[error("talking to sluice: {0}")]
+    Io(#[from] std::io::Error),
+    /// The answer is not JSON.
+    #[error("bad answer from sluice: {0}")]
+    BadAnswer(#[from] serde_json::Error),
+}
 
 /// `sluice ctl` arguments.
 #[derive(Debug, Clone, clap::Args)]

@@ -24,24 +24,5 @@ pub mod client;
 pub mod server;
 
 pub use client::{ctl, human_reload, human_stats, human_status, query, query_with_timeout};
-pub use client::{CtlArgs, CtlCommand};
+pub use client::{CtlArgs, CtlCommand, CtlError};
 pub use server::{serve, MAX_CONNECTIONS, RELOAD_TIMEOUT};
-
-/// Why `sluice ctl` got no answer.
-#[derive(Debug, thiserror::Error)]
-pub enum CtlError {
-    /// Nothing listens on the socket.
-    #[error("cannot reach sluice at {path}: {source} (is `sluice run` running?)")]
-    Unreachable {
-        /// The socket.
-        path: std::path::PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Sending the command or reading the answer failed.
-    #[error("talking to sluice: {0}")]
-    Io(#[from] std::io::Error),
-    /// The answer is not JSON.
-    #[error("bad answer from sluice: {0}")]
-    BadAnswer(#[from] serde_json::Error),
-}

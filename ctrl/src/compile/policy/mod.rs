@@ -47,8 +47,11 @@
 //! The stages live in their own files: `terms.rs` (1), `groups.rs` (2, 3), `peers.rs`
 //! (the peer keys rules name), `profiles.rs` (4), `identities.rs` (5, 6); caps (7) and
 //! the tables (8) are checked and built here. `info.rs` holds what compilation produces,
-//! `semantics.rs` the NetworkPolicy rules the compiler and [`explain`] share.
+//! `semantics.rs` the NetworkPolicy rules the compiler and [`explain`] share. `acl`
+//! (cargo feature `bench`) exports the compiled policy as DPDK ACL rules for
+//! `bench_policy`; it is not part of the product.
 
+#[cfg(feature = "bench")]
 pub mod acl;
 pub mod classes;
 pub mod explain;
