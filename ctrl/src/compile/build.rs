@@ -71,7 +71,7 @@ pub fn build(mut loaded: Loaded) -> Result<Built, Diagnostics> {
     if out.iter().any(Diagnostic::is_error) {
         return reject(out);
     }
-    let ir = super::build_ir(&loaded.items, &mut out);
+    let ir = super::to_ir::build_ir(&loaded.items, &mut out);
     listener_conflicts(&ir, &loaded.items, &mut out);
     if out.iter().any(Diagnostic::is_error) {
         return reject(out);

@@ -14,8 +14,8 @@ use crate::model::meta::transparent_by_annotation;
 use crate::model::{Kind, Object};
 use crate::validate;
 
+use super::ctx::Ctx;
 use super::ir::*;
-use super::Ctx;
 
 /// A route that may attach to a listener, as the Gateway API kinds share it.
 struct Candidate<'r> {

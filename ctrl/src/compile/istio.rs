@@ -13,8 +13,8 @@ use crate::model::meta::transparent_by_annotation;
 use crate::model::{Kind, Object, Resource};
 use crate::validate;
 
+use super::ctx::{Ctx, CLUSTER_DOMAIN};
 use super::ir::*;
-use super::{Ctx, CLUSTER_DOMAIN};
 
 /// Istio's binding of a VirtualService host to a Gateway server host: they bind when
 /// they overlap (`host.Name.Matches`), and the route serves the more specific of the two.

@@ -9,11 +9,8 @@ use crate::model::core::{ServicePort, ServiceSpec};
 use crate::model::meta::{IntOrString, LabelSelector};
 use crate::model::{Kind, Object};
 
+use super::ctx::{Ctx, ResolveKey};
 use super::ir::{Backend, BackendTarget};
-use super::Ctx;
-
-/// What [`Ctx::resolve`] is a function of.
-pub(super) type ResolveKey = (String, String, Option<u32>, Option<String>, Option<String>);
 
 impl Ctx<'_> {
     /// The Maglev table size for a Service: its DestinationRule's, else the default.

@@ -9,7 +9,7 @@ use crate::diag::Reporter;
 use crate::load::Item;
 use crate::model::appliance::ApplianceSpec;
 
-use super::{cidr, maglev_size};
+use super::fields::{cidr, maglev_size};
 
 pub(super) fn appliance(it: &Item, spec: &ApplianceSpec, r: &mut Reporter) {
     let mut cores = BTreeSet::new();

@@ -8,7 +8,7 @@ use crate::load::Item;
 use crate::model::core::{PodInfo, SecretData, ServiceSpec};
 use crate::model::meta::IntOrString;
 
-use super::port_number;
+use super::fields::port_number;
 
 /// A Pod: its IPs parse, its container ports are in range and uniquely named.
 pub(super) fn pod(it: &Item, p: &PodInfo, r: &mut Reporter) {

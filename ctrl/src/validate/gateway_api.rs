@@ -8,8 +8,9 @@ use crate::load::Item;
 use crate::model::gateway_api::{self as gw, GatewayTlsMode};
 use crate::model::{Kind, Object};
 
+use super::fields::{selector, weight, MAX_BACKEND_REFS};
 use super::hostnames::hostname;
-use super::{selector, weight, Index, MAX_BACKEND_REFS};
+use super::index::Index;
 
 /// Gateway API core/extended listener protocols.
 pub const GATEWAY_PROTOCOLS: &[&str] = &["HTTP", "HTTPS", "TLS", "TCP", "UDP"];

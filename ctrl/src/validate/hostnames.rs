@@ -83,3 +83,14 @@ pub fn istio_host_error(entry: &str, allow_namespace: bool) -> Option<String> {
     }
     dns_subdomain_error(&lowered).map(|e| format!("`{entry}`: host `{host}` is invalid: {e}"))
 }
+
+/// Resolves an Istio destination host to (namespace, service name): short names are in
+/// `own_ns`; `name.ns`, `name.ns.svc` and `name.ns.svc.<domain>` are fully qualified.
+pub fn service_of_host<'a>(host: &'a str, own_ns: &'a str) -> (&'a str, &'a str) {
+    let parts: Vec<&str> = host.split('.').collect();
+    match parts.as_slice() {
+        [name] => (own_ns, name),
+        [name, ns] | [name, ns, "svc", ..] => (ns, name),
+        _ => (own_ns, host),
+    }
+}

@@ -7,7 +7,7 @@ use crate::model::gateway_api as gw;
 use crate::model::istio;
 use crate::model::{Kind, Object};
 
-use super::istio::service_of_host;
+use super::hostnames::service_of_host;
 
 /// Objects by kind, namespace and name, for reference checks, with the lookups that
 /// would otherwise scan every object (ReferenceGrants of a namespace, DestinationRules of

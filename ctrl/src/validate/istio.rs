@@ -8,8 +8,9 @@ use crate::load::Item;
 use crate::model::istio::{self, TlsMode};
 use crate::model::{Kind, Object};
 
-use super::hostnames::istio_host_error;
-use super::{cidr, maglev_size, weight, Index};
+use super::fields::{cidr, maglev_size, weight};
+use super::hostnames::{istio_host_error, service_of_host};
+use super::index::Index;
 
 /// Istio `Port.protocol` values (seed 000).
 pub const ISTIO_PROTOCOLS: &[&str] = &[
@@ -255,17 +256,6 @@ pub fn split_gateway_ref<'a>(r: &'a str, own_ns: &'a str) -> (&'a str, &'a str) 
     match r.split_once('/') {
         Some((ns, name)) => (ns, name),
         None => (own_ns, r),
-    }
-}
-
-/// Resolves an Istio destination host to (namespace, service name): short names are in
-/// `own_ns`; `name.ns`, `name.ns.svc` and `name.ns.svc.<domain>` are fully qualified.
-pub fn service_of_host<'a>(host: &'a str, own_ns: &'a str) -> (&'a str, &'a str) {
-    let parts: Vec<&str> = host.split('.').collect();
-    match parts.as_slice() {
-        [name] => (own_ns, name),
-        [name, ns] | [name, ns, "svc", ..] => (ns, name),
-        _ => (own_ns, host),
     }
 }
 

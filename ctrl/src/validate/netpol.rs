@@ -5,7 +5,7 @@ use crate::load::Item;
 use crate::model::meta::IntOrString;
 use crate::model::netpol::{NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec};
 
-use super::{cidr, port_number, selector};
+use super::fields::{cidr, port_number, selector};
 
 pub(super) fn network_policy(it: &Item, spec: &NetworkPolicySpec, r: &mut Reporter) {
     let prefix = match it.object.format() {
