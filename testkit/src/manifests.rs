@@ -5,6 +5,15 @@
 
 use std::fmt::Display;
 
+/// The benchmarks' Appliance: one core, TAP ports `outside` (sluice at 10.77.0.2/16) and
+/// `inside` (10.78.0.2/16), virtual address `vip`, and `maglevTableSize` when given.
+pub fn bench_appliance(vip: impl Display, maglev: Option<u64>) -> String {
+    let maglev = maglev.map_or(String::new(), |m| format!("  maglevTableSize: {m}\n"));
+    format!(
+        "---\napiVersion: sluice.dev/v1alpha1\nkind: Appliance\nmetadata: {{name: bench}}\nspec:\n  cores: [0]\n  ports:\n  - {{name: outside, tap: {{name: benchout}}, addresses: [10.77.0.2/16]}}\n  - {{name: inside, tap: {{name: benchin}}, addresses: [10.78.0.2/16]}}\n  virtualAddresses: [{vip}]\n{maglev}"
+    )
+}
+
 /// A `v1` Namespace.
 pub fn namespace(name: &str) -> String {
     format!("---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}}}\n")

@@ -27,6 +27,7 @@ use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::{Counters, DropReason};
 use sluice_dataplane::tables::snapshot::Snapshot;
 use sluice_dataplane::wire::{ethernet, icmpv4, ip_proto, ipv4, tcp, EtherType, MacAddr};
+use sluice_testkit::manifests as docs;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
@@ -44,57 +45,16 @@ fn backend_ip(i: usize) -> Ipv4Addr {
 }
 
 fn manifests() -> String {
-    let mut y = format!(
-        r#"apiVersion: sluice.dev/v1alpha1
-kind: Appliance
-metadata: {{name: bench}}
-spec:
-  cores: [0]
-  ports:
-  - {{name: outside, tap: {{name: benchout}}, addresses: [10.77.0.2/16]}}
-  - {{name: inside, tap: {{name: benchin}}, addresses: [10.78.0.2/16]}}
-  virtualAddresses: [{VIP}]
-  maglevTableSize: 65537
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: b}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: pool, namespace: b}}
-spec: {{selector: {{app: pool}}, ports: [{{port: {VIP_PORT}}}]}}
----
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {{name: from-clients, namespace: b}}
-spec:
-  podSelector: {{}}
-  ingress:
-  - from: [{{ipBlock: {{cidr: 10.77.0.0/16}}}}]
-    ports: [{{port: {VIP_PORT}}}]
----
-apiVersion: gateway.networking.k8s.io/v1alpha2
-kind: TCPRoute
-metadata: {{name: echo, namespace: b}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules: [{{backendRefs: [{{name: pool, port: {VIP_PORT}}}]}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw, namespace: b}}
-spec:
-  gatewayClassName: sluice
-  addresses: [{{type: IPAddress, value: {VIP}}}]
-  listeners: [{{name: echo, port: {VIP_PORT}, protocol: TCP}}]
-"#
-    );
+    let mut y = [
+        docs::bench_appliance(VIP, Some(65537)),
+        docs::namespace("b"),
+        docs::service("b", "pool", VIP_PORT),
+        docs::allow_from("b", "from-clients", "10.77.0.0/16", &[VIP_PORT]),
+        docs::tcp_gateway("b", "echo", VIP, VIP_PORT, "pool"),
+    ]
+    .concat();
     for i in 0..BACKENDS {
-        y.push_str(&format!(
-            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}, namespace: b, labels: {{app: pool}}}}\nstatus: {{podIP: {}}}\n",
-            backend_ip(i)
-        ));
+        y.push_str(&docs::pod("b", &format!("p{i}"), "pool", backend_ip(i)));
     }
     y
 }

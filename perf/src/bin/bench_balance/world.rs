@@ -28,17 +28,8 @@ pub(crate) fn backend_ip(i: usize) -> Ipv4Addr {
 /// `extra` more listeners with a TCPRoute each (for the swap test).
 pub(crate) fn manifests(extra: usize, maglev: u64) -> String {
     let mut y = format!(
-        r#"apiVersion: sluice.dev/v1alpha1
-kind: Appliance
-metadata: {{name: bench}}
-spec:
-  cores: [0]
-  ports:
-  - {{name: outside, tap: {{name: benchout}}, addresses: [10.77.0.2/16]}}
-  - {{name: inside, tap: {{name: benchin}}, addresses: [10.78.0.2/16]}}
-  virtualAddresses: [{VIP}]
-  maglevTableSize: {maglev}
-{namespace}{service}{policy}{gateway}"#,
+        r#"{appliance}{namespace}{service}{policy}{gateway}"#,
+        appliance = docs::bench_appliance(VIP, Some(maglev)),
         namespace = docs::namespace("b"),
         policy = docs::allow_from("b", "from-clients", "10.77.0.0/16", &[VIP_PORT]),
         gateway = docs::tcp_gateway("b", "echo", VIP, VIP_PORT, "pool"),

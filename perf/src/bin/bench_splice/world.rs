@@ -67,16 +67,7 @@ pub(crate) fn service_of(ip: Ipv4Addr) -> Option<usize> {
 
 pub(crate) fn manifests() -> String {
     let mut y = format!(
-        r#"apiVersion: sluice.dev/v1alpha1
-kind: Appliance
-metadata: {{name: bench}}
-spec:
-  cores: [0]
-  ports:
-  - {{name: outside, tap: {{name: benchout}}, addresses: [10.77.0.2/16]}}
-  - {{name: inside, tap: {{name: benchin}}, addresses: [10.78.0.2/16]}}
-  virtualAddresses: [{VIP}]
-{namespace}{policy}---
+        r#"{appliance}{namespace}{policy}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {{name: gw, namespace: b}}
@@ -94,6 +85,7 @@ spec:
   parentRefs: [{{name: gw, sectionName: tcp}}]
   rules: [{{backendRefs: [{{name: plain, port: {TCP_BACKEND_PORT}}}]}}]
 "#,
+        appliance = docs::bench_appliance(VIP, None),
         namespace = docs::namespace("b"),
         policy = docs::allow_from(
             "b",
