@@ -1,0 +1,178 @@
+//! Hostile input against a live `sluice run` (TAP Appliance, as root): an alias bomb and
+//! a symlink loop dropped into the watched configuration directory are rejected by the
+//! reload while the running tables keep serving and memory stays bounded. sluice runs
+//! under an address-space limit (`ulimit -v`), so a broken build fails the test instead
+//! of eating the machine. The TAP device, the files and the process are cleaned up on
+//! drop, also when a test fails.
+
+use serde_json::Value;
+use sluice_tests::sys::{can_admin_net, unique_name, ChildGuard, TempDir};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice-run");
+
+/// Address space `sluice run` gets (KiB, for `ulimit -v`): 2 GiB.
+const ADDRESS_SPACE_KIB: u64 = 2 << 20;
+
+/// Peak resident memory allowed to a small TAP instance after the hostile reloads.
+const PEAK_RSS_KIB: u64 = 256 << 10;
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn appliance(tap: &str) -> String {
+    format!(
+        "apiVersion: sluice.dev/v1alpha1\nkind: Appliance\nmetadata: {{name: h}}\nspec:\n  cores: [0]\n  ports:\n  - name: edge\n    tap: {{name: {tap}}}\n    addresses: [10.98.0.2/24]\n  limits: {{flowsPerWorker: 1024}}\n"
+    )
+}
+
+/// Nine levels of nine aliases (9^9 scalars expanded): "billion laughs".
+const ALIAS_BOMB: &str = "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+";
+
+struct Sluice {
+    child: ChildGuard,
+    socket: PathBuf,
+}
+
+impl Sluice {
+    /// `sluice run -c dir` under `ulimit -v`.
+    fn start(dir: &Path, socket: &Path) -> Sluice {
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit -v {ADDRESS_SPACE_KIB}; exec \"$@\""))
+            .arg("sh")
+            .arg(BIN)
+            .args(["run", "--quiet", "-c"])
+            .arg(dir)
+            .arg("--admin-socket")
+            .arg(socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start sluice");
+        let mut s = Sluice {
+            child: ChildGuard(child),
+            socket: socket.to_path_buf(),
+        };
+        wait_for("the admin socket", Duration::from_secs(20), || {
+            assert!(s.alive(), "sluice exited before serving");
+            s.socket.exists()
+        });
+        s
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.0.try_wait(), Ok(None))
+    }
+
+    fn ctl(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(["ctl", "--socket"])
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run sluice ctl")
+    }
+
+    fn status(&self) -> Value {
+        let o = self.ctl(&["status", "--json"]);
+        serde_json::from_slice(&o.stdout).unwrap_or(Value::Null)
+    }
+
+    /// Waits for a rejected reload whose first error contains `needle`; returns status.
+    fn wait_rejected(&mut self, needle: &str) -> Value {
+        let mut v = Value::Null;
+        wait_for(
+            &format!("a reload rejected with {needle:?}"),
+            Duration::from_secs(30),
+            || {
+                assert!(self.alive(), "sluice died");
+                v = self.status();
+                v["last_reload"]["ok"] == false
+                    && v["last_reload"]["errors"].as_array().is_some_and(|e| {
+                        e.iter()
+                            .any(|e| e.as_str().is_some_and(|e| e.contains(needle)))
+                    })
+            },
+        );
+        v
+    }
+
+    /// Peak resident set (VmHWM), KiB.
+    fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.0.id()))
+            .expect("/proc/PID/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM")
+    }
+}
+
+#[test]
+fn hostile_files_in_the_watched_directory_are_rejected_while_serving() {
+    assert!(
+        can_admin_net(),
+        "TAP tests need root (CAP_NET_ADMIN), /dev/net/tun and iproute2; CI runs as root"
+    );
+    let dir = TempDir::new("sluice-hostile-run");
+    let conf = dir.0.join("conf");
+    std::fs::create_dir_all(conf.join("d")).expect("mkdir");
+    let tap = unique_name("slh");
+    std::fs::write(conf.join("appliance.yaml"), appliance(&tap)).expect("write");
+    let mut s = Sluice::start(&conf, &dir.0.join("admin.sock"));
+    assert_eq!(s.status()["generation"], 1);
+
+    // The alias bomb: rejected at its line, generation 1 keeps serving.
+    let bomb = conf.join("bomb.yaml");
+    std::fs::write(&bomb, ALIAS_BOMB).expect("write");
+    let v = s.wait_rejected("MAX_ALIAS_NODES");
+    assert_eq!(v["generation"], 1, "{v}");
+    let e = v["last_reload"]["errors"][0].as_str().unwrap_or_default();
+    assert!(e.starts_with(&format!("{}:6:8: ", bomb.display())), "{e}");
+    let st: Value = serde_json::from_slice(&s.ctl(&["stats", "--json"]).stdout).expect("stats");
+    assert_eq!(st["ports"][0]["name"], "edge", "{st}");
+
+    // A symlink loop (`ln -s .. d/up`): the watch and the reload find it, once.
+    std::fs::remove_file(&bomb).expect("rm");
+    std::os::unix::fs::symlink("..", conf.join("d/up")).expect("ln -s .. d/up");
+    let v = s.wait_rejected("symlink loop");
+    assert_eq!(v["generation"], 1, "{v}");
+    let e = v["last_reload"]["errors"][0].as_str().unwrap_or_default();
+    assert!(
+        e.starts_with(&format!("{}:1:1: ", conf.join("d/up").display())),
+        "{e}"
+    );
+
+    // Removing the loop lets the next change through: the watch is not stuck.
+    std::fs::remove_file(conf.join("d/up")).expect("rm");
+    std::fs::write(
+        conf.join("ns.yaml"),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n",
+    )
+    .expect("write");
+    wait_for("generation 2", Duration::from_secs(30), || {
+        assert!(s.alive(), "sluice died");
+        s.status()["generation"] == 2
+    });
+    let peak = s.peak_rss_kib();
+    assert!(peak < PEAK_RSS_KIB, "peak RSS {peak} KiB");
+}
