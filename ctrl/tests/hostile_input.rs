@@ -103,3 +103,69 @@ fn a_symlink_loop_is_rejected_naming_the_link() {
         "{err}"
     );
 }
+
+/// An Appliance with `spec` lines (indented two spaces) and one TAP port.
+fn appliance(spec: &str) -> String {
+    format!(
+        "apiVersion: sluice.dev/v1alpha1\nkind: Appliance\nmetadata: {{name: m}}\nspec:\n{spec}  ports:\n  - name: p\n    tap: {{name: slm0}}\n"
+    )
+}
+
+/// What `check` accepts, `run` can run: Appliance values the machine cannot serve are
+/// errors at their field.
+#[test]
+fn appliance_values_are_checked_against_the_machine() {
+    let d = Scratch::new("appliance");
+    for (i, (spec, line_col, field, message)) in [
+        (
+            "  cores: [0, 9999]\n",
+            "5:14",
+            "spec.cores[1]",
+            "core 9999 is beyond the highest CPU number",
+        ),
+        // Within the CPU set type, but no machine this runs on has it.
+        (
+            "  cores: [0, 1023]\n",
+            "5:14",
+            "spec.cores[1]",
+            "core 1023 does not exist or is not allowed for this process (allowed: ",
+        ),
+        (
+            "  cores: []\n",
+            "5:3",
+            "spec.cores",
+            "cores is empty: give at least one core",
+        ),
+        (
+            "  limits: {flowsPerWorker: 1000000000000}\n",
+            "5:12",
+            "spec.limits.flowsPerWorker",
+            "limits.flowsPerWorker 1000000000000 is over the most a worker's flow table holds (67108864)",
+        ),
+        (
+            "  limits: {flowsPerWorker: 1e12}\n",
+            "5:12",
+            "spec.limits.flowsPerWorker",
+            "invalid type: floating point `1000000000000.0`, expected u64",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let f = d.0.join(format!("a{i}.yaml"));
+        std::fs::write(&f, appliance(spec)).expect("write");
+        let o = check_bounded(&f);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{spec}: {:?}: {err}", o.status);
+        let want = format!(
+            "{}:{line_col}: Appliance m: {field}: {message}",
+            f.display()
+        );
+        assert!(err.contains(&want), "{spec}: want {want:?} in {err}");
+    }
+    // Leaving `cores` out is core 0.
+    let f = d.0.join("ok.yaml");
+    std::fs::write(&f, appliance("")).expect("write");
+    let o = check_bounded(&f);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

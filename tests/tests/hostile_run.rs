@@ -176,3 +176,69 @@ fn hostile_files_in_the_watched_directory_are_rejected_while_serving() {
     let peak = s.peak_rss_kib();
     assert!(peak < PEAK_RSS_KIB, "peak RSS {peak} KiB");
 }
+
+/// `sluice run` of an Appliance the machine cannot serve stops before it starts anything
+/// (no TAP device is created), with the error at the field, never a panic or an abort.
+#[test]
+fn appliance_values_the_machine_cannot_serve_stop_run_before_it_starts() {
+    assert!(
+        can_admin_net(),
+        "TAP tests need root (CAP_NET_ADMIN), /dev/net/tun and iproute2; CI runs as root"
+    );
+    let dir = TempDir::new("sluice-hostile-appliance");
+    for (i, (spec, field)) in [
+        ("  cores: [0, 9999]\n", "spec.cores[1]: core 9999"),
+        ("  cores: [0, 1023]\n", "spec.cores[1]: core 1023"),
+        ("  cores: []\n", "spec.cores: cores is empty"),
+        (
+            "  limits: {flowsPerWorker: 1000000000000}\n",
+            "spec.limits.flowsPerWorker: limits.flowsPerWorker 1000000000000",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let tap = unique_name("slq");
+        let f = dir.0.join(format!("a{i}.yaml"));
+        std::fs::write(
+            &f,
+            format!(
+                "apiVersion: sluice.dev/v1alpha1\nkind: Appliance\nmetadata: {{name: m}}\nspec:\n{spec}  ports:\n  - name: p\n    tap: {{name: {tap}}}\n"
+            ),
+        )
+        .expect("write");
+        // `--duration` bounds a run that wrongly starts.
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit -v {ADDRESS_SPACE_KIB}; exec \"$@\""))
+            .arg("sh")
+            .arg(BIN)
+            .args(["run", "--quiet", "--duration", "3", "-c"])
+            .arg(&f)
+            .arg("--admin-socket")
+            .arg(dir.0.join(format!("a{i}.sock")))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start sluice");
+        // Bounded by `--duration`: the child is reaped here.
+        let o = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{spec}: {:?}: {err}", o.status);
+        assert!(
+            err.contains(&format!("{}:5:", f.display())) && err.contains(field),
+            "{spec}: want {field:?} in {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(
+            !Command::new("ip")
+                .args(["link", "show", "dev", &tap])
+                .output()
+                .expect("ip")
+                .status
+                .success(),
+            "{spec}: nothing is started"
+        );
+    }
+}

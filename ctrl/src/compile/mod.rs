@@ -32,7 +32,7 @@ mod resolve;
 pub mod snapshot;
 pub mod tables;
 
-pub use build::{build, build_paths, diagnostics, Built, PolicyReport};
+pub use build::{build, build_paths, check_machine, diagnostics, Built, PolicyReport};
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};

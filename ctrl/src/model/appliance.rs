@@ -7,9 +7,10 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApplianceSpec {
-    /// CPU cores; one pinned worker per core.
+    /// CPU cores; one pinned worker per core. Absent: core 0. Explicitly empty
+    /// (`cores: []`) is an error: a dataplane without workers forwards nothing.
     #[serde(default)]
-    pub cores: Vec<u32>,
+    pub cores: Option<Vec<u32>>,
     /// Network ports.
     #[serde(default)]
     pub ports: Vec<AppliancePort>,
