@@ -93,6 +93,8 @@ pub struct RunPlan {
     pub eal: Vec<String>,
     /// Admin socket.
     pub admin_socket: PathBuf,
+    /// The group that may use the admin socket besides root and sluice's user.
+    pub admin_group: Option<String>,
     /// Whether this is the embedded default (its TAP peer gets addresses).
     pub is_default: bool,
 }
@@ -342,6 +344,7 @@ impl RunPlan {
                 .as_ref()
                 .and_then(|a| a.socket.as_ref())
                 .map_or_else(|| PathBuf::from(DEFAULT_ADMIN_SOCKET), PathBuf::from),
+            admin_group: spec.admin.as_ref().and_then(|a| a.group.clone()),
             is_default,
         })
     }

@@ -284,6 +284,14 @@ fn start_workers(
 
 fn run_inner(args: &RunArgs) -> Result<(), RunError> {
     let (plan, built) = load(args)?;
+    // The admin socket's path and group are checked before anything starts: a regular
+    // file in its place, or an unknown group, stops sluice here.
+    let access =
+        crate::api::server::Access::resolve(&plan.admin_socket, plan.admin_group.as_deref())
+            .map_err(|source| RunError::Admin {
+                path: plan.admin_socket.clone(),
+                source,
+            })?;
     let workers_n = plan.cores.len();
     let pool = Pool::new(plan.pool_buffers());
     let opened = open_ports(&plan, &pool)?;
@@ -332,13 +340,12 @@ fn run_inner(args: &RunArgs) -> Result<(), RunError> {
         is_default: plan.is_default,
         control: Mutex::new(requests),
         reload: Mutex::new(reloader.status()),
+        admin_refused: Default::default(),
     });
-    let admin =
-        crate::api::serve(&plan.admin_socket, running.clone(), stop.clone()).map_err(|source| {
-            RunError::Admin {
-                path: plan.admin_socket.clone(),
-                source,
-            }
+    let admin = crate::api::serve(&plan.admin_socket, access, running.clone(), stop.clone())
+        .map_err(|source| RunError::Admin {
+            path: plan.admin_socket.clone(),
+            source,
         })?;
     let mut control = Control {
         args,

@@ -242,3 +242,123 @@ fn appliance_values_the_machine_cannot_serve_stop_run_before_it_starts() {
         );
     }
 }
+
+/// `sluice ctl ARGS` as user `nobody` (group `nogroup`, no others), with a copy of the
+/// binary `nobody` can run.
+fn ctl_as_nobody(bin: &Path, socket: &Path, args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(bin)
+        .args(["ctl", "--socket"])
+        .arg(socket)
+        .args(args)
+        .output()
+        .expect("setpriv")
+}
+
+/// The admin socket is private whatever the umask: 0600, owner and root only (peer
+/// credentials checked too, with a JSON error for anyone else); 0660 with
+/// `spec.admin.group`; a regular file at its path stops sluice and is left intact.
+#[test]
+fn the_admin_socket_is_private_by_construction() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert!(
+        can_admin_net(),
+        "TAP tests need root (CAP_NET_ADMIN), /dev/net/tun and iproute2; CI runs as root"
+    );
+    let dir = TempDir::new("sluice-hostile-admin");
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let bin = dir.0.join("sluice-run");
+    std::fs::copy(BIN, &bin).expect("copy the binary");
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let start = |conf: &Path, socket: &Path| {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "umask 000; ulimit -v {ADDRESS_SPACE_KIB}; exec \"$@\""
+            ))
+            .arg("sh")
+            .arg(BIN)
+            .args(["run", "--quiet", "-c"])
+            .arg(conf)
+            .arg("--admin-socket")
+            .arg(socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start sluice")
+    };
+    let conf = dir.0.join("appliance.yaml");
+    std::fs::write(&conf, appliance(&unique_name("sla"))).expect("write");
+    let socket = dir.0.join("admin.sock");
+    let mut s = Sluice {
+        child: ChildGuard(start(&conf, &socket)),
+        socket: socket.clone(),
+    };
+    wait_for("the admin socket", Duration::from_secs(20), || {
+        assert!(s.alive(), "sluice exited before serving");
+        socket.exists()
+    });
+    let mode = std::fs::metadata(&socket).expect("stat").mode() & 0o777;
+    assert_eq!(mode, 0o600, "socket mode {mode:o} under umask 000");
+    assert_eq!(s.status()["generation"], 1, "root is served");
+
+    // `nobody` cannot connect at all (the mode), ...
+    let o = ctl_as_nobody(&bin, &socket, &["status", "--json"]);
+    assert!(
+        !o.status.success(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("ermission denied"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // ... and with the mode loosened by hand, the peer check still refuses it.
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let o = ctl_as_nobody(&bin, &socket, &["status", "--json"]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(!o.status.success(), "{out}");
+    assert!(err.contains("permission denied: uid 65534"), "{err}");
+    assert!(!out.contains("generation"), "{out}");
+    assert_eq!(s.status()["admin"]["refused"], 1);
+
+    // A regular file at the socket path: sluice refuses to start and leaves it be.
+    let file = dir.0.join("not-a-socket");
+    std::fs::write(&file, "keep me\n").expect("write");
+    let o = start(&conf, &file).wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("exists and is not a socket"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("still there"),
+        "keep me\n"
+    );
+    drop(s);
+
+    // With `spec.admin.group: nogroup`: 0660, group-owned, and nogroup's members served.
+    std::fs::write(
+        &conf,
+        appliance(&unique_name("sla")).replace("  limits:", "  admin: {group: nogroup}\n  limits:"),
+    )
+    .expect("write");
+    let socket = dir.0.join("group.sock");
+    let mut s = Sluice {
+        child: ChildGuard(start(&conf, &socket)),
+        socket: socket.clone(),
+    };
+    wait_for("the admin socket", Duration::from_secs(20), || {
+        assert!(s.alive(), "sluice exited before serving");
+        socket.exists()
+    });
+    let m = std::fs::metadata(&socket).expect("stat");
+    assert_eq!((m.mode() & 0o777, m.gid()), (0o660, 65534));
+    let o = ctl_as_nobody(&bin, &socket, &["status", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["generation"], 1, "{v}");
+}

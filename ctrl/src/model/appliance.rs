@@ -206,4 +206,8 @@ pub struct Admin {
     /// Unix socket path (default `/run/sluice/admin.sock`).
     #[serde(default)]
     pub socket: Option<String>,
+    /// A group (name or number) whose members may use the socket too: it is then mode
+    /// 0660 and owned by that group. Without one it is 0600: root and sluice's own user.
+    #[serde(default)]
+    pub group: Option<String>,
 }
