@@ -36,6 +36,8 @@ pub struct Running {
     pub control: Mutex<mpsc::Sender<ControlRequest>>,
     /// Reload state, refreshed by the control thread.
     pub reload: Mutex<ReloadStatus>,
+    /// Admin connections refused (peer not root, the owner, or in the admin group).
+    pub admin_refused: std::sync::atomic::AtomicU64,
 }
 
 impl Running {
@@ -276,5 +278,6 @@ pub fn status_json(r: &Running) -> Value {
         })).collect::<Vec<_>>(),
         "flows": workers.iter().map(|(_, _, c)| c.flows).sum::<u64>(),
         "uptime_s": r.started.elapsed().as_secs_f64(),
+        "admin": {"refused": r.admin_refused.load(std::sync::atomic::Ordering::Relaxed)},
     })
 }

@@ -16,6 +16,8 @@
 //!   routes, for scale tests and benchmarks; not part of the product.
 //! - [`plan`]: the Appliance translated into what `sluice run` starts (ports, cores,
 //!   routes, limits), or the embedded default.
+//! - [`machine`]: the run plan against this machine (cores allowed, memory available,
+//!   port devices), checked by `sluice check` and before `sluice run` starts.
 //! - [`run`]: `sluice run`: ports opened and pinned workers started as the plan says,
 //!   serving the compiled tables.
 //! - [`instance`]: what a running instance is, shared by the control and admin threads;
@@ -32,6 +34,7 @@ pub mod diag;
 pub mod explain;
 pub mod instance;
 pub mod load;
+pub mod machine;
 pub mod model;
 pub mod plan;
 pub mod reload;

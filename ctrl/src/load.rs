@@ -6,7 +6,20 @@
 //! integers incl. `0x`/`0o`, floats); quoted scalars are always strings; `!!str` forces a
 //! string. Anchors and aliases are expanded. Duplicate keys are an error (as in
 //! Kubernetes). JSON is read by the same parser (JSON is YAML 1.2 flow syntax).
+//!
+//! Loading is bounded: what a configuration may cost to read is capped by the limits
+//! below ([`MAX_FILE_BYTES`], [`MAX_TOTAL_BYTES`], [`MAX_FILES`], [`MAX_DIR_ENTRIES`],
+//! [`MAX_DIR_DEPTH`], [`MAX_DEPTH`], [`MAX_ALIASES`], [`MAX_ALIAS_NODES`]). A
+//! configuration over a limit is rejected with an error naming the file (and
+//! `line:col` where the parser knows it), never half-read. Directories are walked once
+//! each: a symlink back to a directory being walked (`ln -s .. d/up`) is a loop and an
+//! error, found by device and inode; a directory reached twice by other links is read
+//! once. The file watch ([`crate::sources::FileWatch`]) walks with the same code
+//! ([`discover`]), so it is bounded the same way.
 
+use std::collections::HashSet;
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -16,8 +29,35 @@ use serde_json::{Map, Number, Value};
 use crate::diag::{Diagnostic, FieldPath, Origin, Pos, PosIndex, Reporter, Severity};
 use crate::model::{self, Decoded, Object};
 
-/// Nesting deeper than this is rejected (protects the recursive builder).
-const MAX_DEPTH: usize = 128;
+/// Deepest nesting of sequences and mappings in a document; deeper is rejected (the
+/// builder recurses once a level).
+pub const MAX_DEPTH: usize = 128;
+
+/// Largest manifest file read, in bytes (16 MiB; a Kubernetes object is at most 1.5 MiB
+/// in etcd). Also the most read from stdin.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// Most bytes read from all manifest files of one load together (64 MiB).
+pub const MAX_TOTAL_BYTES: u64 = 64 << 20;
+
+/// Most manifest files read in one load.
+pub const MAX_FILES: usize = 10_000;
+
+/// Most directory entries looked at in one load (manifests or not), so a huge directory
+/// cannot make a load, or each poll of the file watch, unbounded.
+pub const MAX_DIR_ENTRIES: usize = 100_000;
+
+/// Deepest directory below a directory named on the command line (`-c dir`: `dir/a/b`
+/// is depth 2).
+pub const MAX_DIR_DEPTH: usize = 16;
+
+/// Most aliases (`*name`) in one load (all files together): each alias copies its
+/// anchor's nodes, so aliases of aliases grow exponentially ("billion laughs").
+pub const MAX_ALIASES: usize = 10_000;
+
+/// Most nodes (scalars, sequences and mappings) that expanding aliases may add in one
+/// load (all files together). Nodes written out in a file are bounded by the file size.
+pub const MAX_ALIAS_NODES: usize = 100_000;
 
 /// A decoded object and where it came from.
 #[derive(Debug, Clone)]
@@ -57,6 +97,19 @@ pub struct Loaded {
     pub diagnostics: Vec<Diagnostic>,
     /// Documents read (including skipped and failed ones).
     pub documents: usize,
+    /// What this load has spent of its limits so far.
+    pub budget: Budget,
+}
+
+/// What one load has spent of its limits (see the module docs).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Bytes read from files (and stdin).
+    pub bytes: u64,
+    /// Aliases expanded.
+    pub aliases: usize,
+    /// Nodes added by expanding aliases.
+    pub alias_nodes: usize,
 }
 
 impl Loaded {
@@ -69,18 +122,197 @@ impl Loaded {
 /// Loads every source (a file, a directory, or `-` for stdin).
 pub fn load_paths(paths: &[PathBuf]) -> Loaded {
     let mut loaded = Loaded::default();
+    let mut walk = Walk::default();
     for p in paths {
         if p.as_os_str() == "-" {
-            let mut text = String::new();
-            match std::io::Read::read_to_string(&mut std::io::stdin(), &mut text) {
-                Ok(_) => load_str("<stdin>", &text, &mut loaded),
-                Err(e) => file_error(&mut loaded, "<stdin>", format!("cannot read: {e}")),
+            match read_bounded(std::io::stdin().lock(), loaded.budget.bytes) {
+                Ok(text) => load_str("<stdin>", &text, &mut loaded),
+                Err(e) => file_error(&mut loaded, "<stdin>", e),
             }
-        } else {
-            load_path(p, true, &mut loaded);
+            continue;
         }
+        walk.path(p);
+    }
+    for (path, message) in &walk.errors {
+        file_error(&mut loaded, &path.display().to_string(), message.clone());
+    }
+    if !walk.errors.is_empty() {
+        // A configuration cut short by a limit or a loop is not the configuration.
+        return loaded;
+    }
+    for p in walk.files {
+        load_file(&p, &mut loaded);
     }
     loaded
+}
+
+/// Every manifest file `paths` name, as [`load_paths`] would read them (stdin, `-`,
+/// skipped), and the errors met on the way (a limit, a symlink loop, a directory that
+/// cannot be read). Bounded by [`MAX_FILES`], [`MAX_DIR_ENTRIES`] and [`MAX_DIR_DEPTH`].
+pub fn discover(paths: &[PathBuf]) -> Discovery {
+    let mut walk = Walk::default();
+    for p in paths.iter().filter(|p| p.as_os_str() != "-") {
+        walk.path(p);
+    }
+    Discovery {
+        files: walk.files,
+        errors: walk.errors,
+    }
+}
+
+/// What [`discover`] found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Discovery {
+    /// Manifest files, in load order.
+    pub files: Vec<PathBuf>,
+    /// Errors, each with the path it is about.
+    pub errors: Vec<(PathBuf, String)>,
+}
+
+/// The directory walk shared by the loader and the file watch.
+#[derive(Debug, Default)]
+struct Walk {
+    /// Files to read, in order.
+    files: Vec<PathBuf>,
+    errors: Vec<(PathBuf, String)>,
+    /// Directories walked, by device and inode.
+    seen: HashSet<(u64, u64)>,
+    /// The directories being walked, outermost first (device, inode, path).
+    ancestors: Vec<(u64, u64, PathBuf)>,
+    entries: usize,
+    /// A limit was hit: walk no further.
+    stopped: bool,
+}
+
+impl Walk {
+    fn path(&mut self, p: &Path) {
+        self.visit(p, true, 0);
+    }
+
+    fn fail(&mut self, p: &Path, message: String) {
+        self.errors.push((p.to_path_buf(), message));
+    }
+
+    fn stop(&mut self, p: &Path, message: String) {
+        self.fail(p, message);
+        self.stopped = true;
+    }
+
+    fn visit(&mut self, p: &Path, explicit: bool, depth: usize) {
+        if self.stopped {
+            return;
+        }
+        // `metadata` follows symlinks: a link to a directory is walked as one.
+        let meta = match std::fs::metadata(p) {
+            Ok(m) => m,
+            // Missing or dangling: reading it reports why (for explicit paths and
+            // manifest-named entries alike).
+            Err(_) => return self.file(p, explicit),
+        };
+        if !meta.is_dir() {
+            if !explicit && !meta.file_type().is_file() {
+                if is_manifest_file(p) {
+                    let what = file_kind(&meta.file_type());
+                    self.fail(p, format!("{what}, not a regular file; not read"));
+                }
+                return;
+            }
+            return self.file(p, explicit);
+        }
+        let id = (meta.dev(), meta.ino());
+        if let Some((.., outer)) = self.ancestors.iter().find(|(d, i, _)| (*d, *i) == id) {
+            let message = format!(
+                "symlink loop: this is directory {} again (same device and inode); \
+                 remove the link",
+                outer.display()
+            );
+            return self.fail(p, message);
+        }
+        if !self.seen.insert(id) {
+            return; // reached again by another link: read once
+        }
+        if depth > MAX_DIR_DEPTH {
+            return self.stop(
+                p,
+                format!("directories nested deeper than MAX_DIR_DEPTH ({MAX_DIR_DEPTH})"),
+            );
+        }
+        let rd = match std::fs::read_dir(p) {
+            Ok(rd) => rd,
+            Err(e) => return self.fail(p, format!("cannot read directory: {e}")),
+        };
+        let mut entries = Vec::new();
+        for e in rd {
+            self.entries += 1;
+            if self.entries > MAX_DIR_ENTRIES {
+                return self.stop(
+                    p,
+                    format!("more than MAX_DIR_ENTRIES ({MAX_DIR_ENTRIES}) directory entries"),
+                );
+            }
+            match e {
+                Ok(e) => entries.push(e.path()),
+                Err(e) => return self.fail(p, format!("cannot read directory: {e}")),
+            }
+        }
+        entries.sort();
+        self.ancestors.push((id.0, id.1, p.to_path_buf()));
+        for e in entries {
+            let hidden = e
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('.'));
+            if !hidden && (e.is_dir() || is_manifest_file(&e)) {
+                self.visit(&e, false, depth + 1);
+            }
+        }
+        self.ancestors.pop();
+    }
+
+    fn file(&mut self, p: &Path, explicit: bool) {
+        if !explicit && !is_manifest_file(p) {
+            return;
+        }
+        if self.files.len() >= MAX_FILES {
+            return self.stop(
+                p,
+                format!("more than MAX_FILES ({MAX_FILES}) manifest files"),
+            );
+        }
+        self.files.push(p.to_path_buf());
+    }
+}
+
+fn file_kind(t: &std::fs::FileType) -> &'static str {
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "not a file"
+    }
+}
+
+/// Reads at most [`MAX_FILE_BYTES`] (and what is left of [`MAX_TOTAL_BYTES`] after
+/// `spent`) as UTF-8 text; more is an error, not a truncation.
+fn read_bounded(r: impl Read, spent: u64) -> Result<String, String> {
+    let room = MAX_FILE_BYTES.min(MAX_TOTAL_BYTES.saturating_sub(spent));
+    let mut bytes = Vec::new();
+    r.take(room + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > room {
+        return Err(if room < MAX_FILE_BYTES {
+            format!(
+                "the configuration is larger than MAX_TOTAL_BYTES ({MAX_TOTAL_BYTES} bytes) in all"
+            )
+        } else {
+            format!("larger than MAX_FILE_BYTES ({MAX_FILE_BYTES} bytes)")
+        });
+    }
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
 }
 
 fn file_error(loaded: &mut Loaded, file: &str, message: String) {
@@ -101,44 +333,24 @@ fn is_manifest_file(p: &Path) -> bool {
     )
 }
 
-fn load_path(p: &Path, explicit: bool, loaded: &mut Loaded) {
+fn load_file(p: &Path, loaded: &mut Loaded) {
     let name = p.display().to_string();
-    if p.is_dir() {
-        let mut entries: Vec<PathBuf> = match std::fs::read_dir(p) {
-            Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).collect(),
-            Err(e) => return file_error(loaded, &name, format!("cannot read directory: {e}")),
-        };
-        entries.sort();
-        for e in entries {
-            let hidden = e
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with('.'));
-            if hidden {
-                continue;
-            }
-            if e.is_dir() || is_manifest_file(&e) {
-                load_path(&e, false, loaded);
-            }
+    let text = std::fs::File::open(p)
+        .map_err(|e| format!("cannot read: {e}"))
+        .and_then(|f| read_bounded(f, loaded.budget.bytes));
+    match text {
+        Err(e) => file_error(loaded, &name, e),
+        Ok(text) => {
+            loaded.budget.bytes += text.len() as u64;
+            load_str(&name, &text, loaded)
         }
-        return;
-    }
-    if !explicit && !is_manifest_file(p) {
-        return;
-    }
-    match std::fs::read(p) {
-        Err(e) => file_error(loaded, &name, format!("cannot read: {e}")),
-        Ok(bytes) => match String::from_utf8(bytes) {
-            Ok(text) => load_str(&name, &text, loaded),
-            Err(_) => file_error(loaded, &name, "not UTF-8 text".into()),
-        },
     }
 }
 
 /// Loads the documents of one text (a file's contents) into `loaded`.
 pub fn load_str(file: &str, text: &str, loaded: &mut Loaded) {
     let file: Arc<str> = file.into();
-    let docs = match parse_documents(text) {
+    let docs = match parse_documents_within(text, &mut loaded.budget) {
         Ok(d) => d,
         Err((pos, message)) => {
             loaded.diagnostics.push(Diagnostic {
@@ -248,9 +460,20 @@ fn pos(span: &Span) -> Pos {
 
 /// Parses a multi-document YAML/JSON text into values with node positions.
 pub fn parse_documents(text: &str) -> Result<Vec<(Value, PosIndex)>, (Pos, String)> {
+    parse_documents_within(text, &mut Budget::default())
+}
+
+/// [`parse_documents`], spending from `budget` (aliases against [`MAX_ALIASES`] and
+/// [`MAX_ALIAS_NODES`]).
+pub fn parse_documents_within(
+    text: &str,
+    budget: &mut Budget,
+) -> Result<Vec<(Value, PosIndex)>, (Pos, String)> {
     let mut b = Builder {
         parser: Parser::new_from_str(text),
         anchors: Vec::new(),
+        nodes: 0,
+        budget,
     };
     let mut docs = Vec::new();
     loop {
@@ -278,12 +501,16 @@ pub fn parse_documents(text: &str) -> Result<Vec<(Value, PosIndex)>, (Pos, Strin
         .collect::<Vec<_>>())
 }
 
-struct Builder<'a> {
+struct Builder<'a, 'b> {
     parser: Parser<'a, saphyr_parser::StrInput<'a>>,
-    anchors: Vec<(usize, Value)>,
+    /// Anchors: id, value, and the nodes it holds (what an alias of it costs).
+    anchors: Vec<(usize, Value, usize)>,
+    /// Nodes built so far (written out and expanded).
+    nodes: usize,
+    budget: &'b mut Budget,
 }
 
-impl<'a> Builder<'a> {
+impl<'a> Builder<'a, '_> {
     fn next(&mut self) -> Result<(Event<'a>, Span), (Pos, String)> {
         match self.parser.next_event() {
             Some(Ok(e)) => Ok(e),
@@ -313,6 +540,8 @@ impl<'a> Builder<'a> {
             ));
         }
         index.insert(path.clone(), pos(&span));
+        let nodes_before = self.nodes;
+        self.nodes += 1;
         let (value, anchor) = match ev {
             Event::Scalar(text, style, anchor, tag) => {
                 let force_str = tag
@@ -321,13 +550,32 @@ impl<'a> Builder<'a> {
                 (scalar(&text, style, force_str), anchor)
             }
             Event::Alias(id) => {
-                let v = self
+                let (v, size) = self
                     .anchors
                     .iter()
                     .rev()
-                    .find(|(a, _)| *a == id)
-                    .map(|(_, v)| v.clone())
+                    .find(|(a, _, _)| *a == id)
+                    .map(|(_, v, size)| (v, *size))
                     .ok_or_else(|| (pos(&span), "alias to an unknown anchor".to_string()))?;
+                // Count before copying: the copy is what costs.
+                self.budget.aliases += 1;
+                if self.budget.aliases > MAX_ALIASES {
+                    return Err((
+                        pos(&span),
+                        format!("more than MAX_ALIASES ({MAX_ALIASES}) aliases"),
+                    ));
+                }
+                self.budget.alias_nodes = self.budget.alias_nodes.saturating_add(size);
+                if self.budget.alias_nodes > MAX_ALIAS_NODES {
+                    return Err((
+                        pos(&span),
+                        format!(
+                            "aliases expand to more than MAX_ALIAS_NODES ({MAX_ALIAS_NODES}) nodes"
+                        ),
+                    ));
+                }
+                let v = v.clone();
+                self.nodes = self.nodes.saturating_add(size - 1);
                 (v, 0)
             }
             Event::SequenceStart(anchor, _) => {
@@ -384,7 +632,8 @@ impl<'a> Builder<'a> {
             other => return Err((pos(&span), format!("unexpected YAML event {other:?}"))),
         };
         if anchor != 0 {
-            self.anchors.push((anchor, value.clone()));
+            let size = self.nodes - nodes_before;
+            self.anchors.push((anchor, value.clone(), size));
         }
         Ok(value)
     }
@@ -492,6 +741,106 @@ mod tests {
         let err = parse_documents("a: 1\na: 2\n").expect_err("duplicate");
         assert_eq!(err.0.line, 2);
         assert!(err.1.contains("duplicate key"));
+    }
+
+    /// Nine levels of nine aliases: 9^9 scalars if expanded ("billion laughs").
+    pub(crate) const ALIAS_BOMB: &str = "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+";
+
+    #[test]
+    fn alias_expansion_is_bounded() {
+        let err = parse_documents(ALIAS_BOMB).expect_err("a bomb");
+        assert!(err.1.contains("MAX_ALIAS_NODES"), "{err:?}");
+        // The alias that crossed the limit: 10 per level of 11 nodes up to `e` (11+99+
+        // 99*9+...), so it is on line 6 (`f`), which costs 9 * 7381 nodes.
+        assert_eq!(err.0.line, 6, "{err:?}");
+        // Many cheap aliases hit the count limit.
+        let mut text = String::from("a: &a 1\nb: [");
+        text.push_str(&"*a,".repeat(MAX_ALIASES + 1));
+        text.push_str("]\n");
+        let err = parse_documents(&text).expect_err("too many aliases");
+        assert!(err.1.contains("MAX_ALIASES"), "{err:?}");
+        assert_eq!(err.0.line, 2);
+        // The budget is per load: two files of half the aliases each pass, a third fails.
+        let mut half = String::from("a: &a 1\nb: [");
+        half.push_str(&"*a,".repeat(MAX_ALIASES / 2));
+        half.push_str("]\n");
+        let mut loaded = Loaded::default();
+        load_str("1.yaml", &half, &mut loaded);
+        load_str("2.yaml", &half, &mut loaded);
+        let limit = |l: &Loaded| l.diagnostics.iter().any(|d| d.message.contains("MAX_"));
+        assert!(!limit(&loaded), "{:?}", loaded.diagnostics);
+        assert_eq!(loaded.budget.aliases, MAX_ALIASES / 2 * 2);
+        load_str("3.yaml", &half, &mut loaded);
+        assert!(loaded
+            .diagnostics
+            .iter()
+            .any(|d| d.is_error() && &*d.file == "3.yaml" && d.message.contains("MAX_ALIASES")));
+    }
+
+    #[test]
+    fn directory_walk_is_bounded_and_finds_symlink_loops() {
+        let d = crate::sources::testing::Scratch::new("load-walk");
+        let conf = d.0.join("conf");
+        std::fs::create_dir_all(conf.join("sub")).expect("mkdir");
+        std::fs::write(conf.join("a.yaml"), "x: 1\n").expect("write");
+        std::fs::write(conf.join("sub/b.yaml"), "x: 2\n").expect("write");
+        // Another link to a directory already walked is read once, not twice.
+        std::os::unix::fs::symlink("sub", conf.join("again")).expect("ln");
+        let found = discover(std::slice::from_ref(&conf));
+        assert!(found.errors.is_empty(), "{found:?}");
+        assert_eq!(found.files.len(), 2, "{found:?}");
+
+        // `ln -s .. conf/sub/up`: a loop, reported at the link, walked once.
+        std::os::unix::fs::symlink("..", conf.join("sub/up")).expect("ln");
+        let found = discover(std::slice::from_ref(&conf));
+        assert_eq!(found.errors.len(), 1, "{found:?}");
+        let (at, why) = &found.errors[0];
+        assert!(at.ends_with("up"), "{at:?}");
+        assert!(why.contains("symlink loop"), "{why}");
+        let loaded = load_paths(std::slice::from_ref(&conf));
+        assert!(loaded.has_errors());
+        assert!(loaded.diagnostics[0].to_string().contains("symlink loop"));
+
+        // Too deep.
+        let mut deep = d.0.join("deep");
+        for i in 0..=MAX_DIR_DEPTH + 1 {
+            deep = deep.join(format!("{i}"));
+        }
+        std::fs::create_dir_all(&deep).expect("mkdir");
+        let found = discover(&[d.0.join("deep")]);
+        assert!(found.errors[0].1.contains("MAX_DIR_DEPTH"), "{found:?}");
+    }
+
+    #[test]
+    fn file_size_is_bounded() {
+        let d = crate::sources::testing::Scratch::new("load-size");
+        let big = d.0.join("big.yaml");
+        let f = std::fs::File::create(&big).expect("create");
+        f.set_len(MAX_FILE_BYTES + 1).expect("sparse file");
+        let loaded = load_paths(std::slice::from_ref(&big));
+        let e = loaded.diagnostics[0].to_string();
+        assert!(e.starts_with(&format!("{}:1:1", big.display())), "{e}");
+        assert!(e.contains("MAX_FILE_BYTES"), "{e}");
+        // A file that is not a regular file is not opened (a FIFO would block).
+        let fifo = d.0.join("pipe.yaml");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success()));
+        let loaded = load_paths(std::slice::from_ref(&d.0));
+        assert!(loaded
+            .diagnostics
+            .iter()
+            .any(|d| d.to_string().contains("a FIFO, not a regular file")));
     }
 
     #[test]

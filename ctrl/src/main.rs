@@ -6,8 +6,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use sluice_ctrl::compile::ir::L4;
-use sluice_ctrl::compile::{build_paths, Built};
+use sluice_ctrl::compile::{build_paths, check_machine, Built};
 use sluice_ctrl::explain;
+use sluice_ctrl::machine::Machine;
 
 /// sluice: a userspace dataplane that enforces NetworkPolicy and routes TCP/TLS by port,
 /// SNI or Host, configured with Kubernetes-style manifests.
@@ -20,7 +21,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Load, validate and compile manifests; print a summary, or every error as
+    /// Load, validate and compile manifests, and check the Appliance against this
+    /// machine (cores, memory, devices); print a summary, or every error as
     /// `file:line:col: Kind ns/name: field.path: message` and exit 1.
     Check {
         /// Manifest files or directories (`-` for stdin).
@@ -83,7 +85,10 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => sluice_ctrl::run::run(&args),
         Command::Ctl(args) => sluice_ctrl::api::ctl(&args),
-        Command::Check { config, verbose } => match build_paths(&config) {
+        Command::Check { config, verbose } => match build_paths(&config).and_then(|b| {
+            check_machine(&b, &Machine::this())?;
+            Ok(b)
+        }) {
             Err(d) => {
                 for line in &d.list {
                     eprintln!("{line}");

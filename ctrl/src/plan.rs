@@ -44,6 +44,17 @@ pub const DEFAULT_PEER_ADDRESSES: [&str; 2] = ["10.77.0.1/24", "fd77::1/64"];
 /// Flow-table entries per worker when the Appliance's `limits.flowsPerWorker` is absent.
 pub const DEFAULT_FLOWS_PER_WORKER: usize = 1 << 20;
 
+/// Most flow-table entries per worker (`limits.flowsPerWorker`): 2^26, 8 GiB a worker
+/// at 128 bytes a flow. Below the dataplane's own index limit, so a table is never
+/// silently made smaller than asked; whether the machine has the memory is checked
+/// apart ([`crate::machine`]).
+pub const MAX_FLOWS_PER_WORKER: u64 = 1 << 26;
+
+/// Highest CPU number plus one that a core may name: the size of the kernel's CPU set
+/// type (`CPU_SETSIZE`). Whether the core exists and may be used is checked apart
+/// ([`crate::machine`]).
+pub const MAX_CORE: u32 = 1024;
+
 /// One port of the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortPlan {
@@ -82,6 +93,8 @@ pub struct RunPlan {
     pub eal: Vec<String>,
     /// Admin socket.
     pub admin_socket: PathBuf,
+    /// The group that may use the admin socket besides root and sluice's user.
+    pub admin_group: Option<String>,
     /// Whether this is the embedded default (its TAP peer gets addresses).
     pub is_default: bool,
 }
@@ -178,11 +191,22 @@ pub enum PlanError {
         /// As written.
         value: String,
     },
+    /// `cores: []`.
+    #[error("cores is empty: give at least one core (leave `cores` out for core 0)")]
+    NoCores,
+    /// A core number over [`MAX_CORE`].
+    #[error("core {core} is beyond the highest CPU number this build supports ({})", MAX_CORE - 1)]
+    CoreRange {
+        /// Position in `spec.cores`.
+        index: usize,
+        /// As written.
+        core: u32,
+    },
     /// `limits.flowsPerWorker: 0`.
     #[error("limits.flowsPerWorker must be at least 1")]
     NoFlows,
-    /// `limits.flowsPerWorker` beyond this machine's address space.
-    #[error("limits.flowsPerWorker {0} is too large")]
+    /// `limits.flowsPerWorker` over [`MAX_FLOWS_PER_WORKER`].
+    #[error("limits.flowsPerWorker {0} is over the most a worker's flow table holds ({MAX_FLOWS_PER_WORKER})")]
     TooManyFlows(u64),
     /// `conntrack.snatPorts` is not `FIRST-LAST`.
     #[error("conntrack.snatPorts {0:?}: expected FIRST-LAST, e.g. \"1024-65535\"")]
@@ -221,6 +245,8 @@ impl PlanError {
     pub fn field(&self) -> String {
         match self {
             PlanError::NoPorts => "spec.ports".into(),
+            PlanError::NoCores => "spec.cores".into(),
+            PlanError::CoreRange { index, .. } => format!("spec.cores[{index}]"),
             PlanError::PortKind { port, .. } => format!("spec.ports[{port}]"),
             PlanError::Queues { port, .. } => format!("spec.ports[{port}].queues"),
             PlanError::PcapCores { port, .. } => format!("spec.ports[{port}].pcap"),
@@ -258,10 +284,17 @@ pub fn parse_cidr(s: &str) -> Result<IfAddr, CidrError> {
 impl RunPlan {
     /// Translates an Appliance spec.
     pub fn from_appliance(spec: &ApplianceSpec, is_default: bool) -> Result<RunPlan, PlanError> {
-        let cores: Vec<usize> = if spec.cores.is_empty() {
-            vec![0]
-        } else {
-            spec.cores.iter().map(|&c| c as usize).collect()
+        let cores: Vec<usize> = match &spec.cores {
+            None => vec![0],
+            Some(c) if c.is_empty() => return Err(PlanError::NoCores),
+            Some(c) => c
+                .iter()
+                .enumerate()
+                .map(|(index, &core)| match core {
+                    core if core >= MAX_CORE => Err(PlanError::CoreRange { index, core }),
+                    core => Ok(core as usize),
+                })
+                .collect::<Result<_, _>>()?,
         };
         let ports = ports(spec, cores.len() as u16)?;
         let routes = routes(spec)?;
@@ -283,7 +316,8 @@ impl RunPlan {
         let flow_capacity = match spec.limits.flows_per_worker {
             None => DEFAULT_FLOWS_PER_WORKER,
             Some(0) => return Err(PlanError::NoFlows),
-            Some(n) => usize::try_from(n).map_err(|_| PlanError::TooManyFlows(n))?,
+            Some(n) if n > MAX_FLOWS_PER_WORKER => return Err(PlanError::TooManyFlows(n)),
+            Some(n) => n as usize,
         };
         let (timeouts, snat_ports) = conntrack(
             spec.conntrack.as_deref().unwrap_or(&Conntrack::default()),
@@ -310,6 +344,7 @@ impl RunPlan {
                 .as_ref()
                 .and_then(|a| a.socket.as_ref())
                 .map_or_else(|| PathBuf::from(DEFAULT_ADMIN_SOCKET), PathBuf::from),
+            admin_group: spec.admin.as_ref().and_then(|a| a.group.clone()),
             is_default,
         })
     }
@@ -317,6 +352,12 @@ impl RunPlan {
     /// The plan of the embedded default Appliance.
     pub fn embedded_default() -> Result<RunPlan, PlanError> {
         RunPlan::from_appliance(&default_spec()?, true)
+    }
+
+    /// Packet buffers in the pool `sluice run` allocates: 1024 per port and worker, at
+    /// least 4096.
+    pub fn pool_buffers(&self) -> usize {
+        (self.ports.len() * self.cores.len() * 1024).max(4096)
     }
 
     /// The EAL arguments: the Appliance's, plus `--vdev` for each DPDK port given by vdev

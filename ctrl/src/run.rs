@@ -119,6 +119,11 @@ pub fn plan(args: &RunArgs) -> Result<RunPlan, RunError> {
 /// embedded default) with this start's secrets drawn, and the first tables.
 pub fn load(args: &RunArgs) -> Result<(RunPlan, Built), RunError> {
     let built = reload::prepare(&args.config).map_err(RunError::Config)?;
+    // What the plan asks of this machine (cores, memory, devices), before anything
+    // starts: a worker pinned to a core that is not there, or flow tables larger than
+    // the memory, would fail half-started.
+    crate::compile::check_machine(&built, &crate::machine::Machine::this())
+        .map_err(|d| RunError::Config(d.error_lines()))?;
     let mut plan = built.plan.clone();
     if let Some(p) = &args.admin_socket {
         plan.admin_socket = p.clone();
@@ -279,8 +284,16 @@ fn start_workers(
 
 fn run_inner(args: &RunArgs) -> Result<(), RunError> {
     let (plan, built) = load(args)?;
+    // The admin socket's path and group are checked before anything starts: a regular
+    // file in its place, or an unknown group, stops sluice here.
+    let access =
+        crate::api::server::Access::resolve(&plan.admin_socket, plan.admin_group.as_deref())
+            .map_err(|source| RunError::Admin {
+                path: plan.admin_socket.clone(),
+                source,
+            })?;
     let workers_n = plan.cores.len();
-    let pool = Pool::new((plan.ports.len() * workers_n * 1024).max(4096));
+    let pool = Pool::new(plan.pool_buffers());
     let opened = open_ports(&plan, &pool)?;
     if plan.is_default {
         configure_default_peer(&plan);
@@ -327,13 +340,12 @@ fn run_inner(args: &RunArgs) -> Result<(), RunError> {
         is_default: plan.is_default,
         control: Mutex::new(requests),
         reload: Mutex::new(reloader.status()),
+        admin_refused: Default::default(),
     });
-    let admin =
-        crate::api::serve(&plan.admin_socket, running.clone(), stop.clone()).map_err(|source| {
-            RunError::Admin {
-                path: plan.admin_socket.clone(),
-                source,
-            }
+    let admin = crate::api::serve(&plan.admin_socket, access, running.clone(), stop.clone())
+        .map_err(|source| RunError::Admin {
+            path: plan.admin_socket.clone(),
+            source,
         })?;
     let mut control = Control {
         args,

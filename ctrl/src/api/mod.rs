@@ -25,4 +25,4 @@ pub mod server;
 
 pub use client::{ctl, human_reload, human_stats, human_status, query, query_with_timeout};
 pub use client::{CtlArgs, CtlCommand, CtlError};
-pub use server::{serve, MAX_CONNECTIONS, RELOAD_TIMEOUT};
+pub use server::{serve, Access, MAX_CONNECTIONS, RELOAD_TIMEOUT};

@@ -12,6 +12,7 @@ use super::ir::{Ir, ListenerKind, L4};
 use super::policy::{self, PolicyCompileError, PolicyInfo, PolicyStats};
 use crate::diag::{Diagnostic, Diagnostics, Severity};
 use crate::load::{self, Item, Loaded};
+use crate::machine::Machine;
 use crate::model::Kind;
 use crate::plan::RunPlan;
 use crate::validate;
@@ -100,6 +101,36 @@ pub fn build(mut loaded: Loaded) -> Result<Built, Diagnostics> {
         snapshot,
         plan,
         diagnostics: out,
+    })
+}
+
+/// Checks the built run plan against `machine` ([`crate::machine::check`]): `sluice
+/// check` and `sluice run` (before it starts anything) call it after [`build`]; each
+/// error is located at the Appliance field it is about (`spec.cores[1]`).
+pub fn check_machine(built: &Built, machine: &Machine) -> Result<(), Diagnostics> {
+    let errors = crate::machine::check(&built.plan, machine);
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let mut list = Vec::new();
+    let appliance = built
+        .items
+        .iter()
+        .find(|it| it.object.kind() == Kind::Appliance);
+    for e in errors {
+        match appliance {
+            Some(it) => it
+                .reporter(&mut list)
+                .error(&it.path(&e.field()), e.to_string()),
+            None => list.push(Diagnostics::config_level(
+                Severity::Error,
+                format!("embedded default Appliance: {e}"),
+            )),
+        }
+    }
+    Err(Diagnostics {
+        documents: built.documents,
+        list,
     })
 }
 

@@ -34,7 +34,7 @@ pub mod snapshot;
 pub mod tables;
 mod to_ir;
 
-pub use build::{build, build_paths, diagnostics, Built, PolicyReport};
+pub use build::{build, build_paths, check_machine, diagnostics, Built, PolicyReport};
 
 pub use ctx::{BuildStats, CLUSTER_DOMAIN, DEFAULT_MAGLEV_TABLE_SIZE};
 pub use istio::istio_bound_host;

@@ -7,9 +7,10 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ApplianceSpec {
-    /// CPU cores; one pinned worker per core.
+    /// CPU cores; one pinned worker per core. Absent: core 0. Explicitly empty
+    /// (`cores: []`) is an error: a dataplane without workers forwards nothing.
     #[serde(default)]
-    pub cores: Vec<u32>,
+    pub cores: Option<Vec<u32>>,
     /// Network ports.
     #[serde(default)]
     pub ports: Vec<AppliancePort>,
@@ -205,4 +206,8 @@ pub struct Admin {
     /// Unix socket path (default `/run/sluice/admin.sock`).
     #[serde(default)]
     pub socket: Option<String>,
+    /// A group (name or number) whose members may use the socket too: it is then mode
+    /// 0660 and owned by that group. Without one it is 0600: root and sluice's own user.
+    #[serde(default)]
+    pub group: Option<String>,
 }

@@ -6,7 +6,9 @@
 //! Files are watched by polling (once a second in `sluice run`): every file `sluice` would
 //! read from the given paths — explicitly named files, and the non-hidden `.yaml`, `.yml`
 //! and `.json` files under named directories, recursively — is fingerprinted by size,
-//! modification time and inode. Polling needs no dependency and no kernel watch limits,
+//! modification time and inode. The files are found by the loader's walk
+//! ([`crate::load::discover`]), with its limits and symlink-loop detection, so a poll
+//! costs what a load's walk costs, never more. Polling needs no dependency and no kernel watch limits,
 //! sees files replaced by rename (editors, `kubectl`-style atomic writes, Kubernetes
 //! ConfigMap symlink swaps) and costs a few `stat` calls per second.
 
@@ -132,44 +134,17 @@ fn stamp(p: &Path) -> Option<Stamp> {
     })
 }
 
-fn is_manifest_file(p: &Path) -> bool {
-    matches!(
-        p.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml" | "json")
-    )
-}
-
-/// The files `crate::load::load_paths` would read, with their stamps.
+/// The files `crate::load::load_paths` would read, with their stamps, found by the
+/// loader's own bounded walk ([`crate::load::discover`]). A walk error (a symlink loop, a
+/// limit) is kept as an entry without a stamp at the path it is about, so it shows up as
+/// a change once, and the reload it triggers reports it.
 fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
-    let mut out = BTreeMap::new();
-    for p in paths {
-        walk(p, true, 0, &mut out);
+    let found = crate::load::discover(paths);
+    let mut out: Fingerprint = found.files.iter().map(|p| (p.clone(), stamp(p))).collect();
+    for (p, _) in found.errors {
+        out.insert(p, None);
     }
     out
-}
-
-fn walk(p: &Path, explicit: bool, depth: usize, out: &mut Fingerprint) {
-    if p.is_dir() {
-        if depth > 32 {
-            return;
-        }
-        let Ok(rd) = std::fs::read_dir(p) else {
-            out.insert(p.to_path_buf(), None);
-            return;
-        };
-        for e in rd.filter_map(Result::ok) {
-            let path = e.path();
-            let hidden = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with('.'));
-            if !hidden && (path.is_dir() || is_manifest_file(&path)) {
-                walk(&path, false, depth + 1, out);
-            }
-        }
-    } else if explicit || is_manifest_file(p) {
-        out.insert(p.to_path_buf(), stamp(p));
-    }
 }
 
 /// SIGHUP, as a flag the control thread polls.

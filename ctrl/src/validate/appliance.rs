@@ -13,7 +13,7 @@ use super::fields::{cidr, maglev_size};
 
 pub(super) fn appliance(it: &Item, spec: &ApplianceSpec, r: &mut Reporter) {
     let mut cores = BTreeSet::new();
-    for (i, c) in spec.cores.iter().enumerate() {
+    for (i, c) in spec.cores.iter().flatten().enumerate() {
         if !cores.insert(*c) {
             r.error(
                 &it.path(&format!("spec.cores[{i}]")),
