@@ -104,6 +104,13 @@ DropReason {
     ArpNotForUs => "arp_not_for_us",
     /// ARP reply consumed after learning the neighbour.
     ArpReplyConsumed => "arp_reply_consumed",
+    /// An ARP or NDP claim refused (the neighbour table unchanged): an address that
+    /// lives behind another port than the one the claim came in on, one of sluice's own
+    /// addresses, a static neighbour, or a change of an entry's MAC that sluice did not
+    /// ask for (an entry it resolved itself, or a fresh one) or within the lock time of
+    /// the last change. An ARP request or solicitation for sluice's address is still
+    /// answered (and counted here besides).
+    ArpSpoofed => "arp_spoofed",
     /// IPv4 header truncated, bad version or lengths.
     Ipv4Malformed => "ipv4_malformed",
     /// IPv4 header checksum wrong.
