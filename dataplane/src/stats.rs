@@ -42,6 +42,10 @@ Event {
     FlowExpired => "flow_expired",
     /// A flow's policy was re-checked after a table swap.
     PolicyRechecked => "policy_rechecked",
+    /// A flow a newer policy denies was closed and its peers told: TCP RST to both
+    /// (the second one when a buffer was free), ICMP administratively prohibited to a
+    /// UDP sender.
+    FlowRevoked => "flow_revoked",
     /// A new connection's policy was decided with its burst's others, in one burst
     /// lookup (policy tables of `BalancerConfig::policy_bursts_from` bytes and up).
     PolicyBurstChecked => "policy_burst_checked",
@@ -148,7 +152,8 @@ DropReason {
     NoRoom => "no_room",
     /// A new connection NetworkPolicy does not allow (source -> backend or destination).
     PolicyDenied => "policy_denied",
-    /// A packet of a flow that a newer policy no longer allows: the flow was closed.
+    /// A packet of a flow that a newer policy no longer allows: the flow was closed (and
+    /// the packet turned into the RST or ICMP that says so, see `flow_revoked`).
     PolicyRevoked => "policy_revoked",
     /// A new flow while the worker's flow table is full (established flows untouched).
     FlowTableFull => "flow_table_full",
