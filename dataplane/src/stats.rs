@@ -159,6 +159,12 @@ DropReason {
     FlowTableFull => "flow_table_full",
     /// A TCP segment other than a SYN that belongs to no tracked connection.
     NoFlow => "no_flow",
+    /// A TCP segment without a flow whose SYN comes with FIN or RST (no stack opens a
+    /// connection so; scanners and evasion do): opens nothing.
+    TcpBadFlags => "tcp_bad_flags",
+    /// A TCP segment sluice answers itself (a SYN to a delayed-binding listener) whose
+    /// checksum is wrong: not answered.
+    TcpChecksum => "tcp_checksum",
     /// The connection hashed to an invalid backend's share: answered with a TCP RST or an
     /// ICMP port unreachable.
     BackendRejected => "backend_rejected",

@@ -243,6 +243,9 @@ impl State {
     /// only, so a burst can also ask it ahead ([`State::new_conn_check`]).
     #[inline]
     pub(super) fn target(&self, meta: &Meta, snap: &Snapshot) -> Target {
+        if meta.tcp_flags().is_some_and(TcpFlags::is_bad_syn) {
+            return Target::Drop(DropReason::TcpBadFlags);
+        }
         let ours = self.fwd.config().is_ours(meta.dst());
         let listener = if ours {
             snap.listeners.lookup(meta.dst(), meta.dport(), meta.proto)
