@@ -859,6 +859,8 @@ spec:
             delayed_binding(&DelayedBinding::default()).unwrap(),
             SpliceConfig::default()
         );
+        // Linux-like: three SYNs per backend, the waits doubling.
+        assert_eq!(SpliceConfig::default().syn_tries, 3);
         let d = DelayedBinding {
             embryos_per_worker: Some(64),
             buffer_bytes: Some(4096),

@@ -61,10 +61,11 @@ pub struct DelayedBinding {
     /// Milliseconds the first bytes may take (5000).
     #[serde(default)]
     pub first_bytes_timeout_ms: Option<u32>,
-    /// Milliseconds between SYNs to a silent backend (1000).
+    /// Milliseconds from the first SYN to a silent backend to the second (1000); each
+    /// later wait doubles (exponential backoff, as Linux).
     #[serde(default)]
     pub backend_syn_timeout_ms: Option<u32>,
-    /// SYNs sent to one backend before the next is tried (2).
+    /// SYNs sent to one backend before the next is tried (3).
     #[serde(default)]
     pub backend_syn_tries: Option<u32>,
     /// Backends tried for one connection before the client is reset (3).

@@ -500,7 +500,7 @@ impl Engine<'_> {
         let e = {
             let m = self.splice.embryos.get_mut(idx);
             m.syns = m.syns.saturating_add(1);
-            m.deadline_ms = ctx.now_ms + rto;
+            m.deadline_ms = ctx.now_ms + super::syn_timeout_ms(rto, m.syns);
             *m
         };
         let (src, dst) = self.flows.get(id).rewrite(Dir::Orig);
