@@ -72,6 +72,8 @@ pub struct RunPlan {
     pub timeouts: Timeouts,
     /// Source NAT ports, inclusive, split among the workers.
     pub snat_ports: (u16, u16),
+    /// Seconds a closed connection's source NAT tuple rests (`conntrack.snatRestSeconds`).
+    pub snat_rest_s: u32,
     /// Delayed binding (SNI/Host listeners); its cookie secret is drawn at start.
     pub splice: SpliceConfig,
     /// Seeds each start's flow hashing and where the SNAT port cursor begins (drawn at
@@ -289,6 +291,11 @@ impl RunPlan {
             spec.conntrack.as_deref().unwrap_or(&Conntrack::default()),
             cores.len(),
         )?;
+        let snat_rest_s = spec
+            .conntrack
+            .as_deref()
+            .and_then(|c| c.snat_rest_seconds)
+            .unwrap_or(BalancerConfig::default().snat_rest_s);
         let splice = delayed_binding(
             spec.delayed_binding
                 .as_deref()
@@ -302,6 +309,7 @@ impl RunPlan {
             flow_capacity,
             timeouts,
             snat_ports,
+            snat_rest_s,
             splice,
             seed: BalancerConfig::default().seed,
             eal: spec.eal.clone(),

@@ -206,6 +206,7 @@ fn stage(
             flow_capacity: plan.flow_capacity,
             timeouts: plan.timeouts,
             snat_ports: plan.snat_ports,
+            snat_rest_s: plan.snat_rest_s,
             splice: plan.splice.clone(),
             seed: plan.seed ^ (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
             ..BalancerConfig::default()

@@ -107,6 +107,11 @@ pub struct Conntrack {
     /// workers.
     #[serde(default)]
     pub snat_ports: Option<String>,
+    /// Seconds a closed connection's source NAT tuple rests before it is handed out
+    /// again, so a backend holding it in TIME_WAIT never sees it reused (60, Linux's
+    /// 2×MSL; 0 to 3600).
+    #[serde(default)]
+    pub snat_rest_seconds: Option<u32>,
 }
 
 /// One network port and its addresses.

@@ -4,7 +4,7 @@
 
 use crate::flow::{Dir, FlowId, FlowTable, Splice, TcpFlags, TcpState, Tuple};
 use crate::pipeline::forward::Forwarder;
-use crate::pipeline::nat::{insert_snat, rewrite, rewrite_raw, rewrite_v4, SnatPorts};
+use crate::pipeline::nat::{forget, insert_snat, rewrite, rewrite_raw, rewrite_v4, SnatPorts};
 use crate::pipeline::parse::{Found, Meta};
 use crate::pipeline::reply::{port_unreachable, tcp_reset};
 use crate::pipeline::stage::{Ctx, Verdict};
@@ -150,8 +150,8 @@ impl State {
             // A new connection reusing a closed one's 5-tuple (as Linux conntrack does on
             // a SYN in TIME_WAIT or CLOSE): forget the old flow, so the new connection
             // gets the current tables' backend and policy (a drained backend stays
-            // drained).
-            self.flows.remove(id);
+            // drained). Its SNAT tuple rests.
+            forget(&mut self.flows, &mut self.snat, id, now_s);
             return self.transport(in_port, pkt, meta, snap, generation, now_s, ctx);
         }
         let mut sp = f.splice;
@@ -186,7 +186,7 @@ impl State {
                 .verdict(orig.source().ip(), to.ip(), orig.proto, to.port())
                 .is_allow()
             {
-                self.flows.remove(id);
+                forget(&mut self.flows, &mut self.snat, id, now_s);
                 return Verdict::Drop(DropReason::PolicyRevoked);
             }
             self.flows.get_mut(id).generation = generation;
@@ -405,6 +405,17 @@ impl State {
                 let (src, dst) = self.flows.get(id).rewrite(Dir::Orig);
                 rewrite(pkt, meta, src, dst);
                 self.fwd.process_parsed(in_port, pkt, meta, ctx)
+            }
+            Err(DropReason::SnatPortsExhausted) => {
+                // Refused at once (RST / ICMP unreachable), not left to retransmit into a
+                // tuple the backend may still hold.
+                let v = self.reject(in_port, pkt, meta);
+                if matches!(v, Verdict::Tx(_)) {
+                    ctx.counters.drop(DropReason::SnatPortsExhausted);
+                    ctx.counters.event(Event::RejectSent);
+                    return v;
+                }
+                Verdict::Drop(DropReason::SnatPortsExhausted)
             }
             Err(reason) => Verdict::Drop(reason),
         }

@@ -92,6 +92,9 @@ pub struct BalancerConfig {
     pub timeouts: Timeouts,
     /// The SNAT port range, inclusive, split evenly among the workers.
     pub snat_ports: (u16, u16),
+    /// Seconds a closed connection's SNAT tuple rests before it is handed out again
+    /// ([`crate::pipeline::snat`]; default 60, Linux's TIME_WAIT).
+    pub snat_rest_s: u32,
     /// Seeds the flow table's hash and the SNAT port cursor.
     pub seed: u64,
     /// Delayed binding (SNI/Host listeners): embryos, buffers, timers, cookie secret.
@@ -110,6 +113,7 @@ impl Default for BalancerConfig {
             flow_capacity: 1 << 20,
             timeouts: Timeouts::default(),
             snat_ports: (1024, 65535),
+            snat_rest_s: crate::pipeline::snat::SNAT_REST_S,
             seed: 0x5eed_5eed,
             splice: SpliceConfig::default(),
             policy_bursts_from: policy::BURST_MIN,
@@ -152,7 +156,13 @@ impl Balancer {
         Balancer {
             state: State {
                 flows: FlowTable::new(cfg.flow_capacity, cfg.timeouts, 0, cfg.seed),
-                snat: SnatPorts::new(cfg.snat_ports, cfg.worker, cfg.workers, cfg.seed),
+                snat: SnatPorts::new(
+                    cfg.snat_ports,
+                    cfg.worker,
+                    cfg.workers,
+                    cfg.seed,
+                    cfg.snat_rest_s,
+                ),
                 worker: cfg.worker as u32,
                 fwd,
                 macs,
@@ -283,10 +293,14 @@ impl Stage for Balancer {
             .splice_timers(snap, generation as u32, ctx);
         let now_s = (ctx.now_ms / 1000) as u32;
         let embryos = self.state.splice.embryos_mut();
+        let snat = &mut self.state.snat;
+        let timeouts = *self.state.flows.timeouts();
         let expired = self.state.flows.expire(now_s, |f| {
             if matches!(f.splice.phase, Splice::EMBRYO | Splice::REPLAYING) {
                 embryos.close(f.splice.value);
             }
+            // A SNAT tuple rests from its connection's last packet.
+            snat.rest_expired(f, &timeouts, now_s);
         });
         ctx.counters.events[Event::FlowExpired as usize] += expired as u64;
         ctx.counters.flows = self.state.flows.len() as u64;

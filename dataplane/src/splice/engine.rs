@@ -21,7 +21,7 @@ use super::rewrite::rescale;
 use super::{options, Embryo, Embryos, Phase, SpliceConfig, REPLAY_TRIES};
 use crate::flow::{Dir, FlowId, FlowTable, InsertError, Splice, TcpFlags, TcpState, Tuple};
 use crate::pipeline::forward::Forwarder;
-use crate::pipeline::nat::{rekey_snat, SnatPorts};
+use crate::pipeline::nat::{forget, rekey_snat, SnatPorts};
 use crate::pipeline::parse::Meta;
 use crate::pipeline::reply::{write_seg, Seg};
 use crate::pipeline::stage::{Ctx, Verdict};
@@ -241,11 +241,11 @@ impl Engine<'_> {
 
     /// Whether flow `id`'s embryo `idx` is gone (or its slot serves another connection by
     /// now); if so the flow is removed.
-    fn embryo_gone(&mut self, id: FlowId, idx: u32) -> bool {
+    fn embryo_gone(&mut self, id: FlowId, idx: u32, now_ms: u64) -> bool {
         let gone = !self.splice.embryos.is_open(idx)
             || self.splice.embryos.get(idx).client != self.flows.get(id).orig();
         if gone {
-            self.flows.remove(id);
+            forget(self.flows, self.snat, id, (now_ms / 1000) as u32);
         }
         gone
     }
@@ -263,7 +263,7 @@ impl Engine<'_> {
         generation: u32,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        if self.embryo_gone(id, idx) {
+        if self.embryo_gone(id, idx, ctx.now_ms) {
             return Verdict::Drop(DropReason::NoFlow);
         }
         match dir {
@@ -292,7 +292,7 @@ impl Engine<'_> {
             let e = self.splice.embryos.get(idx);
             let off = meta.seq().wrapping_sub(e.client_isn.wrapping_add(1));
             if off <= self.splice.cfg.buffer_bytes.min(0xffff) as u32 {
-                self.embryo_close(idx, Some(id));
+                self.embryo_close(idx, Some(id), ctx.now_ms);
             }
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
@@ -713,7 +713,7 @@ impl Engine<'_> {
         idx: u32,
         ctx: &mut Ctx<'_>,
     ) -> Result<Splice, Verdict> {
-        if self.embryo_gone(id, idx) {
+        if self.embryo_gone(id, idx, ctx.now_ms) {
             return Err(Verdict::Drop(DropReason::NoFlow));
         }
         let e = *self.splice.embryos.get(idx);
@@ -778,7 +778,7 @@ impl Engine<'_> {
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
         let e = *self.splice.embryos.get(idx);
-        self.embryo_close(idx, id);
+        self.embryo_close(idx, id, ctx.now_ms);
         let seg = Seg {
             src: e.client.destination(),
             dst: e.client.source(),
@@ -854,13 +854,13 @@ impl Engine<'_> {
                 options: &[],
                 payload: &[],
             };
-            self.embryo_close(idx, Some(id));
+            self.embryo_close(idx, Some(id), ctx.now_ms);
             return self.route_out(pkt, usize::from(e.in_port), &seg, ctx);
         }
         if our_fin_acked && e.client_fin {
             // The client's FIN came with (or before the end of) its request and the answer
             // acknowledged it: both directions are closed.
-            self.embryo_close(idx, Some(id));
+            self.embryo_close(idx, Some(id), ctx.now_ms);
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
         if our_fin_acked {
@@ -877,13 +877,14 @@ impl Engine<'_> {
         Verdict::Drop(DropReason::SpliceConsumed)
     }
 
-    /// Returns an embryo and removes its flow (if `id` still is it).
-    fn embryo_close(&mut self, idx: u32, id: Option<FlowId>) {
+    /// Returns an embryo and removes its flow (if `id` still is it; a SNAT tuple it holds
+    /// rests from `now_ms`).
+    fn embryo_close(&mut self, idx: u32, id: Option<FlowId>, now_ms: u64) {
         if let Some(id) = id {
             let f = self.flows.get(id);
             if matches!(f.splice.phase, Splice::EMBRYO | Splice::REPLAYING) && f.splice.value == idx
             {
-                self.flows.remove(id);
+                forget(self.flows, self.snat, id, (now_ms / 1000) as u32);
             }
         }
         self.splice.embryos.close(idx);
@@ -950,7 +951,7 @@ impl Engine<'_> {
             return;
         };
         if e.phase == Phase::Responding && (e.syns == u8::MAX || e.syns >= ANSWER_TRIES) {
-            self.embryo_close(idx, Some(id));
+            self.embryo_close(idx, Some(id), ctx.now_ms);
             return;
         }
         if e.phase == Phase::Replaying && e.syns < REPLAY_TRIES {
@@ -967,7 +968,7 @@ impl Engine<'_> {
         let Some(mut p) = ctx.io.as_ref().and_then(|io| io.alloc()) else {
             // No buffer to say anything with: give up quietly (the client times out).
             if e.phase != Phase::Connecting {
-                self.embryo_close(idx, Some(id));
+                self.embryo_close(idx, Some(id), ctx.now_ms);
             }
             return;
         };
