@@ -7,6 +7,11 @@
 //!   that finds no rested port is refused at once with a RST and counted
 //!   (`snat_ports_exhausted`), none is left to retransmit, and connections succeed again
 //!   once ports have rested.
+//! - **One source cannot take the SNAT ports**: a single allowed source floods SYNs that
+//!   never complete while three clients keep connecting; the flood is held to its
+//!   per-source budget (`source_rate_limited`), the half-open flows it leaves are dropped
+//!   early when the cursor comes round to their ports (`half_open_evicted`), and every
+//!   other client's connection goes through.
 
 use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Ctx, Stage, Verdict};
@@ -84,7 +89,7 @@ impl World {
     }
 
     /// One packet into port `in_port` (frames for port 1 get its MAC): its verdict and
-    /// bytes after; then the stage's timers.
+    /// bytes after; then the stage's timers. Drops are counted, as the worker does.
     fn send(&mut self, in_port: usize, mut f: Vec<u8>) -> (Verdict, Vec<u8>) {
         if in_port == 1 {
             f[..6].copy_from_slice(&IN_MAC.0);
@@ -95,6 +100,10 @@ impl World {
         self.b
             .process_burst(in_port, &mut pkts, &mut verdicts, &mut ctx);
         self.b.maintain(&mut ctx);
+        // (The worker counts the drops its stage returns.)
+        if let Verdict::Drop(r) = verdicts[0] {
+            self.counters.drop(r);
+        }
         (verdicts[0], pkts[0].data().to_vec())
     }
 
@@ -198,4 +207,64 @@ fn snat_tuples_rest_after_close_and_exhaustion_is_refused_at_once() {
     // 450 s find a rested port some 60 times, and are refused the rest.
     assert!(refused > 200, "refused {refused}");
     assert!(passed >= 48, "passed {passed}");
+}
+
+#[test]
+fn a_single_source_syn_flood_leaves_room_for_other_clients() {
+    let mut w = World::new(BalancerConfig {
+        flow_capacity: 16 * 1024,
+        snat_ports: (40000, 40999),
+        new_flows_per_second_per_source: 100,
+        ..BalancerConfig::default()
+    });
+    let (mut flood_sent, mut real_passed) = (0u64, 0u64);
+    let mut flood_port = 1u16;
+    // 200 simulated seconds: each second 500 SYNs from the flooder (never answered, never
+    // completed) and three real connections, spread over the second.
+    for second in 0..200u64 {
+        for slice in 0..10u64 {
+            w.now_ms = 1000 * (second + 1) + 100 * slice;
+            for _ in 0..50 {
+                flood_port = flood_port.wrapping_add(1).max(1);
+                let f = frame(
+                    ip_proto::TCP,
+                    ("10.77.0.200", flood_port),
+                    (VIP, 7000),
+                    tcp::flags::SYN,
+                    b"",
+                );
+                let (v, _) = w.send(0, f);
+                assert!(
+                    matches!(
+                        v,
+                        Verdict::Tx(1) | Verdict::Drop(DropReason::SourceRateLimited)
+                    ),
+                    "flood SYN: {v:?}"
+                );
+                flood_sent += 1;
+            }
+            if slice % 3 == 0 && slice < 9 {
+                let k = second * 3 + slice / 3;
+                let client = format!("10.77.0.{}", 101 + k % 3);
+                let sport = 2000 + (k % 20000) as u16;
+                assert!(
+                    connection(&mut w, &client, sport).is_some(),
+                    "real client {client}:{sport} refused at {} s",
+                    second
+                );
+                real_passed += 1;
+            }
+        }
+    }
+    let limited = w.drops(DropReason::SourceRateLimited);
+    // The flooder gets 100 a second (its bucket's window is the second).
+    assert_eq!(limited, flood_sent - 200 * 100, "flood over budget dropped");
+    assert_eq!(real_passed, 600);
+    assert_eq!(w.drops(DropReason::SnatPortsExhausted), 0);
+    let evicted = w
+        .counters
+        .events_of(sluice_dataplane::stats::Event::HalfOpenEvicted);
+    // 100 half-open flows a second live 120 s unless dropped early: 1,000 ports are
+    // enough only because the flood's old ones give way.
+    assert!(evicted > 10_000, "half-open flows dropped early: {evicted}");
 }

@@ -201,6 +201,15 @@ pub struct Limits {
     /// Backends per route.
     #[serde(default)]
     pub backends_per_route: Option<u64>,
+    /// New connections one source address may open per second on each worker (1000);
+    /// more are dropped (`source_rate_limited`).
+    #[serde(default)]
+    pub new_connections_per_second_per_source: Option<u64>,
+    /// Delayed-binding connections one source address may hold open on each worker
+    /// between its SYN cookie's return and the splice (128; 1 to 65535); more are dropped
+    /// (`source_embryo_limit`).
+    #[serde(default)]
+    pub embryos_per_source: Option<u64>,
 }
 
 /// Admin API endpoint.

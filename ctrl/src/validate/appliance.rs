@@ -134,11 +134,35 @@ pub(super) fn appliance(it: &Item, spec: &ApplianceSpec, r: &mut Reporter) {
         ("policyEntries", l.policy_entries),
         ("listeners", l.listeners),
         ("backendsPerRoute", l.backends_per_route),
+        (
+            "newConnectionsPerSecondPerSource",
+            l.new_connections_per_second_per_source,
+        ),
+        ("embryosPerSource", l.embryos_per_source),
     ] {
         if v == Some(0) {
             r.error(
                 &it.path(&format!("spec.limits.{name}")),
                 "a limit must be at least 1",
+            );
+        }
+    }
+    for (name, v, max) in [
+        (
+            "newConnectionsPerSecondPerSource",
+            l.new_connections_per_second_per_source,
+            u64::from(u32::MAX),
+        ),
+        (
+            "embryosPerSource",
+            l.embryos_per_source,
+            u64::from(u16::MAX),
+        ),
+    ] {
+        if v.is_some_and(|v| v > max) {
+            r.error(
+                &it.path(&format!("spec.limits.{name}")),
+                format!("at most {max}"),
             );
         }
     }

@@ -2,7 +2,7 @@
 //! state, rewrite), a miss (listener, Maglev, policy, SNAT, a new flow; delayed binding
 //! handed to the splice engine), routed traffic, and the rejects.
 
-use crate::flow::{Dir, FlowId, FlowTable, Splice, TcpFlags, TcpState, Tuple};
+use crate::flow::{Dir, FlowId, FlowTable, SourceRates, Splice, TcpFlags, TcpState, Tuple};
 use crate::pipeline::forward::Forwarder;
 use crate::pipeline::nat::{forget, insert_snat, rewrite, rewrite_raw, rewrite_v4, SnatPorts};
 use crate::pipeline::parse::{Found, Meta};
@@ -79,6 +79,8 @@ pub(super) struct State {
     pub(super) flows: FlowTable,
     pub(super) snat: SnatPorts,
     pub(super) worker: u32,
+    /// New connections per source and second.
+    pub(super) sources: SourceRates,
     pub(super) macs: Box<[[u8; 6]]>,
     pub(super) splice: Splicer,
 }
@@ -375,6 +377,10 @@ impl State {
         };
         if !policy_allows(snap, ahead.as_ref(), conn, ctx) {
             return Verdict::Drop(DropReason::PolicyDenied);
+        }
+        // One source may not take the flow table and the SNAT ports from the others.
+        if !self.sources.admit(meta.src(), now_s) {
+            return Verdict::Drop(DropReason::SourceRateLimited);
         }
         let Some(nh) = self.fwd.config().fib.lookup(backend.ip()) else {
             return Verdict::Drop(DropReason::NoRoute);

@@ -66,6 +66,8 @@ pub struct SnatPorts {
     rest_s: u32,
     /// Per port of `lo..=hi`.
     rests: Box<[Rest]>,
+    /// Half-open flows dropped early for new connections, not yet reported.
+    evicted: u64,
 }
 
 /// The peer of a SNAT tuple, as a nonzero tag: a hash of the backend's address and port,
@@ -109,6 +111,7 @@ impl SnatPorts {
             next: lo + (seed % span as u64) as u16,
             rest_s,
             rests: vec![Rest::default(); span].into_boxed_slice(),
+            evicted: 0,
         }
     }
 
@@ -163,6 +166,11 @@ impl SnatPorts {
         r.until = r.until.max(until);
     }
 
+    /// Half-open flows dropped early since the last call (for the worker's counters).
+    pub fn take_evicted(&mut self) -> u64 {
+        std::mem::take(&mut self.evicted)
+    }
+
     /// Whether `port` may be handed out to `peer` at `now` (for tests and `ctl`).
     pub fn is_free(&self, port: u16, peer: u32, now: u32) -> bool {
         port >= self.lo
@@ -208,6 +216,40 @@ pub fn forget(flows: &mut FlowTable, snat: &mut SnatPorts, id: FlowId, now: u32)
     flows.remove(id);
 }
 
+/// A half-open flow this old (seconds since its last packet) may be dropped early.
+pub const HALF_OPEN_EVICT_AGE_S: u32 = 3;
+
+/// Early drop (as Linux conntrack's `early_drop`): the port the cursor offers is held by
+/// a live flow with the same tuple `reply`; if that flow never completed its handshake
+/// and has been silent [`HALF_OPEN_EVICT_AGE_S`] seconds, it is dropped. One the backend
+/// never answered (SYN_SENT) leaves nothing behind at the backend: its tuple is free at
+/// once and `true` is returned; one the backend answered (SYN_RECV) may still have a
+/// half-open connection there, so its tuple rests like any other. Only reached when the
+/// cursor has come round to a port still in use, that is when the range is short: SYNs
+/// that never complete cannot hold the ports for the half-open lifetime (120 s).
+fn early_drop(flows: &mut FlowTable, snat: &mut SnatPorts, reply: &Tuple, now: u32) -> bool {
+    let Some((id, _)) = flows.lookup(reply, now) else {
+        return false;
+    };
+    let f = flows.get(id);
+    if !matches!(f.state, TcpState::SynSent | TcpState::SynRecv) {
+        return false;
+    }
+    let last = f
+        .expires()
+        .saturating_sub(flows.timeouts().for_state(f.state));
+    if now.saturating_sub(last) < HALF_OPEN_EVICT_AGE_S {
+        return false;
+    }
+    snat.evicted += 1;
+    if f.state == TcpState::SynSent {
+        flows.remove(id);
+        return true;
+    }
+    forget(flows, snat, id, now);
+    false
+}
+
 /// Creates a NAT flow `orig` <-> `backend` -> (`snat_ip`, a port of this worker's range
 /// that neither rests for this peer nor is held by a live flow).
 #[allow(clippy::too_many_arguments)]
@@ -236,6 +278,14 @@ pub fn insert_snat(
                     // missed lookup, but never loop on it).
                     return Err(DropReason::NoFlow);
                 }
+                // The port's tuple is held: by a dead handshake, it is dropped.
+                if early_drop(flows, snat, &reply, now_s) {
+                    return match flows.insert(orig, reply, state, generation, now_s) {
+                        Ok(id) => Ok(id),
+                        Err(InsertError::Full) => Err(DropReason::FlowTableFull),
+                        Err(InsertError::Exists) => Err(DropReason::NoFlow),
+                    };
+                }
             }
         }
     }
@@ -254,17 +304,23 @@ pub fn rekey_snat(
     now_s: u32,
 ) -> Result<(), DropReason> {
     let peer = peer_tag(backend, snat_ip, ip_proto::TCP);
+    let before = flows.get(id).reply();
+    let had_snat = before.destination() != flows.get(id).orig().source();
     for _ in 0..SNAT_ATTEMPTS {
         let port = snat
             .take(peer, now_s)
             .ok_or(DropReason::SnatPortsExhausted)?;
         let reply = Tuple::new(backend, SocketAddr::new(snat_ip, port), ip_proto::TCP);
-        let before = flows.get(id).reply();
-        if flows
+        let mut done = flows
             .rekey_reply(id, reply, TcpState::SynSent, now_s)
-            .is_ok()
-        {
-            if before != reply && before.destination() != flows.get(id).orig().source() {
+            .is_ok();
+        if !done && early_drop(flows, snat, &reply, now_s) {
+            done = flows
+                .rekey_reply(id, reply, TcpState::SynSent, now_s)
+                .is_ok();
+        }
+        if done {
+            if had_snat && before != reply {
                 let old = peer_tag(before.source(), before.destination().ip(), before.proto);
                 snat.rest(before.dport, old, now_s.saturating_add(snat.rest_s), now_s);
             }

@@ -18,7 +18,7 @@ use super::cookie::{self, Cookies, SynOptions};
 use super::first_bytes::{Overflow, Pieces};
 use super::plan::{decide, Plan, ANSWER_MAX};
 use super::rewrite::rescale;
-use super::{options, Embryo, Embryos, Phase, SpliceConfig, REPLAY_TRIES};
+use super::{options, Embryo, Embryos, Phase, Refused, SpliceConfig, REPLAY_TRIES};
 use crate::flow::{Dir, FlowId, FlowTable, InsertError, Splice, TcpFlags, TcpState, Tuple};
 use crate::pipeline::forward::Forwarder;
 use crate::pipeline::nat::{forget, rekey_snat, SnatPorts};
@@ -53,7 +53,21 @@ impl Splicer {
     pub fn new(cfg: SpliceConfig) -> Splicer {
         Splicer {
             cookies: Cookies::new(cfg.cookie_secret),
-            embryos: Embryos::new(cfg.embryos, cfg.buffer_bytes),
+            embryos: Embryos::new(
+                cfg.embryos,
+                cfg.buffer_bytes,
+                cfg.embryos_per_source,
+                u64::from_le_bytes([
+                    cfg.cookie_secret[0],
+                    cfg.cookie_secret[1],
+                    cfg.cookie_secret[2],
+                    cfg.cookie_secret[3],
+                    cfg.cookie_secret[4],
+                    cfg.cookie_secret[5],
+                    cfg.cookie_secret[6],
+                    cfg.cookie_secret[7],
+                ]),
+            ),
             next_scan_ms: 0,
             cfg,
         }
@@ -214,8 +228,13 @@ impl Engine<'_> {
         e.client_win = win;
         e.pieces = Pieces::new(self.splice.cfg.max_pieces);
         e.deadline_ms = ctx.now_ms + self.splice.cfg.first_bytes_ms;
-        let Some(idx) = self.splice.embryos.open(e) else {
-            return Verdict::Drop(DropReason::EmbryoTableFull);
+        let idx = match self.splice.embryos.open(e) {
+            Ok(idx) => idx,
+            Err(Refused::SourceCap) => return Verdict::Drop(DropReason::SourceEmbryoLimit),
+            Err(Refused::Full) => match self.evict_oldest_embryo(e, now_s, ctx) {
+                Some(idx) => idx,
+                None => return Verdict::Drop(DropReason::EmbryoTableFull),
+            },
         };
         let id = match self
             .flows
@@ -237,6 +256,18 @@ impl Engine<'_> {
         };
         ctx.counters.event(Event::EmbryoOpened);
         self.embryo_client(pkt, meta, id, idx, snap, generation, ctx)
+    }
+
+    /// Every embryo slot is in use: the oldest embryo (idle connections hold slots
+    /// longest) is closed, its flow forgotten, and `e` takes the slot.
+    #[cold]
+    fn evict_oldest_embryo(&mut self, e: Embryo, now_s: u32, ctx: &mut Ctx<'_>) -> Option<u32> {
+        let old = self.splice.embryos.oldest()?;
+        let client = self.splice.embryos.get(old).client;
+        let id = self.flows.lookup(&client, now_s).map(|(id, _)| id);
+        self.embryo_close(old, id, ctx.now_ms);
+        ctx.counters.event(Event::EmbryoEvicted);
+        self.splice.embryos.open(e).ok()
     }
 
     /// Whether flow `id`'s embryo `idx` is gone (or its slot serves another connection by
