@@ -4,9 +4,11 @@
 //! **Why the rest.** The backend keeps a connection that it closed first in TIME_WAIT for
 //! 2×MSL (60 s on Linux) and ignores, or answers with a bare ACK, a new SYN on the same
 //! four-tuple meanwhile: a tuple handed out again too soon stalls the client on SYN
-//! retransmissions and then fails it. So a SNAT tuple (backend address and port, sluice's
-//! address, port) rests for [`SnatPorts::rest_s`] seconds (Linux's 60 by default,
-//! `conntrack.snatRestSeconds`) from its connection's last packet, on every path that
+//! retransmissions and then fails it. So a TCP connection's SNAT tuple (backend address
+//! and port, sluice's address, port) rests for [`SnatPorts::rest_s`] seconds (Linux's 60
+//! by default, `conntrack.snatRestSeconds`) from its connection's last packet (UDP, and a
+//! SYN the backend never answered, leave nothing at the backend: their tuples do not
+//! rest), on every path that
 //! source-NATs (L4 full NAT, delayed binding; TLS termination to come): a flow that
 //! leaves the table by expiry rests from its last packet ([`SnatPorts::rest_expired`]:
 //! an L4 flow that lingered in TIME_WAIT has rested already), one removed early (closed by
@@ -186,7 +188,12 @@ impl SnatPorts {
     fn rest_flow(&mut self, f: FlowRef<'_>, since: u32, now: u32) {
         let (orig, reply) = (f.orig(), f.reply());
         // Routed, transparent and embryonic flows answer the client itself: no SNAT.
-        if reply.destination() == orig.source() {
+        // Only TCP leaves a TIME_WAIT behind: a UDP tuple is free when its flow is gone.
+        // A SYN the backend never answered (SYN_SENT) left nothing there either.
+        if reply.destination() == orig.source()
+            || reply.proto != ip_proto::TCP
+            || f.state == TcpState::SynSent
+        {
             return;
         }
         let peer = peer_tag(reply.source(), reply.destination().ip(), reply.proto);
@@ -305,7 +312,9 @@ pub fn rekey_snat(
 ) -> Result<(), DropReason> {
     let peer = peer_tag(backend, snat_ip, ip_proto::TCP);
     let before = flows.get(id).reply();
-    let had_snat = before.destination() != flows.get(id).orig().source();
+    // (A backend that never answered, the usual reason to move on, holds nothing.)
+    let had_snat = before.destination() != flows.get(id).orig().source()
+        && flows.get(id).state != TcpState::SynSent;
     for _ in 0..SNAT_ATTEMPTS {
         let port = snat
             .take(peer, now_s)

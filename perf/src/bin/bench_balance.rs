@@ -652,6 +652,8 @@ fn balancer(
         BalancerConfig {
             flow_capacity: capacity,
             timeouts,
+            // One load generator is one source: no per-source budget.
+            new_flows_per_second_per_source: 0,
             ..BalancerConfig::default()
         },
     ))
