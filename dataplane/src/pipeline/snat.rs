@@ -186,14 +186,15 @@ impl SnatPorts {
     /// Rests flow `f`'s SNAT tuple, if it has one, for [`SnatPorts::rest_s`] from
     /// `since` (its connection's last packet, or now).
     fn rest_flow(&mut self, f: FlowRef<'_>, since: u32, now: u32) {
+        // A SYN the backend never answered (SYN_SENT) left nothing there (checked first,
+        // before the flow's tuples are built).
+        if f.state == TcpState::SynSent {
+            return;
+        }
         let (orig, reply) = (f.orig(), f.reply());
-        // Routed, transparent and embryonic flows answer the client itself: no SNAT.
-        // Only TCP leaves a TIME_WAIT behind: a UDP tuple is free when its flow is gone.
-        // A SYN the backend never answered (SYN_SENT) left nothing there either.
-        if reply.destination() == orig.source()
-            || reply.proto != ip_proto::TCP
-            || f.state == TcpState::SynSent
-        {
+        // Routed, transparent and embryonic flows answer the client itself: no SNAT. Only
+        // TCP leaves a TIME_WAIT behind: a UDP tuple is free when its flow is gone.
+        if reply.destination() == orig.source() || reply.proto != ip_proto::TCP {
             return;
         }
         let peer = peer_tag(reply.source(), reply.destination().ip(), reply.proto);
