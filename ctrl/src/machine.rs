@@ -97,7 +97,7 @@ impl Footprint {
         let per_flow = FlowTable::new(SAMPLE, Timeouts::default(), 0, 0)
             .memory_bytes()
             .div_ceil(SAMPLE) as u64;
-        let per_embryo = Embryos::new(1, plan.splice.buffer_bytes).memory_bytes() as u64;
+        let per_embryo = Embryos::new(1, plan.splice.buffer_bytes, 1, 0).memory_bytes() as u64;
         let per_buffer = POOL_HEADER_BYTES + (HEADROOM + DATA_ROOM) as u64;
         Footprint {
             workers: plan.cores.len() as u64,

@@ -86,6 +86,11 @@ pub struct RunPlan {
     pub timeouts: Timeouts,
     /// Source NAT ports, inclusive, split among the workers.
     pub snat_ports: (u16, u16),
+    /// Seconds a closed connection's source NAT tuple rests (`conntrack.snatRestSeconds`).
+    pub snat_rest_s: u32,
+    /// New connections per source and second on each worker
+    /// (`limits.newConnectionsPerSecondPerSource`).
+    pub new_flows_per_second_per_source: u32,
     /// Delayed binding (SNI/Host listeners); its cookie secret is drawn at start.
     pub splice: SpliceConfig,
     /// Seeds each start's flow hashing and where the SNAT port cursor begins (drawn at
@@ -383,11 +388,25 @@ impl RunPlan {
             spec.conntrack.as_deref().unwrap_or(&Conntrack::default()),
             cores.len(),
         )?;
-        let splice = delayed_binding(
+        let snat_rest_s = spec
+            .conntrack
+            .as_deref()
+            .and_then(|c| c.snat_rest_seconds)
+            .unwrap_or(BalancerConfig::default().snat_rest_s);
+        let mut splice = delayed_binding(
             spec.delayed_binding
                 .as_deref()
                 .unwrap_or(&DelayedBinding::default()),
         )?;
+        // (Validation keeps both within their types; saturate all the same.)
+        if let Some(n) = spec.limits.embryos_per_source {
+            splice.embryos_per_source = u16::try_from(n).unwrap_or(u16::MAX);
+        }
+        let new_flows_per_second_per_source =
+            spec.limits.new_connections_per_second_per_source.map_or(
+                BalancerConfig::default().new_flows_per_second_per_source,
+                |n| u32::try_from(n).unwrap_or(u32::MAX),
+            );
         Ok(RunPlan {
             ports,
             cores,
@@ -397,6 +416,8 @@ impl RunPlan {
             flow_capacity,
             timeouts,
             snat_ports,
+            snat_rest_s,
+            new_flows_per_second_per_source,
             splice,
             seed: BalancerConfig::default().seed,
             eal: spec.eal.clone(),

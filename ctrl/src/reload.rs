@@ -36,7 +36,8 @@ pub fn prepare(paths: &[PathBuf]) -> Result<Built, Vec<String>> {
 /// The parts of an Appliance that cannot change while sluice runs, as `spec.*` field
 /// names, that differ between `old` and `new` (an Appliance added or removed counts as
 /// every part changing). `maglevTableSize` and the table caps in `limits` (other than
-/// `flowsPerWorker`) only shape the tables, so they may change live.
+/// `flowsPerWorker` and the per-source limits, which the workers take at start) only
+/// shape the tables, so they may change live.
 pub fn fixed_changes(
     old: Option<&ApplianceSpec>,
     new: Option<&ApplianceSpec>,
@@ -62,6 +63,15 @@ pub fn fixed_changes(
             check(
                 a.limits.flows_per_worker != b.limits.flows_per_worker,
                 "spec.limits.flowsPerWorker",
+            );
+            check(
+                a.limits.new_connections_per_second_per_source
+                    != b.limits.new_connections_per_second_per_source,
+                "spec.limits.newConnectionsPerSecondPerSource",
+            );
+            check(
+                a.limits.embryos_per_source != b.limits.embryos_per_source,
+                "spec.limits.embryosPerSource",
             );
             check(a.admin != b.admin, "spec.admin");
             check(a.conntrack != b.conntrack, "spec.conntrack");
@@ -242,8 +252,9 @@ impl Reloader {
         if !changed.is_empty() {
             return Err(vec![format!(
                 "Appliance: {} changed, which cannot be applied while sluice runs (ports, \
-                 cores, routes, virtual addresses, EAL arguments, limits.flowsPerWorker and \
-                 the admin socket are fixed at start); restart sluice to apply it — the \
+                 cores, routes, virtual addresses, EAL arguments, limits.flowsPerWorker, the \
+                 per-source limits, conntrack, delayedBinding and the admin socket are fixed \
+                 at start); restart sluice to apply it — the \
                  running tables keep serving",
                 changed.join(", ")
             )]);

@@ -211,6 +211,8 @@ fn stage(
             flow_capacity: plan.flow_capacity,
             timeouts: plan.timeouts,
             snat_ports: plan.snat_ports,
+            snat_rest_s: plan.snat_rest_s,
+            new_flows_per_second_per_source: plan.new_flows_per_second_per_source,
             splice: plan.splice.clone(),
             seed: plan.seed ^ (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
             ..BalancerConfig::default()

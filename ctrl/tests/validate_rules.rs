@@ -1039,6 +1039,58 @@ spec:
 }
 
 #[test]
+fn snat_rest_is_bounded() {
+    error(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: Appliance
+metadata: {name: a}
+spec:
+  conntrack:
+    snatRestSeconds: 7200 #<-
+"#,
+        "spec.conntrack.snatRestSeconds",
+        "at most 3600",
+    );
+    warning(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: Appliance
+metadata: {name: a}
+spec:
+  conntrack:
+    snatRestSeconds: 5 #<-
+"#,
+        "spec.conntrack.snatRestSeconds",
+        "TIME_WAIT",
+    );
+}
+
+#[test]
+fn per_source_limits_must_be_at_least_one_and_fit() {
+    error(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: Appliance
+metadata: {name: a}
+spec:
+  limits:
+    newConnectionsPerSecondPerSource: 0 #<-
+"#,
+        "spec.limits.newConnectionsPerSecondPerSource",
+        "at least 1",
+    );
+    error(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: Appliance
+metadata: {name: a}
+spec:
+  limits:
+    embryosPerSource: 70000 #<-
+"#,
+        "spec.limits.embryosPerSource",
+        "at most 65535",
+    );
+}
+
+#[test]
 fn secret_bad_base64() {
     error(
         r#"apiVersion: v1

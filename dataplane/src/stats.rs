@@ -88,6 +88,11 @@ Event {
     FirstBytesOverflow => "first_bytes_overflow",
     /// First bytes: the client closed before they were complete.
     FirstBytesClientFin => "first_bytes_client_fin",
+    /// The embryo table was full: its oldest embryo was closed for a new connection.
+    EmbryoEvicted => "embryo_evicted",
+    /// The SNAT port range was exhausted: a half-open flow (handshake never completed)
+    /// holding the next port was dropped early for a new connection.
+    HalfOpenEvicted => "half_open_evicted",
 }
 }
 
@@ -192,6 +197,12 @@ DropReason {
     /// The listener's route does not apply to this destination (destinationSubnets), or
     /// the listener has no route for the connection.
     NoRouteMatch => "no_route_match",
+    /// A new connection over its source's new-connections-per-second limit
+    /// (`limits.newConnectionsPerSecondPerSource`).
+    SourceRateLimited => "source_rate_limited",
+    /// A delayed-binding connection over its source's concurrent embryo limit
+    /// (`limits.embryosPerSource`).
+    SourceEmbryoLimit => "source_embryo_limit",
 }
 }
 

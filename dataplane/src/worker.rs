@@ -396,7 +396,11 @@ impl<S: Stage> Worker<S> {
     /// them). Returns the final counters.
     pub fn run(mut self, stop: &AtomicBool) -> Counters {
         if let Some(core) = self.cfg.core {
-            if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+            // `core_affinity` indexes a fixed CPU set (`CPU_SETSIZE` bits) without a bound
+            // check: a larger core number would panic the worker instead of failing.
+            let pinned = core < libc::CPU_SETSIZE as usize
+                && core_affinity::set_for_current(core_affinity::CoreId { id: core });
+            if !pinned {
                 eprintln!(
                     "sluice: worker {}: could not pin to core {core}",
                     self.cfg.id

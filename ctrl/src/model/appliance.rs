@@ -32,7 +32,7 @@ pub struct ApplianceSpec {
     pub maglev_table_size: Option<u64>,
     /// Table caps and flow-table sizes.
     #[serde(default)]
-    pub limits: Limits,
+    pub limits: Box<Limits>,
     /// Admin API endpoint.
     #[serde(default)]
     pub admin: Option<Admin>,
@@ -113,6 +113,11 @@ pub struct Conntrack {
     /// workers.
     #[serde(default)]
     pub snat_ports: Option<String>,
+    /// Seconds a closed connection's source NAT tuple rests before it is handed out
+    /// again, so a backend holding it in TIME_WAIT never sees it reused (60, Linux's
+    /// 2×MSL; 0 to 3600).
+    #[serde(default)]
+    pub snat_rest_seconds: Option<u32>,
 }
 
 /// One network port and its addresses.
@@ -216,6 +221,15 @@ pub struct Limits {
     /// Backends per route.
     #[serde(default)]
     pub backends_per_route: Option<u64>,
+    /// New connections one source address may open per second on each worker (1000);
+    /// more are dropped (`source_rate_limited`).
+    #[serde(default)]
+    pub new_connections_per_second_per_source: Option<u64>,
+    /// Delayed-binding connections one source address may hold open on each worker
+    /// between its SYN cookie's return and the splice (128; 1 to 65535); more are dropped
+    /// (`source_embryo_limit`).
+    #[serde(default)]
+    pub embryos_per_source: Option<u64>,
 }
 
 /// Admin API endpoint.

@@ -112,6 +112,20 @@ pub(super) fn appliance(it: &Item, spec: &ApplianceSpec, r: &mut Reporter) {
         );
     }
     maglev_size(it, "spec.maglevTableSize", spec.maglev_table_size, r);
+    if let Some(rest) = spec.conntrack.as_ref().and_then(|c| c.snat_rest_seconds) {
+        let at = it.path("spec.conntrack.snatRestSeconds");
+        if rest > 3600 {
+            r.error(
+                &at,
+                "at most 3600: a longer rest leaves the port range idle",
+            );
+        } else if rest < 60 {
+            r.warn(
+                &at,
+                "below 60 s (2×MSL), a backend may still hold a reused tuple in TIME_WAIT",
+            );
+        }
+    }
     let l = &spec.limits;
     for (name, v) in [
         ("flowsPerWorker", l.flows_per_worker),
@@ -120,11 +134,35 @@ pub(super) fn appliance(it: &Item, spec: &ApplianceSpec, r: &mut Reporter) {
         ("policyEntries", l.policy_entries),
         ("listeners", l.listeners),
         ("backendsPerRoute", l.backends_per_route),
+        (
+            "newConnectionsPerSecondPerSource",
+            l.new_connections_per_second_per_source,
+        ),
+        ("embryosPerSource", l.embryos_per_source),
     ] {
         if v == Some(0) {
             r.error(
                 &it.path(&format!("spec.limits.{name}")),
                 "a limit must be at least 1",
+            );
+        }
+    }
+    for (name, v, max) in [
+        (
+            "newConnectionsPerSecondPerSource",
+            l.new_connections_per_second_per_source,
+            u64::from(u32::MAX),
+        ),
+        (
+            "embryosPerSource",
+            l.embryos_per_source,
+            u64::from(u16::MAX),
+        ),
+    ] {
+        if v.is_some_and(|v| v > max) {
+            r.error(
+                &it.path(&format!("spec.limits.{name}")),
+                format!("at most {max}"),
             );
         }
     }

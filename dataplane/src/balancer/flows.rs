@@ -2,9 +2,9 @@
 //! state, rewrite), a miss (listener, Maglev, policy, SNAT, a new flow; delayed binding
 //! handed to the splice engine), routed traffic, and the rejects.
 
-use crate::flow::{Dir, FlowId, FlowTable, Splice, TcpFlags, TcpState, Tuple};
+use crate::flow::{Dir, FlowId, FlowTable, SourceRates, Splice, TcpFlags, TcpState, Tuple};
 use crate::pipeline::forward::Forwarder;
-use crate::pipeline::nat::{insert_snat, rewrite, rewrite_raw, rewrite_v4, SnatPorts};
+use crate::pipeline::nat::{forget, insert_snat, rewrite, rewrite_raw, rewrite_v4, SnatPorts};
 use crate::pipeline::parse::{mac_word, parse, Found, Meta};
 use crate::pipeline::reply::{admin_prohibited, port_unreachable, tcp_reset, write_seg, Seg};
 use crate::pipeline::stage::{Ctx, Verdict};
@@ -79,6 +79,8 @@ pub(super) struct State {
     pub(super) flows: FlowTable,
     pub(super) snat: SnatPorts,
     pub(super) worker: u32,
+    /// New connections per source and second.
+    pub(super) sources: SourceRates,
     pub(super) macs: Box<[[u8; 6]]>,
     pub(super) splice: Splicer,
 }
@@ -150,8 +152,8 @@ impl State {
             // A new connection reusing a closed one's 5-tuple (as Linux conntrack does on
             // a SYN in TIME_WAIT or CLOSE): forget the old flow, so the new connection
             // gets the current tables' backend and policy (a drained backend stays
-            // drained).
-            self.flows.remove(id);
+            // drained). Its SNAT tuple rests.
+            forget(&mut self.flows, &mut self.snat, id, now_s);
             return self.transport(in_port, pkt, meta, snap, generation, now_s, ctx);
         }
         let mut sp = f.splice;
@@ -186,7 +188,7 @@ impl State {
                 .verdict(orig.source().ip(), to.ip(), orig.proto, to.port())
                 .is_allow()
             {
-                return self.revoke(in_port, pkt, meta, (id, dir), sp, ctx);
+                return self.revoke(in_port, pkt, meta, (id, dir, now_s), sp, ctx);
             }
             self.flows.get_mut(id).generation = generation;
         }
@@ -378,6 +380,10 @@ impl State {
         if !policy_allows(snap, ahead.as_ref(), conn, ctx) {
             return Verdict::Drop(DropReason::PolicyDenied);
         }
+        // One source may not take the flow table and the SNAT ports from the others.
+        if !self.sources.admit(meta.src(), now_s) {
+            return Verdict::Drop(DropReason::SourceRateLimited);
+        }
         let Some(nh) = self.fwd.config().fib.lookup(backend.ip()) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
@@ -407,6 +413,17 @@ impl State {
                 let (src, dst) = self.flows.get(id).rewrite(Dir::Orig);
                 rewrite(pkt, meta, src, dst);
                 self.fwd.process_parsed(in_port, pkt, meta, ctx)
+            }
+            Err(DropReason::SnatPortsExhausted) => {
+                // Refused at once (RST / ICMP unreachable), not left to retransmit into a
+                // tuple the backend may still hold.
+                let v = self.reject(in_port, pkt, meta);
+                if matches!(v, Verdict::Tx(_)) {
+                    ctx.counters.drop(DropReason::SnatPortsExhausted);
+                    ctx.counters.event(Event::RejectSent);
+                    return v;
+                }
+                Verdict::Drop(DropReason::SnatPortsExhausted)
             }
             Err(reason) => Verdict::Drop(reason),
         }
@@ -467,7 +484,7 @@ impl State {
         in_port: usize,
         pkt: &mut Pkt,
         meta: &Meta,
-        (id, dir): (FlowId, Dir),
+        (id, dir, now_s): (FlowId, Dir, u32),
         sp: Splice,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
@@ -477,7 +494,8 @@ impl State {
             Dir::Reply => Dir::Orig,
         };
         let other = self.flows.get(id).tuple(other_dir);
-        self.flows.remove(id);
+        // Through the SNAT allocator, so the tuple rests like every other departure.
+        forget(&mut self.flows, &mut self.snat, id, now_s);
         let Some(&port_mac) = self.macs.get(in_port) else {
             return Verdict::Drop(DropReason::PolicyRevoked);
         };

@@ -64,7 +64,7 @@
 mod ahead;
 mod flows;
 
-use crate::flow::{FlowTable, Splice, Timeouts};
+use crate::flow::{FlowTable, SourceRates, Splice, Timeouts};
 use crate::pipeline::forward::Forwarder;
 use crate::pipeline::nat::SnatPorts;
 use crate::pipeline::parse::{mac_word, parse, Found};
@@ -92,6 +92,12 @@ pub struct BalancerConfig {
     pub timeouts: Timeouts,
     /// The SNAT port range, inclusive, split evenly among the workers.
     pub snat_ports: (u16, u16),
+    /// New connections one source address may open per second on this worker (0: no
+    /// limit; default 1000): [`crate::flow::sources`].
+    pub new_flows_per_second_per_source: u32,
+    /// Seconds a closed connection's SNAT tuple rests before it is handed out again
+    /// ([`crate::pipeline::snat`]; default 60, Linux's TIME_WAIT).
+    pub snat_rest_s: u32,
     /// Seeds the flow table's hash and the SNAT port cursor.
     pub seed: u64,
     /// Delayed binding (SNI/Host listeners): embryos, buffers, timers, cookie secret.
@@ -110,6 +116,8 @@ impl Default for BalancerConfig {
             flow_capacity: 1 << 20,
             timeouts: Timeouts::default(),
             snat_ports: (1024, 65535),
+            snat_rest_s: crate::pipeline::snat::SNAT_REST_S,
+            new_flows_per_second_per_source: 1000,
             seed: 0x5eed_5eed,
             splice: SpliceConfig::default(),
             policy_bursts_from: policy::BURST_MIN,
@@ -152,8 +160,18 @@ impl Balancer {
         Balancer {
             state: State {
                 flows: FlowTable::new(cfg.flow_capacity, cfg.timeouts, 0, cfg.seed),
-                snat: SnatPorts::new(cfg.snat_ports, cfg.worker, cfg.workers, cfg.seed),
+                snat: SnatPorts::new(
+                    cfg.snat_ports,
+                    cfg.worker,
+                    cfg.workers,
+                    cfg.seed,
+                    cfg.snat_rest_s,
+                ),
                 worker: cfg.worker as u32,
+                sources: SourceRates::new(
+                    cfg.new_flows_per_second_per_source,
+                    cfg.seed.rotate_left(17),
+                ),
                 fwd,
                 macs,
                 splice: Splicer::new(cfg.splice.clone()),
@@ -283,12 +301,22 @@ impl Stage for Balancer {
             .splice_timers(snap, generation as u32, ctx);
         let now_s = (ctx.now_ms / 1000) as u32;
         let embryos = self.state.splice.embryos_mut();
+        let snat = &mut self.state.snat;
+        let timeouts = *self.state.flows.timeouts();
         let expired = self.state.flows.expire(now_s, |f| {
-            if matches!(f.splice.phase, Splice::EMBRYO | Splice::REPLAYING) {
+            // (Only if the slot is still this flow's: an evicted embryo's slot may serve
+            // another connection by now.)
+            if matches!(f.splice.phase, Splice::EMBRYO | Splice::REPLAYING)
+                && embryos.is_open(f.splice.value)
+                && embryos.get(f.splice.value).client == f.orig()
+            {
                 embryos.close(f.splice.value);
             }
+            // A SNAT tuple rests from its connection's last packet.
+            snat.rest_expired(f, &timeouts, now_s);
         });
         ctx.counters.events[Event::FlowExpired as usize] += expired as u64;
+        ctx.counters.events[Event::HalfOpenEvicted as usize] += self.state.snat.take_evicted();
         ctx.counters.flows = self.state.flows.len() as u64;
     }
 }

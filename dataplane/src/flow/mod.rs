@@ -56,13 +56,14 @@
 //! The rooms: `tuple` the keys ([`Tuple`], [`Tuple4`], [`Dir`]), `entry` a flow's line
 //! ([`Flow`], [`FlowRef`], [`Splice`]), `tcp` and `timeouts` its state and how long it
 //! lives, `table` the [`FlowTable`]'s memory and its admit/remove, `index` finding a flow
-//! by tuple, `wheel` its timers. This file only names them and re-exports.
+//! by tuple, `wheel` its timers, [`sources`] the per-source admission budget. This file only names them and re-exports.
 //!
 //! Measured with `bench_balance` (established flows at 1k, 100k and 1M, new connections);
 //! history in `perf/NOTES.md`.
 
 mod entry;
 mod index;
+pub mod sources;
 mod table;
 mod tcp;
 mod timeouts;
@@ -70,6 +71,7 @@ mod tuple;
 mod wheel;
 
 pub use entry::{Flow, FlowId, FlowRef, Splice};
+pub use sources::SourceRates;
 pub use table::{FlowStats, FlowTable, InsertError};
 pub use tcp::{TcpFlags, TcpState};
 pub use timeouts::Timeouts;

@@ -121,6 +121,11 @@ impl FlowTable {
         self.flows.len()
     }
 
+    /// The connection-tracking timeouts.
+    pub fn timeouts(&self) -> &Timeouts {
+        &self.timeouts
+    }
+
     /// Counters.
     pub fn stats(&self) -> FlowStats {
         self.stats

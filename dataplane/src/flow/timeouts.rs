@@ -47,7 +47,8 @@ impl Default for Timeouts {
 }
 
 impl Timeouts {
-    pub(super) fn for_state(&self, s: TcpState) -> u32 {
+    /// The timeout of a flow in state `s`.
+    pub fn for_state(&self, s: TcpState) -> u32 {
         match s {
             TcpState::SynSent => self.tcp_syn_sent,
             TcpState::SynRecv => self.tcp_syn_recv,

@@ -17,6 +17,9 @@
 //! - [`nat`] and [`reply`]: what the balancer ([`crate::balancer`]) and the splice engine
 //!   ([`crate::splice::engine`]) both write into packets (full NAT with incremental
 //!   checksums; RSTs, ICMP errors, TCP segments).
+//! - [`snat`]: a worker's source NAT ports: which tuple a new connection gets, and the
+//!   rest a closed connection's tuple takes before it is handed out again (every path
+//!   that source-NATs allocates and returns its tuples here).
 //!
 //! A packet is parsed once: the balancer's burst pass fills its `Meta`, and the forwarder
 //! routes from it (a packet the balancer leaves alone, or one it rewrote with `Meta` kept
@@ -44,6 +47,7 @@ pub mod neigh;
 pub mod parse;
 pub mod reply;
 mod resolve;
+pub mod snat;
 pub mod stage;
 
 pub use config::{ForwarderConfig, PortConf};

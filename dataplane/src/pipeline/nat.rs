@@ -1,124 +1,13 @@
-//! Full NAT on the packet path: a worker's SNAT port range, and the rewrite of addresses
-//! and ports with incremental checksums (RFC 1624).
+//! Full NAT on the packet path: the rewrite of addresses and ports with incremental
+//! checksums (RFC 1624). A worker's SNAT ports (which tuples it may hand out, and how
+//! long a closed one rests) are [`super::snat`]'s; re-exported here.
 
 use super::parse::{Meta, ETH};
-use crate::flow::{FlowId, FlowTable, InsertError, TcpState, Tuple};
+pub use super::snat::{forget, insert_snat, rekey_snat, SnatPorts, SNAT_ATTEMPTS, SNAT_SCAN};
+use crate::flow::Tuple;
 use crate::port::Pkt;
-use crate::stats::DropReason;
 use crate::wire::{checksum, ip_proto, ipv4, ipv6};
-use std::net::{IpAddr, SocketAddr};
-
-/// SNAT ports tried for one new flow before giving up.
-pub const SNAT_ATTEMPTS: u32 = 256;
-
-/// This worker's slice of the SNAT port range.
-#[derive(Debug, Clone, Copy)]
-pub struct SnatPorts {
-    /// First port of the whole range.
-    base: u16,
-    /// Ports per worker.
-    per_worker: u32,
-    workers: u32,
-    /// This worker's first and last port.
-    lo: u16,
-    hi: u16,
-    next: u16,
-}
-
-impl SnatPorts {
-    /// Worker `worker`'s slice of the inclusive range `ports`, split evenly among
-    /// `workers`, its cursor starting at a place `seed` picks.
-    pub fn new(ports: (u16, u16), worker: usize, workers: usize, seed: u64) -> SnatPorts {
-        let (a, b) = (ports.0.min(ports.1), ports.0.max(ports.1));
-        let workers = workers.max(1) as u32;
-        let per_worker = ((u32::from(b) - u32::from(a) + 1) / workers).max(1);
-        let w = (worker as u32).min(workers - 1);
-        let lo = (u32::from(a) + w * per_worker).min(65535) as u16;
-        let hi = (u32::from(lo) + per_worker - 1).min(65535) as u16;
-        let span = u64::from(hi - lo) + 1;
-        SnatPorts {
-            base: a,
-            per_worker,
-            workers,
-            lo,
-            hi,
-            next: lo + (seed % span) as u16,
-        }
-    }
-
-    /// The worker whose range holds `port`, if any.
-    pub fn owner(&self, port: u16) -> Option<u32> {
-        let off = u32::from(port.checked_sub(self.base)?);
-        let w = off / self.per_worker;
-        (w < self.workers).then_some(w)
-    }
-
-    /// This worker's first and last port.
-    pub fn range(&self) -> (u16, u16) {
-        (self.lo, self.hi)
-    }
-
-    /// The next port of the range, round robin.
-    pub fn take(&mut self) -> u16 {
-        let p = self.next;
-        self.next = if p >= self.hi { self.lo } else { p + 1 };
-        p
-    }
-}
-
-/// Creates a NAT flow `orig` <-> `backend` -> (`snat_ip`, a free port of this worker's
-/// range).
-#[allow(clippy::too_many_arguments)]
-pub fn insert_snat(
-    flows: &mut FlowTable,
-    snat: &mut SnatPorts,
-    orig: Tuple,
-    backend: SocketAddr,
-    snat_ip: IpAddr,
-    state: TcpState,
-    generation: u32,
-    now_s: u32,
-) -> Result<FlowId, DropReason> {
-    for _ in 0..SNAT_ATTEMPTS {
-        let port = snat.take();
-        let reply = Tuple::new(backend, SocketAddr::new(snat_ip, port), orig.proto);
-        match flows.insert(orig, reply, state, generation, now_s) {
-            Ok(id) => return Ok(id),
-            Err(InsertError::Full) => return Err(DropReason::FlowTableFull),
-            Err(InsertError::Exists) => {
-                if flows.lookup(&orig, now_s).is_some() {
-                    // The client tuple itself is tracked (cannot happen after a
-                    // missed lookup, but never loop on it).
-                    return Err(DropReason::NoFlow);
-                }
-            }
-        }
-    }
-    Err(DropReason::SnatPortsExhausted)
-}
-
-/// Gives flow `id` the backend side `backend` -> (`snat_ip`, a free port of this
-/// worker's range), in SYN_SENT.
-pub fn rekey_snat(
-    flows: &mut FlowTable,
-    snat: &mut SnatPorts,
-    id: FlowId,
-    backend: SocketAddr,
-    snat_ip: IpAddr,
-    now_s: u32,
-) -> Result<(), DropReason> {
-    for _ in 0..SNAT_ATTEMPTS {
-        let port = snat.take();
-        let reply = Tuple::new(backend, SocketAddr::new(snat_ip, port), ip_proto::TCP);
-        if flows
-            .rekey_reply(id, reply, TcpState::SynSent, now_s)
-            .is_ok()
-        {
-            return Ok(());
-        }
-    }
-    Err(DropReason::SnatPortsExhausted)
-}
+use std::net::SocketAddr;
 
 /// Rewrites source and destination (addresses and ports) of a TCP/UDP packet, updating
 /// the IPv4 header checksum and the transport checksum incrementally (RFC 1624), and

@@ -18,10 +18,10 @@ use super::cookie::{self, Cookies, SynOptions};
 use super::first_bytes::{Overflow, Pieces};
 use super::plan::{decide, Plan, ANSWER_MAX};
 use super::rewrite::rescale;
-use super::{options, Embryo, Embryos, Phase, SpliceConfig, REPLAY_TRIES};
+use super::{options, Embryo, Embryos, Phase, Refused, SpliceConfig, REPLAY_TRIES};
 use crate::flow::{Dir, FlowId, FlowTable, InsertError, Splice, TcpFlags, TcpState, Tuple};
 use crate::pipeline::forward::Forwarder;
-use crate::pipeline::nat::{rekey_snat, SnatPorts};
+use crate::pipeline::nat::{forget, rekey_snat, SnatPorts};
 use crate::pipeline::parse::Meta;
 use crate::pipeline::reply::{write_seg, Seg};
 use crate::pipeline::stage::{Ctx, Verdict};
@@ -53,7 +53,21 @@ impl Splicer {
     pub fn new(cfg: SpliceConfig) -> Splicer {
         Splicer {
             cookies: Cookies::new(cfg.cookie_secret),
-            embryos: Embryos::new(cfg.embryos, cfg.buffer_bytes),
+            embryos: Embryos::new(
+                cfg.embryos,
+                cfg.buffer_bytes,
+                cfg.embryos_per_source,
+                u64::from_le_bytes([
+                    cfg.cookie_secret[0],
+                    cfg.cookie_secret[1],
+                    cfg.cookie_secret[2],
+                    cfg.cookie_secret[3],
+                    cfg.cookie_secret[4],
+                    cfg.cookie_secret[5],
+                    cfg.cookie_secret[6],
+                    cfg.cookie_secret[7],
+                ]),
+            ),
             next_scan_ms: 0,
             cfg,
         }
@@ -222,8 +236,13 @@ impl Engine<'_> {
         e.client_win = win;
         e.pieces = Pieces::new(self.splice.cfg.max_pieces);
         e.deadline_ms = ctx.now_ms + self.splice.cfg.first_bytes_ms;
-        let Some(idx) = self.splice.embryos.open(e) else {
-            return Verdict::Drop(DropReason::EmbryoTableFull);
+        let idx = match self.splice.embryos.open(e) {
+            Ok(idx) => idx,
+            Err(Refused::SourceCap) => return Verdict::Drop(DropReason::SourceEmbryoLimit),
+            Err(Refused::Full) => match self.evict_oldest_embryo(e, now_s, ctx) {
+                Some(idx) => idx,
+                None => return Verdict::Drop(DropReason::EmbryoTableFull),
+            },
         };
         let id = match self
             .flows
@@ -247,13 +266,25 @@ impl Engine<'_> {
         self.embryo_client(pkt, meta, id, idx, snap, generation, ctx)
     }
 
+    /// Every embryo slot is in use: the oldest embryo (idle connections hold slots
+    /// longest) is closed, its flow forgotten, and `e` takes the slot.
+    #[cold]
+    fn evict_oldest_embryo(&mut self, e: Embryo, now_s: u32, ctx: &mut Ctx<'_>) -> Option<u32> {
+        let old = self.splice.embryos.oldest()?;
+        let client = self.splice.embryos.get(old).client;
+        let id = self.flows.lookup(&client, now_s).map(|(id, _)| id);
+        self.embryo_close(old, id, ctx.now_ms);
+        ctx.counters.event(Event::EmbryoEvicted);
+        self.splice.embryos.open(e).ok()
+    }
+
     /// Whether flow `id`'s embryo `idx` is gone (or its slot serves another connection by
     /// now); if so the flow is removed.
-    fn embryo_gone(&mut self, id: FlowId, idx: u32) -> bool {
+    fn embryo_gone(&mut self, id: FlowId, idx: u32, now_ms: u64) -> bool {
         let gone = !self.splice.embryos.is_open(idx)
             || self.splice.embryos.get(idx).client != self.flows.get(id).orig();
         if gone {
-            self.flows.remove(id);
+            forget(self.flows, self.snat, id, (now_ms / 1000) as u32);
         }
         gone
     }
@@ -271,7 +302,7 @@ impl Engine<'_> {
         generation: u32,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        if self.embryo_gone(id, idx) {
+        if self.embryo_gone(id, idx, ctx.now_ms) {
             return Verdict::Drop(DropReason::NoFlow);
         }
         match dir {
@@ -300,7 +331,7 @@ impl Engine<'_> {
             let e = self.splice.embryos.get(idx);
             let off = meta.seq().wrapping_sub(e.client_isn.wrapping_add(1));
             if off <= self.splice.cfg.buffer_bytes.min(0xffff) as u32 {
-                self.embryo_close(idx, Some(id));
+                self.embryo_close(idx, Some(id), ctx.now_ms);
             }
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
@@ -721,7 +752,7 @@ impl Engine<'_> {
         idx: u32,
         ctx: &mut Ctx<'_>,
     ) -> Result<Splice, Verdict> {
-        if self.embryo_gone(id, idx) {
+        if self.embryo_gone(id, idx, ctx.now_ms) {
             return Err(Verdict::Drop(DropReason::NoFlow));
         }
         let e = *self.splice.embryos.get(idx);
@@ -786,7 +817,7 @@ impl Engine<'_> {
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
         let e = *self.splice.embryos.get(idx);
-        self.embryo_close(idx, id);
+        self.embryo_close(idx, id, ctx.now_ms);
         let seg = Seg {
             src: e.client.destination(),
             dst: e.client.source(),
@@ -862,13 +893,13 @@ impl Engine<'_> {
                 options: &[],
                 payload: &[],
             };
-            self.embryo_close(idx, Some(id));
+            self.embryo_close(idx, Some(id), ctx.now_ms);
             return self.route_out(pkt, usize::from(e.in_port), &seg, ctx);
         }
         if our_fin_acked && e.client_fin {
             // The client's FIN came with (or before the end of) its request and the answer
             // acknowledged it: both directions are closed.
-            self.embryo_close(idx, Some(id));
+            self.embryo_close(idx, Some(id), ctx.now_ms);
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
         if our_fin_acked {
@@ -885,13 +916,14 @@ impl Engine<'_> {
         Verdict::Drop(DropReason::SpliceConsumed)
     }
 
-    /// Returns an embryo and removes its flow (if `id` still is it).
-    fn embryo_close(&mut self, idx: u32, id: Option<FlowId>) {
+    /// Returns an embryo and removes its flow (if `id` still is it; a SNAT tuple it holds
+    /// rests from `now_ms`).
+    fn embryo_close(&mut self, idx: u32, id: Option<FlowId>, now_ms: u64) {
         if let Some(id) = id {
             let f = self.flows.get(id);
             if matches!(f.splice.phase, Splice::EMBRYO | Splice::REPLAYING) && f.splice.value == idx
             {
-                self.flows.remove(id);
+                forget(self.flows, self.snat, id, (now_ms / 1000) as u32);
             }
         }
         self.splice.embryos.close(idx);
@@ -958,7 +990,7 @@ impl Engine<'_> {
             return;
         };
         if e.phase == Phase::Responding && (e.syns == u8::MAX || e.syns >= ANSWER_TRIES) {
-            self.embryo_close(idx, Some(id));
+            self.embryo_close(idx, Some(id), ctx.now_ms);
             return;
         }
         if e.phase == Phase::Replaying && e.syns < REPLAY_TRIES {
@@ -975,7 +1007,7 @@ impl Engine<'_> {
         let Some(mut p) = ctx.io.as_ref().and_then(|io| io.alloc()) else {
             // No buffer to say anything with: give up quietly (the client times out).
             if e.phase != Phase::Connecting {
-                self.embryo_close(idx, Some(id));
+                self.embryo_close(idx, Some(id), ctx.now_ms);
             }
             return;
         };

@@ -107,6 +107,8 @@ pub struct SpliceConfig {
     pub mss_v4: u16,
     /// Secret the SYN cookies are keyed with (shared by the workers).
     pub cookie_secret: [u8; 16],
+    /// Embryos one source address may hold at once on a worker (0: no cap).
+    pub embryos_per_source: u16,
 }
 
 /// How long to wait after the `n`-th SYN (1-based) to a backend before the next one
@@ -129,6 +131,7 @@ impl Default for SpliceConfig {
             wscale: 7,
             mss_v4: 1460,
             cookie_secret: [0x5a; 16],
+            embryos_per_source: 128,
         }
     }
 }
@@ -192,13 +195,41 @@ pub struct Embryo {
     position: u32,
 }
 
-/// A fixed set of embryos and their buffers (allocated once).
+/// A fixed set of embryos and their buffers (allocated once), in the order they opened
+/// (so the oldest can give way when all are in use), with a cap on how many one source
+/// address holds at once (counted in a small table of buckets by a seeded hash of the
+/// source, as [`crate::flow::sources`] does; sources that share a bucket share its cap).
 pub struct Embryos {
     slots: Box<[Embryo]>,
     bufs: Box<[u8]>,
     buffer_bytes: usize,
     free: Vec<u32>,
     active: Vec<u32>,
+    /// Open order: per slot, the next older and the next newer open slot (`NONE`: none).
+    older: Box<[u32]>,
+    newer: Box<[u32]>,
+    /// The oldest and the newest open slot.
+    oldest: u32,
+    newest: u32,
+    /// Embryos open per source bucket.
+    per_source: Box<[u16]>,
+    /// Embryos one source may hold at once (0: no cap).
+    source_cap: u16,
+    seed: u64,
+}
+
+/// No slot (the end of the open order).
+const NONE: u32 = u32::MAX;
+/// Buckets of the per-source embryo count (a power of two).
+const SOURCE_BUCKETS: usize = 1024;
+
+/// Why [`Embryos::open`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Every slot is in use.
+    Full,
+    /// The source holds its cap of embryos.
+    SourceCap,
 }
 
 impl std::fmt::Debug for Embryos {
@@ -262,8 +293,9 @@ impl Embryo {
 }
 
 impl Embryos {
-    /// `capacity` embryos of `buffer_bytes` each (all memory allocated here).
-    pub fn new(capacity: usize, buffer_bytes: usize) -> Embryos {
+    /// `capacity` embryos of `buffer_bytes` each (all memory allocated here), at most
+    /// `source_cap` of them (0: any number) from one source; `seed` keys the source hash.
+    pub fn new(capacity: usize, buffer_bytes: usize, source_cap: u16, seed: u64) -> Embryos {
         let capacity = capacity.max(1);
         Embryos {
             slots: vec![EMPTY; capacity].into_boxed_slice(),
@@ -271,16 +303,49 @@ impl Embryos {
             buffer_bytes,
             free: (0..capacity as u32).rev().collect(),
             active: Vec::with_capacity(capacity),
+            older: vec![NONE; capacity].into_boxed_slice(),
+            newer: vec![NONE; capacity].into_boxed_slice(),
+            oldest: NONE,
+            newest: NONE,
+            per_source: vec![0; SOURCE_BUCKETS].into_boxed_slice(),
+            source_cap,
+            seed,
         }
     }
 
-    /// Takes a free slot, filled with `e`; `None` when all are in use.
-    pub fn open(&mut self, mut e: Embryo) -> Option<u32> {
-        let i = self.free.pop()?;
+    fn source_bucket(&self, e: &Embryo) -> usize {
+        crate::flow::sources::bucket_of(e.client.source().ip(), self.seed, SOURCE_BUCKETS)
+    }
+
+    /// Takes a free slot, filled with `e`, as the newest; refused when all are in use
+    /// (the caller may close [`Embryos::oldest`] and try again) or `e`'s source holds
+    /// its cap.
+    pub fn open(&mut self, mut e: Embryo) -> Result<u32, Refused> {
+        let b = self.source_bucket(&e);
+        let held = self.per_source.get(b).copied().unwrap_or(0);
+        if self.source_cap != 0 && held >= self.source_cap {
+            return Err(Refused::SourceCap);
+        }
+        let i = self.free.pop().ok_or(Refused::Full)?;
         e.position = self.active.len() as u32;
         self.active.push(i);
         self.slots[i as usize] = e;
-        Some(i)
+        if let Some(n) = self.per_source.get_mut(b) {
+            *n = n.saturating_add(1);
+        }
+        self.older[i as usize] = self.newest;
+        self.newer[i as usize] = NONE;
+        match self.newest {
+            NONE => self.oldest = i,
+            n => self.newer[n as usize] = i,
+        }
+        self.newest = i;
+        Ok(i)
+    }
+
+    /// The open embryo that opened first, if any.
+    pub fn oldest(&self) -> Option<u32> {
+        (self.oldest != NONE).then_some(self.oldest)
     }
 
     /// Returns a slot (and its buffer).
@@ -291,6 +356,19 @@ impl Embryos {
         let pos = e.position as usize;
         if self.active.get(pos) != Some(&i) {
             return; // not open
+        }
+        let b = self.source_bucket(e);
+        if let Some(n) = self.per_source.get_mut(b) {
+            *n = n.saturating_sub(1);
+        }
+        let (older, newer) = (self.older[i as usize], self.newer[i as usize]);
+        match older {
+            NONE => self.oldest = newer,
+            o => self.newer[o as usize] = newer,
+        }
+        match newer {
+            NONE => self.newest = older,
+            n => self.older[n as usize] = older,
         }
         self.active.swap_remove(pos);
         if let Some(&moved) = self.active.get(pos) {

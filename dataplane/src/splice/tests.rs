@@ -143,7 +143,7 @@ fn http_first_bytes_and_redirects() {
 
 #[test]
 fn embryo_slots_open_close_and_run_out() {
-    let mut e = Embryos::new(3, 64);
+    let mut e = Embryos::new(3, 64, 0, 1);
     let t = Tuple::new(
         "10.0.0.1:1".parse().expect("a"),
         "10.0.0.2:2".parse().expect("a"),
@@ -157,7 +157,7 @@ fn embryo_slots_open_close_and_run_out() {
     let a = e.open(Embryo::new(t, opts, 1, 2)).expect("a");
     let b = e.open(Embryo::new(t, opts, 3, 4)).expect("b");
     let c = e.open(Embryo::new(t, opts, 5, 6)).expect("c");
-    assert!(e.open(Embryo::new(t, opts, 7, 8)).is_none());
+    assert_eq!(e.open(Embryo::new(t, opts, 7, 8)), Err(Refused::Full));
     assert_eq!(e.len(), 3);
     e.close(b);
     assert!(!e.is_open(b) && e.is_open(a) && e.is_open(c));
@@ -181,4 +181,47 @@ fn backend_syns_default_to_three_with_exponential_backoff() {
     assert_eq!(waits, vec![1000, 2000, 4000]);
     assert_eq!(super::syn_timeout_ms(1000, 200), 64_000, "capped");
     assert_eq!(super::syn_timeout_ms(u64::MAX, 3), u64::MAX, "saturates");
+}
+
+#[test]
+fn embryos_keep_their_open_order_and_a_cap_per_source() {
+    let mut e = Embryos::new(4, 64, 2, 1);
+    let from = |src: &str| {
+        Tuple::new(
+            src.parse().expect("a"),
+            "10.0.0.2:443".parse().expect("a"),
+            6,
+        )
+    };
+    let opts = cookie::SynOptions {
+        mss: 1460,
+        wscale: None,
+        sack: false,
+    };
+    let a = e
+        .open(Embryo::new(from("10.0.0.1:1"), opts, 1, 1))
+        .expect("a");
+    let b = e
+        .open(Embryo::new(from("10.0.0.1:2"), opts, 2, 2))
+        .expect("b");
+    // The source holds its cap; another source does not.
+    let third = e.open(Embryo::new(from("10.0.0.1:3"), opts, 3, 3));
+    assert_eq!(third, Err(Refused::SourceCap));
+    let c = e
+        .open(Embryo::new(from("10.0.0.9:1"), opts, 4, 4))
+        .expect("c");
+    assert_eq!(e.oldest(), Some(a));
+    e.close(a);
+    assert_eq!(e.oldest(), Some(b));
+    // A closed embryo returns its source's share.
+    let d = e
+        .open(Embryo::new(from("10.0.0.1:4"), opts, 5, 5))
+        .expect("d");
+    e.close(c);
+    assert_eq!(e.oldest(), Some(b));
+    e.close(b);
+    assert_eq!(e.oldest(), Some(d));
+    e.close(d);
+    assert_eq!(e.oldest(), None);
+    assert!(e.is_empty());
 }

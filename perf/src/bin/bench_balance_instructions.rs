@@ -168,6 +168,8 @@ fn balancer(publisher: &Publisher<Snapshot>) -> Balancer {
         BalancerConfig {
             flow_capacity: 1 << 16,
             timeouts: Timeouts::default(),
+            // One load generator is one source: no per-source budget.
+            new_flows_per_second_per_source: 0,
             ..BalancerConfig::default()
         },
     )

@@ -256,6 +256,8 @@ impl Lane {
                 flow_capacity: 1 << 18,
                 timeouts,
                 policy_bursts_from,
+                // One load generator is one source: no per-source budget.
+                new_flows_per_second_per_source: 0,
                 ..BalancerConfig::default()
             },
         );

@@ -43,6 +43,7 @@ use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf};
 use sluice_dataplane::port::{tap, Pool};
 use sluice_dataplane::rcu::Publisher;
+use sluice_dataplane::splice::SpliceConfig;
 use sluice_dataplane::stats::Event;
 use sluice_dataplane::worker::{self, Idle, Worker, WorkerConfig};
 use sluice_perf::sni_load::backend::Backends;
@@ -227,6 +228,12 @@ fn start_sluice(lane: &TapLane, spin: bool) -> Result<InProcessRun, String> {
         publisher.reader().ok_or("no reader slot")?,
         BalancerConfig {
             flow_capacity: 1 << 20,
+            // One load generator is one source: no per-source budgets.
+            new_flows_per_second_per_source: 0,
+            splice: SpliceConfig {
+                embryos_per_source: 0,
+                ..SpliceConfig::default()
+            },
             ..BalancerConfig::default()
         },
     );

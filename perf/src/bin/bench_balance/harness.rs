@@ -111,6 +111,8 @@ pub(crate) fn balancer(
         BalancerConfig {
             flow_capacity: capacity,
             timeouts,
+            // One load generator is one source: no per-source budget.
+            new_flows_per_second_per_source: 0,
             ..BalancerConfig::default()
         },
     ))

@@ -83,7 +83,12 @@ impl Harness {
             BalancerConfig {
                 flow_capacity: capacity,
                 timeouts,
-                splice: SpliceConfig::default(),
+                // One load generator is one source: no per-source budgets.
+                new_flows_per_second_per_source: 0,
+                splice: SpliceConfig {
+                    embryos_per_source: 0,
+                    ..SpliceConfig::default()
+                },
                 ..BalancerConfig::default()
             },
         );

@@ -88,7 +88,7 @@ use std::sync::atomic::Ordering;
 
 fn fig_bytes(report: &mut Report) {
     let cfg = SpliceConfig::default();
-    let embryos = Embryos::new(cfg.embryos, cfg.buffer_bytes);
+    let embryos = Embryos::new(cfg.embryos, cfg.buffer_bytes, cfg.embryos_per_source, 0);
     let mut by_cap = serde_json::Map::new();
     for cap in [1_000usize, 100_000, 1 << 20] {
         let t = FlowTable::new(cap, Timeouts::default(), 0, 1);
