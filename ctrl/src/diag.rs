@@ -204,21 +204,54 @@ impl Diagnostic {
     }
 }
 
+/// Text from input, shown with its control characters escaped (`\x1b`, `\r`, `\n`,
+/// `\t`; C1 controls as `\u{9b}`), so that a manifest cannot move the cursor, clear or
+/// retitle the terminal, or fake lines in the output that shows it. Everything else,
+/// backslashes included, is shown as it is (values quoted with `{:?}` are escaped
+/// already and stay readable).
+#[derive(Debug, Clone, Copy)]
+pub struct Escaped<'a>(pub &'a str);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut rest = self.0;
+        while let Some(i) = rest.find(char::is_control) {
+            f.write_str(&rest[..i])?;
+            let c = rest[i..].chars().next().unwrap_or_default();
+            match c {
+                '\n' => f.write_str("\\n")?,
+                '\r' => f.write_str("\\r")?,
+                '\t' => f.write_str("\\t")?,
+                c if (c as u32) < 0x80 => write!(f, "\\x{:02x}", c as u32)?,
+                c => write!(f, "{}", c.escape_unicode())?,
+            }
+            rest = &rest[i + c.len_utf8()..];
+        }
+        f.write_str(rest)
+    }
+}
+
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.severity == Severity::Warning {
             f.write_str("warning: ")?;
         }
-        write!(f, "{}:{}:{}: ", self.file, self.pos.line, self.pos.col)?;
+        write!(
+            f,
+            "{}:{}:{}: ",
+            Escaped(&self.file),
+            self.pos.line,
+            self.pos.col
+        )?;
         if let Some(o) = &self.object {
-            write!(f, "{o}: ")?;
+            write!(f, "{}: ", Escaped(o))?;
         }
         if let Some(p) = &self.path {
             if !p.is_empty() {
-                write!(f, "{p}: ")?;
+                write!(f, "{}: ", Escaped(p))?;
             }
         }
-        f.write_str(&self.message)
+        write!(f, "{}", Escaped(&self.message))
     }
 }
 
@@ -269,6 +302,23 @@ mod tests {
         let q = FieldPath::root().key("items").index(3).index(1).key("x");
         assert_eq!(q.to_string(), "items[3][1].x");
         assert_eq!(FieldPath::parse(&q.to_string()), q);
+    }
+
+    #[test]
+    fn control_bytes_from_input_are_escaped() {
+        let d = Diagnostic {
+            severity: Severity::Error,
+            file: "x\u{7}.yaml".into(),
+            pos: Pos { line: 2, col: 3 },
+            object: Some("Gateway ns/\u{1b}]0;pwned\u{7}".into()),
+            path: Some("spec.listeners[0].hostname".into()),
+            message: "bad name \"\u{1b}[2J\r\n\u{9b}31m\t\\x\" (héllo)".into(),
+        };
+        assert_eq!(
+            d.to_string(),
+            "x\\x07.yaml:2:3: Gateway ns/\\x1b]0;pwned\\x07: spec.listeners[0].hostname: \
+             bad name \"\\x1b[2J\\r\\n\\u{9b}31m\\t\\x\" (héllo)"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The Appliance (`sluice.dev/v1alpha1`) translated into what `sluice run` starts
 //! ([`RunPlan`]): ports ([`PortKind`]) with their addresses, one worker per core, static
-//! routes, virtual addresses, the flow-table size, connection tracking, delayed binding,
+//! routes, virtual addresses, static neighbours, the flow-table size, connection tracking, delayed binding,
 //! EAL arguments and the admin socket.
 //!
 //! Without an Appliance sluice runs the embedded default ([`DEFAULT_APPLIANCE`]): one TAP
@@ -18,6 +18,7 @@ use sluice_dataplane::flow::Timeouts;
 use sluice_dataplane::pipeline::{Fib, FibError, IfAddr, Route};
 use sluice_dataplane::port::PortKind;
 use sluice_dataplane::splice::SpliceConfig;
+use sluice_dataplane::wire::MacAddr;
 
 use crate::model::appliance::{ApplianceSpec, Conntrack, DelayedBinding};
 use crate::model::Object;
@@ -66,6 +67,8 @@ pub struct RunPlan {
     pub routes: Vec<Route>,
     /// Virtual addresses (listener addresses answered on every port).
     pub virtual_addrs: Vec<IpAddr>,
+    /// Static neighbours, set in the neighbour cache at start and never overwritten.
+    pub neighbours: Vec<NeighbourPlan>,
     /// Flow-table entries per worker.
     pub flow_capacity: usize,
     /// Connection-tracking timeouts.
@@ -84,6 +87,49 @@ pub struct RunPlan {
     pub admin_socket: PathBuf,
     /// Whether this is the embedded default (its TAP peer gets addresses).
     pub is_default: bool,
+}
+
+/// A static neighbour as the forwarder takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeighbourPlan {
+    /// Its address.
+    pub ip: IpAddr,
+    /// Its MAC.
+    pub mac: MacAddr,
+    /// The port (index in [`RunPlan::ports`]) whose network holds it.
+    pub port: usize,
+}
+
+/// Why a static neighbour (`spec.neighbours[i]`) cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NeighbourError {
+    /// `ip` is not an IP address.
+    #[error("bad IP {0:?}")]
+    BadIp(String),
+    /// `mac` is not `aa:bb:cc:dd:ee:ff`, or not unicast.
+    #[error("bad MAC {0:?}: expected a unicast aa:bb:cc:dd:ee:ff")]
+    BadMac(String),
+    /// `port` names no port.
+    #[error("no port named {0:?}")]
+    UnknownPort(String),
+    /// `ip` is in no connected network of the port.
+    #[error("{ip} is in no network of port {port}")]
+    NotOnPort {
+        /// The address.
+        ip: IpAddr,
+        /// The port's name.
+        port: String,
+    },
+    /// `ip` is in no port's network (no `port` given).
+    #[error("{0} is in no port's network")]
+    NoPort(IpAddr),
+    /// `ip` is one of sluice's own addresses.
+    #[error("{0} is one of sluice's own addresses")]
+    Own(IpAddr),
+    /// Listed twice.
+    #[error("{0} is listed twice")]
+    Duplicate(IpAddr),
 }
 
 /// An address with a prefix length that does not parse.
@@ -178,6 +224,16 @@ pub enum PlanError {
         /// As written.
         value: String,
     },
+    /// A static neighbour that cannot be used.
+    #[error("neighbour {index}: {error}")]
+    Neighbour {
+        /// Position in `spec.neighbours`.
+        index: usize,
+        /// The field at fault (`ip`, `mac` or `port`).
+        field: &'static str,
+        /// What is wrong.
+        error: NeighbourError,
+    },
     /// `limits.flowsPerWorker: 0`.
     #[error("limits.flowsPerWorker must be at least 1")]
     NoFlows,
@@ -231,6 +287,9 @@ impl PlanError {
             PlanError::RouteVia { route, .. } => format!("spec.routes[{route}].via"),
             PlanError::Routes(_) => "spec.routes".into(),
             PlanError::VirtualAddress { index, .. } => format!("spec.virtualAddresses[{index}]"),
+            PlanError::Neighbour { index, field, .. } => {
+                format!("spec.neighbours[{index}].{field}")
+            }
             PlanError::NoFlows | PlanError::TooManyFlows(_) => "spec.limits.flowsPerWorker".into(),
             PlanError::SnatSyntax(_) | PlanError::SnatOrder(_) | PlanError::SnatTooFew { .. } => {
                 "spec.conntrack.snatPorts".into()
@@ -280,6 +339,7 @@ impl RunPlan {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let neighbours = neighbours(spec, &ports, &virtual_addrs)?;
         let flow_capacity = match spec.limits.flows_per_worker {
             None => DEFAULT_FLOWS_PER_WORKER,
             Some(0) => return Err(PlanError::NoFlows),
@@ -299,6 +359,7 @@ impl RunPlan {
             cores,
             routes,
             virtual_addrs,
+            neighbours,
             flow_capacity,
             timeouts,
             snat_ports,
@@ -402,6 +463,64 @@ fn ports(spec: &ApplianceSpec, workers: u16) -> Result<Vec<PortPlan>, PlanError>
         });
     }
     Ok(ports)
+}
+
+/// The Appliance's static neighbours, each on the port whose network holds it.
+fn neighbours(
+    spec: &ApplianceSpec,
+    ports: &[PortPlan],
+    virtual_addrs: &[IpAddr],
+) -> Result<Vec<NeighbourPlan>, PlanError> {
+    let mut out: Vec<NeighbourPlan> = Vec::new();
+    for (index, n) in spec.neighbours.iter().enumerate() {
+        let err = |field, error| PlanError::Neighbour {
+            index,
+            field,
+            error,
+        };
+        let ip: IpAddr =
+            n.ip.parse()
+                .map_err(|_| err("ip", NeighbourError::BadIp(n.ip.clone())))?;
+        let mac = n
+            .mac
+            .parse::<MacAddr>()
+            .ok()
+            .filter(|m| m.is_unicast())
+            .ok_or_else(|| err("mac", NeighbourError::BadMac(n.mac.clone())))?;
+        let own = virtual_addrs.contains(&ip)
+            || ports.iter().any(|p| p.addrs.iter().any(|a| a.addr == ip));
+        if own {
+            return Err(err("ip", NeighbourError::Own(ip)));
+        }
+        let holds = |p: &PortPlan| p.addrs.iter().any(|a| a.holds(ip));
+        let port = match &n.port {
+            Some(name) => {
+                let i = ports
+                    .iter()
+                    .position(|p| &p.name == name)
+                    .ok_or_else(|| err("port", NeighbourError::UnknownPort(name.clone())))?;
+                if !holds(&ports[i]) {
+                    return Err(err(
+                        "port",
+                        NeighbourError::NotOnPort {
+                            ip,
+                            port: name.clone(),
+                        },
+                    ));
+                }
+                i
+            }
+            None => ports
+                .iter()
+                .position(holds)
+                .ok_or_else(|| err("ip", NeighbourError::NoPort(ip)))?,
+        };
+        if out.iter().any(|o| o.ip == ip) {
+            return Err(err("ip", NeighbourError::Duplicate(ip)));
+        }
+        out.push(NeighbourPlan { ip, mac, port });
+    }
+    Ok(out)
 }
 
 /// The Appliance's static routes.
@@ -627,11 +746,121 @@ spec:
     }
 
     #[test]
+    fn static_neighbours_are_checked_against_the_ports() {
+        let y = r#"
+apiVersion: sluice.dev/v1alpha1
+kind: Appliance
+metadata: {name: edge}
+spec:
+  ports:
+  - {name: outside, tap: {name: a}, addresses: [10.77.0.2/24]}
+  - {name: inside, tap: {name: b}, addresses: [10.78.0.2/24, "fd78::2/64"]}
+  virtualAddresses: [10.77.0.10]
+  neighbours:
+  - {ip: 10.78.0.11, mac: "02:00:00:00:00:0b"}
+  - {ip: "fd78::11", mac: "02:00:00:00:00:0c", port: inside}
+"#;
+        let mut loaded = crate::load::Loaded::default();
+        crate::load::load_str("t.yaml", y, &mut loaded);
+        let spec = loaded
+            .items
+            .iter()
+            .find_map(|it| match &it.object {
+                Object::Appliance(a) => Some(a.spec.clone()),
+                _ => None,
+            })
+            .unwrap();
+        let p = RunPlan::from_appliance(&spec, false).unwrap();
+        assert_eq!(
+            p.neighbours,
+            vec![
+                NeighbourPlan {
+                    ip: "10.78.0.11".parse().unwrap(),
+                    mac: MacAddr([2, 0, 0, 0, 0, 0x0b]),
+                    port: 1
+                },
+                NeighbourPlan {
+                    ip: "fd78::11".parse().unwrap(),
+                    mac: MacAddr([2, 0, 0, 0, 0, 0x0c]),
+                    port: 1
+                }
+            ]
+        );
+        let cases: [(&str, &str, Option<&str>, &str); 8] = [
+            (
+                "10.78.0.x",
+                "02:00:00:00:00:01",
+                None,
+                "spec.neighbours[0].ip",
+            ),
+            (
+                "10.78.0.9",
+                "02:00:00:00:00",
+                None,
+                "spec.neighbours[0].mac",
+            ),
+            (
+                "10.78.0.9",
+                "ff:ff:ff:ff:ff:ff",
+                None,
+                "spec.neighbours[0].mac",
+            ),
+            (
+                "10.78.0.9",
+                "02:00:00:00:00:01",
+                Some("nowhere"),
+                "spec.neighbours[0].port",
+            ),
+            (
+                "10.78.0.9",
+                "02:00:00:00:00:01",
+                Some("outside"),
+                "spec.neighbours[0].port",
+            ),
+            (
+                "10.99.0.9",
+                "02:00:00:00:00:01",
+                None,
+                "spec.neighbours[0].ip",
+            ),
+            (
+                "10.78.0.2",
+                "02:00:00:00:00:01",
+                None,
+                "spec.neighbours[0].ip",
+            ),
+            (
+                "10.77.0.10",
+                "02:00:00:00:00:01",
+                None,
+                "spec.neighbours[0].ip",
+            ),
+        ];
+        for (ip, mac, port, field) in cases {
+            let mut bad = spec.clone();
+            bad.neighbours = vec![crate::model::appliance::StaticNeighbour {
+                ip: ip.into(),
+                mac: mac.into(),
+                port: port.map(String::from),
+            }];
+            let e = RunPlan::from_appliance(&bad, false).unwrap_err();
+            assert_eq!(e.field(), field, "{ip} {mac} {port:?}: {e}");
+        }
+        let mut twice = spec.clone();
+        twice.neighbours.push(twice.neighbours[0].clone());
+        let e = RunPlan::from_appliance(&twice, false).unwrap_err();
+        assert_eq!(e.field(), "spec.neighbours[2].ip");
+        assert!(e.to_string().contains("twice"), "{e}");
+    }
+
+    #[test]
     fn delayed_binding_settings_and_their_ranges() {
         assert_eq!(
             delayed_binding(&DelayedBinding::default()).unwrap(),
             SpliceConfig::default()
         );
+        // Linux-like: three SYNs per backend, the waits doubling.
+        assert_eq!(SpliceConfig::default().syn_tries, 3);
         let d = DelayedBinding {
             embryos_per_worker: Some(64),
             buffer_bytes: Some(4096),

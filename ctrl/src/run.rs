@@ -300,6 +300,14 @@ fn run_inner(args: &RunArgs) -> Result<(), RunError> {
             .map_err(RunError::Forwarder)?,
     );
     let neighbours = Arc::new(NeighbourCache::new(4096));
+    for n in &plan.neighbours {
+        if !neighbours.set_static(n.ip, n.mac) {
+            return Err(RunError::Config(vec![format!(
+                "spec.neighbours: no room for the static neighbour {}",
+                n.ip
+            )]));
+        }
+    }
     let ports: Vec<(String, Arc<dyn port::Port>)> = opened
         .iter()
         .map(|o| (o.port.name().to_string(), o.port.clone()))

@@ -42,6 +42,10 @@ Event {
     FlowExpired => "flow_expired",
     /// A flow's policy was re-checked after a table swap.
     PolicyRechecked => "policy_rechecked",
+    /// A flow a newer policy denies was closed and its peers told: TCP RST to both
+    /// (the second one when a buffer was free), ICMP administratively prohibited to a
+    /// UDP sender.
+    FlowRevoked => "flow_revoked",
     /// A new connection's policy was decided with its burst's others, in one burst
     /// lookup (policy tables of `BalancerConfig::policy_bursts_from` bytes and up).
     PolicyBurstChecked => "policy_burst_checked",
@@ -104,6 +108,13 @@ DropReason {
     ArpNotForUs => "arp_not_for_us",
     /// ARP reply consumed after learning the neighbour.
     ArpReplyConsumed => "arp_reply_consumed",
+    /// An ARP or NDP claim refused (the neighbour table unchanged): an address that
+    /// lives behind another port than the one the claim came in on, one of sluice's own
+    /// addresses, a static neighbour, or a change of an entry's MAC that sluice did not
+    /// ask for (an entry it resolved itself, or a fresh one) or within the lock time of
+    /// the last change. An ARP request or solicitation for sluice's address is still
+    /// answered (and counted here besides).
+    ArpSpoofed => "arp_spoofed",
     /// IPv4 header truncated, bad version or lengths.
     Ipv4Malformed => "ipv4_malformed",
     /// IPv4 header checksum wrong.
@@ -141,12 +152,19 @@ DropReason {
     NoRoom => "no_room",
     /// A new connection NetworkPolicy does not allow (source -> backend or destination).
     PolicyDenied => "policy_denied",
-    /// A packet of a flow that a newer policy no longer allows: the flow was closed.
+    /// A packet of a flow that a newer policy no longer allows: the flow was closed (and
+    /// the packet turned into the RST or ICMP that says so, see `flow_revoked`).
     PolicyRevoked => "policy_revoked",
     /// A new flow while the worker's flow table is full (established flows untouched).
     FlowTableFull => "flow_table_full",
     /// A TCP segment other than a SYN that belongs to no tracked connection.
     NoFlow => "no_flow",
+    /// A TCP segment without a flow whose SYN comes with FIN or RST (no stack opens a
+    /// connection so; scanners and evasion do): opens nothing.
+    TcpBadFlags => "tcp_bad_flags",
+    /// A TCP segment sluice answers itself (a SYN to a delayed-binding listener) whose
+    /// checksum is wrong: not answered.
+    TcpChecksum => "tcp_checksum",
     /// The connection hashed to an invalid backend's share: answered with a TCP RST or an
     /// ICMP port unreachable.
     BackendRejected => "backend_rejected",

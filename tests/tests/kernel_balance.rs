@@ -82,6 +82,11 @@ fn policy_swap_denies_new_connections_and_revokes_established_ones() {
         0,
         "established connections revoked: {v}"
     );
+    assert_eq!(
+        count(&v, "errors", Some("reset")),
+        5,
+        "and told so (ECONNRESET), not left to time out: {v}"
+    );
     rig.balance.wait_counters("policy_revoked", |c| {
         c.drops_of(DropReason::PolicyRevoked) > 0
     });

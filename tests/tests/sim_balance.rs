@@ -549,6 +549,13 @@ fn policy_denies_new_flows_and_a_swap_revokes_established_ones() {
     publisher.publish(compile(&config(DENY_ALL)));
     round(&mut sim, &mut backends, &mut echoed, b"again", 3000);
     assert_eq!(echoed, b"hello", "nothing passes after revocation");
+    // The client was told: sluice reset its connection.
+    assert_eq!(
+        sim.hosts[0].sockets.get::<tcp::Socket>(h).state(),
+        tcp::State::Closed,
+        "the client's connection was reset"
+    );
+    assert!(sim.worker.counters().events_of(Event::FlowRevoked) >= 1);
     let c = sim.worker.counters();
     assert!(c.drops_of(DropReason::PolicyRevoked) >= 1);
     assert!(c.events_of(Event::PolicyRechecked) >= 1);

@@ -19,6 +19,10 @@ pub struct ApplianceSpec {
     /// Virtual addresses that listeners bind to when they name none.
     #[serde(default)]
     pub virtual_addresses: Vec<String>,
+    /// Static neighbours: addresses whose MAC is configured, never learned from ARP/NDP
+    /// and never overwritten by what packets claim.
+    #[serde(default)]
+    pub neighbours: Vec<StaticNeighbour>,
     /// Extra EAL arguments, used when a DPDK port is present.
     #[serde(default)]
     pub eal: Vec<String>,
@@ -57,10 +61,11 @@ pub struct DelayedBinding {
     /// Milliseconds the first bytes may take (5000).
     #[serde(default)]
     pub first_bytes_timeout_ms: Option<u32>,
-    /// Milliseconds between SYNs to a silent backend (1000).
+    /// Milliseconds from the first SYN to a silent backend to the second (1000); each
+    /// later wait doubles (exponential backoff, as Linux).
     #[serde(default)]
     pub backend_syn_timeout_ms: Option<u32>,
-    /// SYNs sent to one backend before the next is tried (2).
+    /// SYNs sent to one backend before the next is tried (3).
     #[serde(default)]
     pub backend_syn_tries: Option<u32>,
     /// Backends tried for one connection before the client is reset (3).
@@ -162,6 +167,20 @@ pub struct PcapPort {
     /// Capture written with transmitted packets.
     #[serde(default)]
     pub tx: Option<String>,
+}
+
+/// A static neighbour (`{ip: 10.78.0.11, mac: "02:00:00:00:00:0b", port: inside}`).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StaticNeighbour {
+    /// Its IP address: in a connected network of its port, not one of sluice's own.
+    pub ip: String,
+    /// Its MAC (`aa:bb:cc:dd:ee:ff`), unicast.
+    pub mac: String,
+    /// The port it is behind (a `spec.ports` name); by default the port whose network
+    /// holds `ip`.
+    #[serde(default)]
+    pub port: Option<String>,
 }
 
 /// A static route.

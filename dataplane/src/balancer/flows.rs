@@ -5,8 +5,8 @@
 use crate::flow::{Dir, FlowId, FlowTable, Splice, TcpFlags, TcpState, Tuple};
 use crate::pipeline::forward::Forwarder;
 use crate::pipeline::nat::{insert_snat, rewrite, rewrite_raw, rewrite_v4, SnatPorts};
-use crate::pipeline::parse::{Found, Meta};
-use crate::pipeline::reply::{port_unreachable, tcp_reset};
+use crate::pipeline::parse::{mac_word, parse, Found, Meta};
+use crate::pipeline::reply::{admin_prohibited, port_unreachable, tcp_reset, write_seg, Seg};
 use crate::pipeline::stage::{Ctx, Verdict};
 use crate::port::Pkt;
 use crate::splice::engine::{Engine, Shared, Splicer};
@@ -186,8 +186,7 @@ impl State {
                 .verdict(orig.source().ip(), to.ip(), orig.proto, to.port())
                 .is_allow()
             {
-                self.flows.remove(id);
-                return Verdict::Drop(DropReason::PolicyRevoked);
+                return self.revoke(in_port, pkt, meta, (id, dir), sp, ctx);
             }
             self.flows.get_mut(id).generation = generation;
         }
@@ -244,6 +243,9 @@ impl State {
     /// only, so a burst can also ask it ahead ([`State::new_conn_check`]).
     #[inline]
     pub(super) fn target(&self, meta: &Meta, snap: &Snapshot) -> Target {
+        if meta.tcp_flags().is_some_and(TcpFlags::is_bad_syn) {
+            return Target::Drop(DropReason::TcpBadFlags);
+        }
         let ours = self.fwd.config().is_ours(meta.dst());
         let listener = if ours {
             snap.listeners.lookup(meta.dst(), meta.dport(), meta.proto)
@@ -447,6 +449,88 @@ impl State {
             Err(crate::flow::InsertError::Exists) => {}
         }
         self.fwd.process_parsed(in_port, pkt, meta, ctx)
+    }
+
+    /// A flow that a newer policy denies, met by one of its packets: the flow is removed
+    /// and both peers are told, so that neither hangs. TCP: the packet becomes a RST back
+    /// to its sender (at the sequence number the sender acknowledged, as for any refused
+    /// segment), and a second RST, through the flow's NAT (and splice offset), goes on to
+    /// the other peer at the packet's own sequence number, which that peer expects next
+    /// (the flow keeps no sequence numbers of its own; a RST is never answered, so one
+    /// arriving is only dropped). UDP: an ICMP administratively prohibited back to the
+    /// sender. Counted as `policy_revoked` (the packet) and `flow_revoked` (the peers
+    /// told); without a buffer for the second RST only the sender is told.
+    #[cold]
+    #[inline(never)]
+    fn revoke(
+        &mut self,
+        in_port: usize,
+        pkt: &mut Pkt,
+        meta: &Meta,
+        (id, dir): (FlowId, Dir),
+        sp: Splice,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        // The onward segment, as the flow would have rewritten the packet.
+        let other_dir = match dir {
+            Dir::Orig => Dir::Reply,
+            Dir::Reply => Dir::Orig,
+        };
+        let other = self.flows.get(id).tuple(other_dir);
+        self.flows.remove(id);
+        let Some(&port_mac) = self.macs.get(in_port) else {
+            return Verdict::Drop(DropReason::PolicyRevoked);
+        };
+        let src_mac = ethernet::Frame::new_unchecked(pkt.data()).src_addr();
+        let unicast = src_mac.is_unicast() && !meta.src().is_multicast();
+        if meta.proto != ip_proto::TCP {
+            if !unicast {
+                return Verdict::Drop(DropReason::PolicyRevoked);
+            }
+            ctx.counters.drop(DropReason::PolicyRevoked);
+            ctx.counters.event(Event::FlowRevoked);
+            return admin_prohibited(pkt, meta, src_mac.0, port_mac, in_port);
+        }
+        if meta.flags & TcpFlags::RST != 0 || !unicast {
+            return Verdict::Drop(DropReason::PolicyRevoked);
+        }
+        let spliced = sp.phase & 0x0f == Splice::SPLICED || sp.phase == Splice::REPLAYING;
+        let seq = match dir {
+            Dir::Reply if spliced => meta.seq().wrapping_add(sp.value),
+            _ => meta.seq(),
+        };
+        let onward = Seg {
+            src: other.destination(),
+            dst: other.source(),
+            seq,
+            ack: 0,
+            flags: crate::wire::tcp::flags::RST,
+            window: 0,
+            options: &[],
+            payload: &[],
+        };
+        if let Some(mut rst) = ctx.io.as_deref().and_then(|io| io.alloc()) {
+            // Written as if it had arrived on `in_port` (to its MAC), then routed like
+            // any packet of the flow.
+            let mut m = Meta::EMPTY;
+            if write_seg(&mut rst, port_mac, src_mac.0, &onward)
+                && parse(rst.data(), mac_word(&port_mac), &mut m) == Found::Transport
+            {
+                match self.fwd.forward_parsed(in_port, &mut rst, &m, ctx) {
+                    Verdict::Tx(port) => {
+                        match ctx.io.as_deref_mut().map(|io| io.send(port as usize, rst)) {
+                            Some(Ok(())) => {}
+                            _ => ctx.counters.drop(DropReason::TxFull),
+                        }
+                    }
+                    Verdict::Drop(r) => ctx.counters.drop(r),
+                    Verdict::Redirect(_) | Verdict::Kept => {}
+                }
+            }
+        }
+        ctx.counters.drop(DropReason::PolicyRevoked);
+        ctx.counters.event(Event::FlowRevoked);
+        tcp_reset(pkt, meta, src_mac.0, port_mac, in_port)
     }
 
     /// Answers a connection that fell in a reject slot: TCP RST, or ICMP port

@@ -21,9 +21,15 @@ impl TcpFlags {
         self.0 & f != 0
     }
 
-    /// A connection-opening SYN (SYN without ACK).
+    /// A connection-opening SYN (SYN without ACK, RST or FIN).
     pub fn is_syn_only(self) -> bool {
-        self.has(Self::SYN) && !self.has(Self::ACK) && !self.has(Self::RST)
+        self.has(Self::SYN) && !self.has(Self::ACK) && !self.has(Self::RST) && !self.has(Self::FIN)
+    }
+
+    /// SYN together with FIN or RST: no connection opens so (Linux conntrack calls it
+    /// invalid); scanners and evasion do.
+    pub fn is_bad_syn(self) -> bool {
+        self.has(Self::SYN) && (self.has(Self::FIN) || self.has(Self::RST))
     }
 }
 

@@ -16,6 +16,18 @@ pub struct PortConf {
     pub addrs: Vec<IfAddr>,
 }
 
+/// Where an address claimed in ARP/NDP lives, seen from the port the claim came in on
+/// ([`ForwarderConfig::link_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Link {
+    /// In a connected network of the receiving port: the claim may be learned.
+    On,
+    /// sluice's own, or only in other ports' networks: the claim is refused.
+    Elsewhere,
+    /// In no port's network: ignored.
+    Nowhere,
+}
+
 /// The forwarder's configuration: ports (in worker port order) and the FIB.
 #[derive(Debug, Clone)]
 pub struct ForwarderConfig {
@@ -124,6 +136,25 @@ impl ForwarderConfig {
                 .ports
                 .get(port)
                 .is_some_and(|p| p.addrs.iter().any(|a| a.addr == ip))
+    }
+
+    /// Which ports may teach sluice where `ip` is: [`Link::On`] if a connected network of
+    /// `port` holds it, [`Link::Elsewhere`] if it is one of sluice's own addresses or
+    /// only another port's networks hold it (a claim to refuse), [`Link::Nowhere`] if no
+    /// port's network holds it (never a next hop: nothing to learn, nothing to refuse).
+    /// Not the hot path: ARP and NDP only.
+    pub(super) fn link_of(&self, port: usize, ip: IpAddr) -> Link {
+        if self.is_ours(ip) {
+            return Link::Elsewhere;
+        }
+        let holds = |p: &PortConf| p.addrs.iter().any(|a| a.holds(ip));
+        if self.ports.get(port).is_some_and(holds) {
+            Link::On
+        } else if self.ports.iter().any(holds) {
+            Link::Elsewhere
+        } else {
+            Link::Nowhere
+        }
     }
 
     /// sluice's first address of `ip`'s family on `port` (the source address NAT uses

@@ -16,6 +16,17 @@ pub struct IfAddr {
     pub prefix_len: u8,
 }
 
+impl IfAddr {
+    /// Whether `ip` lies in this address's connected network (same family, same prefix).
+    pub fn holds(&self, ip: IpAddr) -> bool {
+        let ((a, v4), (b, w4)) = (bits(self.addr), bits(ip));
+        v4 == w4 && {
+            let m = mask(self.prefix_len, v4);
+            a & m == b & m
+        }
+    }
+}
+
 /// A static route: `to` (network/len) via a next hop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Route {

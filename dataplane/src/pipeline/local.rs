@@ -1,11 +1,12 @@
 //! What sluice answers itself, in the received buffer: ARP requests and IPv6 neighbour
 //! solicitations for its addresses (learning neighbours from ARP and NDP into the shared
-//! [`NeighbourCache`]), ICMP and ICMPv6 echo requests, and the ICMP errors the forwarder
+//! [`NeighbourCache`], only on the port whose networks hold them, never sluice's own,
+//! spoofed claims refused and counted as `arp_spoofed`), ICMP and ICMPv6 echo requests, and the ICMP errors the forwarder
 //! sends (time exceeded, unreachable next hop). No allocation, no copy beyond the quoted
 //! header of an ICMP error; nothing here panics on any input.
 
-use super::config::ForwarderConfig;
-use super::neigh::NeighbourCache;
+use super::config::{ForwarderConfig, Link};
+use super::neigh::{Claim, NeighbourCache};
 use super::reply::{ICMPV6_QUOTE_MAX, REPLY_TTL};
 use super::stage::{Ctx, Verdict};
 use crate::port::Pkt;
@@ -35,8 +36,23 @@ pub(super) struct Responder<'a> {
 }
 
 impl Responder<'_> {
+    /// A packet that came in on `in_port` claims that `ip` is at `mac` (`answer`: it
+    /// answers a request): learned, ignored (an address in no port's network), or
+    /// refused (`false`: sluice's own address, one that lives behind another port, or
+    /// a change the cache refuses; see [`neigh`](super::neigh)).
+    fn claim(&self, in_port: usize, ip: IpAddr, mac: MacAddr, answer: bool, now: u64) -> bool {
+        match self.conf.link_of(in_port, ip) {
+            Link::On => self.neigh.claim(ip, mac, now, answer) == Claim::Learned,
+            Link::Nowhere => true,
+            Link::Elsewhere => false,
+        }
+    }
+
     /// Answers an ARP request for one of the port's addresses, and learns the sender's
-    /// MAC from any ARP packet addressed to one of them.
+    /// MAC from any ARP packet addressed to one of them and from gratuitous ARP (sender
+    /// and target the same), as far as [`Responder::claim`] allows. A refused claim is
+    /// counted as `arp_spoofed`: the packet is dropped under it, or, a request for one of
+    /// sluice's addresses, still answered (to the MAC that asked) and counted besides.
     pub(super) fn arp(&self, in_port: usize, pkt: &mut Pkt, ctx: &mut Ctx<'_>) -> Verdict {
         let repr =
             match arp::Packet::new_checked(&pkt.data()[ETH..]).and_then(|p| arp::Repr::parse(&p)) {
@@ -51,12 +67,22 @@ impl Responder<'_> {
             && !sender.is_broadcast()
             && !sender.is_multicast()
             && repr.source_hardware_addr.is_unicast();
-        if target_ours && sender_ok {
-            self.neigh
-                .learn(IpAddr::V4(sender), repr.source_hardware_addr, ctx.now_ms);
-        }
+        let gratuitous = sender == repr.target_protocol_addr;
+        let answer = repr.operation == arp::Operation::Reply;
+        let refused = (target_ours || gratuitous)
+            && sender_ok
+            && !self.claim(
+                in_port,
+                IpAddr::V4(sender),
+                repr.source_hardware_addr,
+                answer,
+                ctx.now_ms,
+            );
         match repr.operation {
             arp::Operation::Request if target_ours => {
+                if refused {
+                    ctx.counters.drop(DropReason::ArpSpoofed);
+                }
                 let mac = self.conf.ports[in_port].mac;
                 let reply = arp::Repr {
                     operation: arp::Operation::Reply,
@@ -75,6 +101,7 @@ impl Responder<'_> {
                 reply.emit(&mut arp::Packet::new_unchecked(&mut d[ETH..]));
                 Verdict::tx(in_port)
             }
+            _ if refused => Verdict::Drop(DropReason::ArpSpoofed),
             arp::Operation::Reply if target_ours => Verdict::Drop(DropReason::ArpReplyConsumed),
             _ => Verdict::Drop(DropReason::ArpNotForUs),
         }
@@ -272,8 +299,11 @@ impl Responder<'_> {
                 }
                 let dad = src.is_unspecified();
                 if let (false, Some(mac)) = (dad, source_ll) {
-                    if mac.is_unicast() {
-                        self.neigh.learn(IpAddr::V6(src), mac, ctx.now_ms);
+                    if mac.is_unicast()
+                        && !self.claim(in_port, IpAddr::V6(src), mac, false, ctx.now_ms)
+                    {
+                        // Answered all the same (to the asker), counted.
+                        ctx.counters.drop(DropReason::ArpSpoofed);
                     }
                 }
                 let (reply_dst, reply_mac, flags) = if dad {
@@ -323,14 +353,20 @@ impl Responder<'_> {
                 Verdict::tx(in_port)
             }
             icmpv6::Repr::NeighborAdvert {
-                target, target_ll, ..
+                flags,
+                target,
+                target_ll,
             } => {
                 if hop != 255 {
                     return Verdict::Drop(DropReason::NdNotForUs);
                 }
+                let answer = flags & icmpv6::na_flags::SOLICITED != 0;
                 if let Some(mac) = target_ll.filter(|m| m.is_unicast()) {
-                    if !target.is_multicast() && !target.is_unspecified() {
-                        self.neigh.learn(IpAddr::V6(target), mac, ctx.now_ms);
+                    if !target.is_multicast()
+                        && !target.is_unspecified()
+                        && !self.claim(in_port, IpAddr::V6(target), mac, answer, ctx.now_ms)
+                    {
+                        return Verdict::Drop(DropReason::ArpSpoofed);
                     }
                 }
                 Verdict::Drop(DropReason::NdAdvertConsumed)

@@ -34,6 +34,27 @@
 //!   resolution starts over from Incomplete. An entry nobody uses is never probed; it
 //!   stays Stale until it is used or its slot is reused.
 //!
+//! # Who may change an entry (hostile input)
+//!
+//! Learning from ARP/NDP goes through [`NeighbourCache::claim`]; the forwarder first
+//! refuses claims for sluice's own addresses and claims arriving on a port whose
+//! connected networks do not hold the address (`local`). The cache then refuses:
+//!
+//! - any change of a **static** entry ([`NeighbourCache::set_static`]: configured, never
+//!   overwritten, never stale, never probed, never evicted);
+//! - a change of the MAC that sluice did not ask for, of an entry that sluice resolved
+//!   itself (an answer to its own request or probe) or that is still Reachable: only an
+//!   answer (ARP reply, solicited advertisement) while sluice's request or probe for the
+//!   address is out may change those. An unsolicited claim may change only a Stale entry
+//!   that was itself learned unsolicited (from a neighbour's own request, say). A
+//!   resolved entry whose owner moved is re-probed when stale, deleted when the probes
+//!   go unanswered and resolved afresh;
+//! - any change of the MAC sooner than [`NeighConfig::locktime_ms`] after the last one
+//!   (Linux's `locktime`): a flood of alternating claims moves an entry at most once per
+//!   lock time.
+//!
+//! The caller counts what is refused (`arp_spoofed`).
+//!
 //! Times are the workers' milliseconds; every comparison saturates, so a worker whose
 //! clock runs a little behind another's sees at worst a slightly late transition.
 
@@ -61,6 +82,9 @@ pub struct NeighConfig {
     pub reachable_ms: u64,
     /// Milliseconds a failed address is not asked for again.
     pub failed_ms: u64,
+    /// Milliseconds after a change of an entry's MAC during which it may not change
+    /// again (Linux's `locktime`).
+    pub locktime_ms: u64,
     /// Packets parked per unresolved next hop, per worker (`unres_qlen`).
     pub queue_len: usize,
     /// Unresolved next hops with parked packets, per worker.
@@ -78,6 +102,7 @@ impl Default for NeighConfig {
             ucast_probes: 3,
             reachable_ms: 30_000,
             failed_ms: 1000,
+            locktime_ms: 1000,
             queue_len: 8,
             queue_hops: 64,
             icmp_unreachable: true,
@@ -128,6 +153,16 @@ pub enum Probe {
     Deleted,
 }
 
+/// What [`NeighbourCache::claim`] did with a claim that an address is at a MAC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Recorded (a new entry, a confirmation, or an allowed change of the MAC).
+    Learned,
+    /// Refused: a static entry, a change of a fresh entry sluice did not ask for, or a
+    /// change within the lock time. The caller counts it (`arp_spoofed`).
+    Refused,
+}
+
 /// Where a resolved entry sits: a worker memoises it and checks it with one load
 /// ([`NeighbourCache::unchanged`]) and one compare against `fresh_until`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +179,8 @@ const FLAG_VALID: u64 = 1 << 62;
 const FLAG_COMPLETE: u64 = 1 << 63;
 const FLAG_FAILED: u64 = 1 << 61;
 const FLAG_DELETED: u64 = 1 << 60;
+const FLAG_STATIC: u64 = 1 << 59;
+const FLAG_RESOLVED: u64 = 1 << 58;
 const COUNT_SHIFT: u32 = 48;
 const COUNT_MASK: u64 = 0xff << COUNT_SHIFT;
 const MAC_MASK: u64 = (1 << 48) - 1;
@@ -154,12 +191,15 @@ struct Slot {
     seq: AtomicU32,
     key_hi: AtomicU64,
     key_lo: AtomicU64,
-    /// bit 63: complete, bit 62: valid, bit 61: failed, bit 60: deleted, bits 48..56:
+    /// bit 63: complete, bit 62: valid, bit 61: failed, bit 60: deleted, bit 59: static,
+    /// bit 58: resolved by sluice's own request (both with complete), bits 48..56:
     /// requests sent (incomplete) or probes sent (complete, stale), low 48 bits: MAC.
     mac: AtomicU64,
     /// Complete without probes: confirmation time. Complete with probes, incomplete:
     /// time of the last request. Failed, deleted: when it happened.
     updated_ms: AtomicU64,
+    /// When the MAC was last set to a different value (or first set).
+    changed_ms: AtomicU64,
 }
 
 /// Counts completed writes to any slot, on a cache line of its own.
@@ -225,6 +265,7 @@ struct Read {
     key: (u64, u64),
     mac: u64,
     updated: u64,
+    changed: u64,
 }
 
 impl Slot {
@@ -243,6 +284,7 @@ impl Slot {
                 ),
                 mac: self.mac.load(Ordering::Relaxed),
                 updated: self.updated_ms.load(Ordering::Relaxed),
+                changed: self.changed_ms.load(Ordering::Relaxed),
             };
             fence(Ordering::Acquire);
             if self.seq.load(Ordering::Relaxed) == s1 {
@@ -257,7 +299,7 @@ impl Slot {
     }
 
     /// Writes if the slot is still at (even) sequence `s`.
-    fn write_at(&self, s: u32, k: (u64, u64), mac: u64, now: u64) -> bool {
+    fn write_at(&self, s: u32, k: (u64, u64), mac: u64, now: u64, changed: u64) -> bool {
         if s & 1 == 1
             || self
                 .seq
@@ -271,6 +313,7 @@ impl Slot {
         self.key_lo.store(k.1, Ordering::Relaxed);
         self.mac.store(mac, Ordering::Relaxed);
         self.updated_ms.store(now, Ordering::Relaxed);
+        self.changed_ms.store(changed, Ordering::Relaxed);
         self.seq.store(s.wrapping_add(2), Ordering::Release);
         true
     }
@@ -281,6 +324,7 @@ fn state(cfg: &NeighConfig, r: &Read, now: Option<u64>) -> Neighbour {
     if r.mac & FLAG_COMPLETE != 0 {
         let mac = bits_mac(r.mac);
         let stale = match now {
+            _ if r.mac & FLAG_STATIC != 0 => false,
             Some(now) => count(r.mac) > 0 || now.saturating_sub(r.updated) >= cfg.reachable_ms,
             None => false,
         };
@@ -377,10 +421,15 @@ impl NeighbourCache {
         match self.find(key(ip)) {
             Some((slot, r, seq)) => {
                 let n = state(&self.cfg, &r, Some(now_ms));
+                let fresh_until = if r.mac & FLAG_STATIC != 0 {
+                    u64::MAX
+                } else {
+                    r.updated.saturating_add(self.cfg.reachable_ms)
+                };
                 let pin = matches!(n, Neighbour::Reachable(_)).then_some(Pin {
                     slot,
                     seq,
-                    fresh_until: r.updated.saturating_add(self.cfg.reachable_ms),
+                    fresh_until,
                 });
                 (n, pin)
             }
@@ -389,8 +438,9 @@ impl NeighbourCache {
     }
 
     /// Writes slot `idx` if it is still at sequence `s`, and then moves the epoch on.
-    fn write(&self, idx: usize, s: u32, k: (u64, u64), mac: u64, now: u64) -> bool {
-        let done = self.slots[idx].write_at(s, k, mac, now);
+    /// `changed`: when the MAC last changed (kept from the read unless it changes now).
+    fn write(&self, idx: usize, s: u32, k: (u64, u64), mac: u64, now: u64, changed: u64) -> bool {
+        let done = self.slots[idx].write_at(s, k, mac, now, changed);
         if done {
             self.epoch.0.fetch_add(1, Ordering::Release);
         }
@@ -416,17 +466,91 @@ impl NeighbourCache {
             .is_some_and(|s| s.seq.load(Ordering::Acquire) == seq)
     }
 
-    /// Records that `ip` is at `mac` (learning from ARP/ND): Reachable from `now_ms`.
+    /// Records that `ip` is at `mac`: Reachable from `now_ms`, whatever it was before
+    /// unless static (seeding and tests; packets go through [`NeighbourCache::claim`]).
     pub fn learn(&self, ip: IpAddr, mac: MacAddr, now_ms: u64) {
         let k = key(ip);
         let Some(p) = self.place(k) else { return };
-        let new = mac_bits(mac) | FLAG_VALID | FLAG_COMPLETE;
-        // An unchanged, recently confirmed entry: avoid dirtying the cache line.
-        let quiet = self.cfg.retrans_ms.min(self.cfg.reachable_ms / 2);
-        if p.found && p.read.mac == new && now_ms.saturating_sub(p.read.updated) < quiet {
+        if p.found && p.read.mac & FLAG_STATIC != 0 {
             return;
         }
-        self.write(p.idx, p.seq, k, new, now_ms);
+        self.confirm(k, &p, mac, now_ms, true);
+    }
+
+    /// Writes `mac` as `k`'s confirmed MAC at `now` into place `p`, `resolved` if sluice
+    /// asked for it (or, the MAC unchanged, if it was so already). Nothing is written
+    /// when it only confirms an entry within its quiet period: that avoids dirtying the
+    /// cache line.
+    fn confirm(&self, k: (u64, u64), p: &Place, mac: MacAddr, now: u64, resolved: bool) {
+        let old = p.read.mac;
+        let same = p.found && old & FLAG_COMPLETE != 0 && old & MAC_MASK == mac_bits(mac);
+        let resolved = resolved || (same && old & FLAG_RESOLVED != 0);
+        let new =
+            mac_bits(mac) | FLAG_VALID | FLAG_COMPLETE | if resolved { FLAG_RESOLVED } else { 0 };
+        let quiet = self.cfg.retrans_ms.min(self.cfg.reachable_ms / 2);
+        if same && old == new && now.saturating_sub(p.read.updated) < quiet {
+            return;
+        }
+        let changed = if same { p.read.changed } else { now };
+        self.write(p.idx, p.seq, k, new, now, changed);
+    }
+
+    /// A packet received at `now_ms` claims that `ip` is at `mac`; `answer`: the packet
+    /// answers a request (an ARP reply, a solicited neighbour advertisement). Learned or
+    /// refused by the rules in the module docs.
+    pub fn claim(&self, ip: IpAddr, mac: MacAddr, now_ms: u64, answer: bool) -> Claim {
+        let k = key(ip);
+        let Some(p) = self.place(k) else {
+            // Every probed slot is mid-write: nothing is changed, nothing refused.
+            return Claim::Learned;
+        };
+        let old = p.read.mac;
+        let complete = p.found && old & FLAG_COMPLETE != 0;
+        // Sluice's own request or probe for the address is out.
+        let asked = p.found
+            && if complete {
+                count(old) > 0
+            } else {
+                old & (FLAG_FAILED | FLAG_DELETED) == 0
+            };
+        let solicited = answer && asked;
+        if complete && old & FLAG_STATIC != 0 {
+            return if old & MAC_MASK == mac_bits(mac) {
+                Claim::Learned
+            } else {
+                Claim::Refused
+            };
+        }
+        if complete && old & MAC_MASK != mac_bits(mac) {
+            let locked = now_ms.saturating_sub(p.read.changed) < self.cfg.locktime_ms;
+            let fresh =
+                count(old) == 0 && now_ms.saturating_sub(p.read.updated) < self.cfg.reachable_ms;
+            let kept = old & FLAG_RESOLVED != 0 || fresh;
+            if locked || (!solicited && kept) {
+                return Claim::Refused;
+            }
+        }
+        self.confirm(k, &p, mac, now_ms, solicited);
+        Claim::Learned
+    }
+
+    /// Makes `ip` a static neighbour at `mac`: Reachable for ever, never overwritten by
+    /// what packets claim, never probed, never evicted. `false` if every slot it could
+    /// take holds another static entry.
+    pub fn set_static(&self, ip: IpAddr, mac: MacAddr) -> bool {
+        let k = key(ip);
+        let new = mac_bits(mac) | FLAG_VALID | FLAG_COMPLETE | FLAG_STATIC;
+        // Control thread only, at start: retry a slot a worker is writing.
+        for _ in 0..1000 {
+            let Some(p) = self.place(k) else { continue };
+            if !p.found && p.read.mac & FLAG_STATIC != 0 {
+                return false;
+            }
+            if self.write(p.idx, p.seq, k, new, 0, 0) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Decides whether a resolution request for `ip` goes out now (see the module docs).
@@ -453,7 +577,7 @@ impl NeighbourCache {
                     let sent = count(p.read.mac);
                     if sent >= self.cfg.mcast_probes {
                         let failed = FLAG_VALID | FLAG_FAILED;
-                        return if self.write(p.idx, p.seq, k, failed, now_ms) {
+                        return if self.write(p.idx, p.seq, k, failed, now_ms, p.read.changed) {
                             Solicit::Failed
                         } else {
                             Solicit::Wait(now_ms.saturating_add(1))
@@ -468,7 +592,7 @@ impl NeighbourCache {
             return Solicit::Failed;
         }
         let incomplete = with_count(FLAG_VALID, n);
-        if self.write(p.idx, p.seq, k, incomplete, now_ms) {
+        if self.write(p.idx, p.seq, k, incomplete, now_ms, p.read.changed) {
             Solicit::Send(n)
         } else {
             // Another worker changed the entry in between: it sends, or will tell us.
@@ -484,7 +608,7 @@ impl NeighbourCache {
         let Some((idx, r, seq)) = self.find(k) else {
             return Probe::NotDue;
         };
-        if r.mac & FLAG_COMPLETE == 0 {
+        if r.mac & FLAG_COMPLETE == 0 || r.mac & FLAG_STATIC != 0 {
             return Probe::NotDue;
         }
         let sent = count(r.mac);
@@ -495,13 +619,13 @@ impl NeighbourCache {
         }
         if sent >= self.cfg.ucast_probes {
             let deleted = FLAG_VALID | FLAG_DELETED;
-            return if self.write(idx, seq, k, deleted, now_ms) {
+            return if self.write(idx, seq, k, deleted, now_ms, r.changed) {
                 Probe::Deleted
             } else {
                 Probe::NotDue
             };
         }
-        if self.write(idx, seq, k, with_count(r.mac, sent + 1), now_ms) {
+        if self.write(idx, seq, k, with_count(r.mac, sent + 1), now_ms, r.changed) {
             Probe::Send(bits_mac(r.mac))
         } else {
             Probe::NotDue
@@ -517,7 +641,8 @@ impl NeighbourCache {
     }
 
     /// The slot for `k`: the one holding it, else the first empty one, else the one
-    /// written longest ago. `None` only if every probed slot was mid-write.
+    /// written longest ago that is not static. `None` only if every probed slot was
+    /// mid-write (or, with every other one static, none is left).
     fn place(&self, k: (u64, u64)) -> Option<Place> {
         let start = hash(k);
         let mut victim: Option<Place> = None;
@@ -535,9 +660,10 @@ impl NeighbourCache {
                     found,
                 });
             }
-            if victim
-                .as_ref()
-                .is_none_or(|v| read.updated < v.read.updated)
+            if read.mac & FLAG_STATIC == 0
+                && victim
+                    .as_ref()
+                    .is_none_or(|v| read.updated < v.read.updated)
             {
                 victim = Some(Place {
                     idx,

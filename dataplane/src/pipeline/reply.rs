@@ -108,6 +108,31 @@ pub fn port_unreachable(
     from_mac: [u8; 6],
     out: usize,
 ) -> Verdict {
+    unreachable(pkt, meta, to_mac, from_mac, out, (3, 4))
+}
+
+/// Turns a packet into the ICMP / ICMPv6 "communication administratively prohibited"
+/// (RFC 1812 §5.2.7.1 code 13; RFC 4443 §3.1 code 1) that tells its sender policy
+/// closed its flow.
+pub fn admin_prohibited(
+    pkt: &mut Pkt,
+    meta: &Meta,
+    to_mac: [u8; 6],
+    from_mac: [u8; 6],
+    out: usize,
+) -> Verdict {
+    unreachable(pkt, meta, to_mac, from_mac, out, (13, 1))
+}
+
+/// A destination unreachable of `codes` (ICMP, ICMPv6) quoting `pkt`.
+fn unreachable(
+    pkt: &mut Pkt,
+    meta: &Meta,
+    to_mac: [u8; 6],
+    from_mac: [u8; 6],
+    out: usize,
+    codes: (u8, u8),
+) -> Verdict {
     let total = pkt.data().len().saturating_sub(ETH);
     let (ip_len, icmp_len, quote) = if meta.v6 {
         (
@@ -142,12 +167,12 @@ pub fn port_unreachable(
     let icmp = &mut d[ETH + ip_len..];
     match (meta.dst(), meta.src()) {
         (IpAddr::V4(_), IpAddr::V4(_)) => icmpv4::Repr::DstUnreachable {
-            code: 3,
+            code: codes.0,
             data_len: quote,
         }
         .emit(&mut icmpv4::Packet::new_unchecked(icmp)),
         (IpAddr::V6(from), IpAddr::V6(to)) => icmpv6::Repr::DstUnreachable {
-            code: 4,
+            code: codes.1,
             data_len: quote,
         }
         .emit(&mut icmpv6::Packet::new_unchecked(icmp), from, to),

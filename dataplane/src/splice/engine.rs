@@ -143,6 +143,14 @@ impl Engine<'_> {
         if src_mac[0] & 1 != 0 || meta.src().is_multicast() || meta.src().is_unspecified() {
             return Verdict::Drop(DropReason::NoFlow);
         }
+        // Answered by sluice itself, so checked first (the NAT path leaves checksums to
+        // the peers): a corrupt or forged SYN gets no cookie.
+        let seg = &pkt.data()[meta.l4..];
+        let hl = seg.get(12).map_or(0, |b| usize::from(b >> 4) * 4);
+        let end = (hl + meta.payload as usize).min(seg.len());
+        if !tcp::Packet::new_unchecked(&seg[..end]).verify_checksum(meta.src(), meta.dst()) {
+            return Verdict::Drop(DropReason::TcpChecksum);
+        }
         let (opts, _, _) = tcp_parts(pkt, meta);
         let o = options::parse_syn(opts);
         let syn = SynOptions {
@@ -492,7 +500,7 @@ impl Engine<'_> {
         let e = {
             let m = self.splice.embryos.get_mut(idx);
             m.syns = m.syns.saturating_add(1);
-            m.deadline_ms = ctx.now_ms + rto;
+            m.deadline_ms = ctx.now_ms + super::syn_timeout_ms(rto, m.syns);
             *m
         };
         let (src, dst) = self.flows.get(id).rewrite(Dir::Orig);

@@ -92,9 +92,12 @@ pub struct SpliceConfig {
     pub max_pieces: usize,
     /// How long the first bytes may take, from the cookie's return.
     pub first_bytes_ms: u64,
-    /// Time between SYNs to a silent backend.
+    /// Time from the first SYN to a silent backend to the second; each later wait is
+    /// twice the one before ([`syn_timeout_ms`], Linux's exponential backoff).
     pub syn_rto_ms: u64,
-    /// SYNs sent to one backend before it counts as silent.
+    /// SYNs sent to one backend before it counts as silent (3, as Linux's first three
+    /// SYN transmissions: one lost SYN or SYN-ACK in twenty costs no connection, two
+    /// tries lost about 1 % of TLS connections at 5 % loss).
     pub syn_tries: u8,
     /// Backends tried for one connection.
     pub backend_tries: u8,
@@ -106,6 +109,13 @@ pub struct SpliceConfig {
     pub cookie_secret: [u8; 16],
 }
 
+/// How long to wait after the `n`-th SYN (1-based) to a backend before the next one
+/// (or, after the last, before failing over): `rto`, then twice as long each time (capped
+/// at 64 times).
+pub fn syn_timeout_ms(rto: u64, n: u8) -> u64 {
+    rto.saturating_mul(1 << n.saturating_sub(1).min(6))
+}
+
 impl Default for SpliceConfig {
     fn default() -> Self {
         SpliceConfig {
@@ -114,7 +124,7 @@ impl Default for SpliceConfig {
             max_pieces: first_bytes::MAX_PIECES,
             first_bytes_ms: 5_000,
             syn_rto_ms: 1_000,
-            syn_tries: 2,
+            syn_tries: 3,
             backend_tries: 3,
             wscale: 7,
             mss_v4: 1460,

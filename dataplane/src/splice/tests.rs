@@ -169,3 +169,16 @@ fn embryo_slots_open_close_and_run_out() {
     assert_eq!(active.len(), 3);
     assert_eq!(e.memory_bytes(), 3 * (std::mem::size_of::<Embryo>() + 64));
 }
+
+#[test]
+fn backend_syns_default_to_three_with_exponential_backoff() {
+    let c = super::SpliceConfig::default();
+    assert_eq!((c.syn_tries, c.syn_rto_ms), (3, 1000));
+    // SYNs at 0, 1 s and 3 s; the next backend at 7 s (Linux: 1, 2, 4 s).
+    let waits: Vec<u64> = (1..=c.syn_tries)
+        .map(|n| super::syn_timeout_ms(c.syn_rto_ms, n))
+        .collect();
+    assert_eq!(waits, vec![1000, 2000, 4000]);
+    assert_eq!(super::syn_timeout_ms(1000, 200), 64_000, "capped");
+    assert_eq!(super::syn_timeout_ms(u64::MAX, 3), u64::MAX, "saturates");
+}

@@ -2,7 +2,7 @@
 //! failure on the virtual clock, overflow, stale probes, and no leak whatever happens.
 
 use super::*;
-use crate::pipeline::neigh::NeighConfig;
+use crate::pipeline::neigh::{Claim, NeighConfig, Probe, Solicit};
 use crate::port::{mem, Burst};
 use crate::worker::{Idle, Worker, WorkerConfig};
 
@@ -617,4 +617,236 @@ proptest! {
         drop(h.io);
         prop_assert_eq!(pool.in_use(), 0);
     }
+}
+
+const EVIL: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0xee]);
+
+/// An ARP frame from [`EVIL`] into `port`: `op` claiming that `sender` is at [`EVIL`],
+/// to `target`.
+fn arp_claim(dst_mac: MacAddr, op: arp::Operation, sender: &str, target: &str) -> Vec<u8> {
+    let mut f = eth(dst_mac, EVIL, EtherType::Arp);
+    let mut a = [0u8; 28];
+    arp::Repr {
+        operation: op,
+        source_hardware_addr: EVIL,
+        source_protocol_addr: sender.parse().unwrap(),
+        target_hardware_addr: MacAddr::ZERO,
+        target_protocol_addr: target.parse().unwrap(),
+    }
+    .emit(&mut arp::Packet::new_unchecked(&mut a[..]));
+    f.extend_from_slice(&a);
+    f
+}
+
+/// A neighbour advertisement to `dst` (sent to `dst_mac`) claiming that `target` is at
+/// [`EVIL`], with `flags`.
+fn na_claim(dst_mac: MacAddr, src: &str, dst: &str, target: &str, flags: u8) -> Vec<u8> {
+    let na = icmpv6::Repr::NeighborAdvert {
+        flags,
+        target: target.parse().unwrap(),
+        target_ll: Some(EVIL),
+    };
+    ipv6_frame(
+        dst_mac,
+        src,
+        dst,
+        255,
+        |b, s, d| na.emit(&mut icmpv6::Packet::new_unchecked(b), s, d),
+        na.buffer_len(),
+    )
+}
+
+/// Port 0 is the client side, port 1 the backends' (10.78.0.0/24, fd78::/64). Claims
+/// for the backend side's addresses arriving on the client port, claims for sluice's
+/// own addresses, and unsolicited changes of a fresh entry's MAC are all refused and
+/// counted; traffic to the backend side keeps its real next hop throughout.
+#[test]
+fn spoofed_neighbour_claims_are_refused_and_counted() {
+    let mut h = H::new(NeighConfig::default());
+    let p = udp_v4("192.168.9.9", 1);
+    let p6 = echo6("2001:db8::1", 1);
+    // Resolved the proper way: sluice asks on port 1, the gateway answers there.
+    assert_eq!(h.rx(0, &p, 0).0, Verdict::Tx(1));
+    assert_eq!(
+        h.rx(1, &arp_reply_from_gw(), 10).0,
+        Verdict::Drop(DropReason::ArpReplyConsumed)
+    );
+    assert_eq!(h.rx(0, &p6, 10).0, Verdict::Tx(1));
+    assert_eq!(
+        h.rx(1, &na_from_gw6(), 20).0,
+        Verdict::Drop(DropReason::NdAdvertConsumed)
+    );
+    h.maintain(20);
+    assert_eq!(h.out().len(), 2, "both parked packets released");
+    let gw4 = ip("10.78.0.1");
+    let gw6 = ip("fd78::1");
+    let claims = [
+        // An ARP reply to us on the client port, claiming the gateway.
+        arp_claim(US0, arp::Operation::Reply, "10.78.0.1", "10.77.0.2"),
+        // An ARP request to us on the client port, claiming the gateway as its sender.
+        arp_claim(
+            MacAddr::BROADCAST,
+            arp::Operation::Request,
+            "10.78.0.1",
+            "10.77.0.2",
+        ),
+        // A gratuitous ARP on the client port.
+        arp_claim(
+            MacAddr::BROADCAST,
+            arp::Operation::Request,
+            "10.78.0.1",
+            "10.78.0.1",
+        ),
+        // A solicited-looking NA on the client port.
+        na_claim(US0, "fd77::1", "fd77::2", "fd78::1", 0x60),
+        // An unsolicited NA to all nodes on the client port.
+        na_claim(
+            MacAddr::ipv6_multicast("ff02::1".parse().unwrap()),
+            "fd77::1",
+            "ff02::1",
+            "fd78::1",
+            0x20,
+        ),
+        // On the gateway's own port, but unasked while the entry is fresh.
+        {
+            let mut f = arp_claim(US1, arp::Operation::Reply, "10.78.0.1", "10.78.0.2");
+            f[..6].copy_from_slice(&US1.0);
+            f
+        },
+        na_claim(US1, "fd78::1", "fd78::2", "fd78::1", 0x20),
+    ];
+    for (i, f) in claims.iter().enumerate() {
+        let port = if i >= 5 { 1 } else { 0 };
+        let before = h.c.drops_of(DropReason::ArpSpoofed);
+        let (v, _) = h.rx(port, f, 100 + i as u64);
+        // Dropped as spoofed, or (a request for our address) answered and counted.
+        let counted = h.c.drops_of(DropReason::ArpSpoofed) - before;
+        match v {
+            Verdict::Drop(r) => assert_eq!((r, counted), (DropReason::ArpSpoofed, 0), "claim {i}"),
+            v => assert_eq!((v, i, counted), (Verdict::Tx(0), 1, 1), "claim {i}"),
+        }
+        assert_eq!(
+            h.fw.neighbours().lookup(gw4),
+            Neighbour::Reachable(GW1),
+            "claim {i}"
+        );
+        assert_eq!(
+            h.fw.neighbours().lookup(gw6),
+            Neighbour::Reachable(GW1),
+            "claim {i}"
+        );
+    }
+    // Claims for sluice's own addresses are never learned.
+    let own = [
+        h.rx(
+            0,
+            &arp_claim(US0, arp::Operation::Reply, "10.77.0.2", "10.77.0.2"),
+            200,
+        ),
+        h.rx(
+            1,
+            &arp_claim(US1, arp::Operation::Reply, "10.77.0.2", "10.78.0.2"),
+            200,
+        ),
+        h.rx(
+            0,
+            &na_claim(US0, "fd77::1", "fd77::2", "fd77::2", 0x20),
+            200,
+        ),
+    ];
+    for (v, _) in own {
+        assert_eq!(v, Verdict::Drop(DropReason::ArpSpoofed));
+    }
+    assert_eq!(
+        h.fw.neighbours().lookup(ip("10.77.0.2")),
+        Neighbour::Unknown
+    );
+    assert_eq!(h.fw.neighbours().lookup(ip("fd77::2")), Neighbour::Unknown);
+    // Traffic to the backend side still reaches the real gateway.
+    assert_eq!(h.rx(0, &p, 300), (Verdict::Tx(1), forwarded_v4(&p)));
+    let (v, out) = h.rx(0, &p6, 300);
+    assert_eq!(v, Verdict::Tx(1));
+    assert_eq!(&out[..6], &GW1.0);
+    assert_eq!(h.pool.in_use(), 0);
+}
+
+/// An address the cache resolved itself moves only by an answer to sluice's own request
+/// or probe, and at most once per lock time; a static neighbour never moves.
+#[test]
+fn resolved_and_static_neighbours_keep_their_mac() {
+    let mut h = H::new(NeighConfig::default());
+    let n = h.fw.neighbours().clone();
+    let gw4 = ip("10.78.0.1");
+    // Learned unsolicited (the gateway's own request): refreshable, and once stale an
+    // unsolicited claim on the right port may move it.
+    let req = arp_claim(US1, arp::Operation::Request, "10.78.0.1", "10.78.0.2");
+    assert_eq!(h.rx(1, &req, 0).0, Verdict::Tx(1));
+    assert_eq!(n.lookup(gw4), Neighbour::Reachable(EVIL));
+    assert_eq!(n.claim(gw4, GW1, 1000, false), Claim::Refused, "fresh");
+    assert_eq!(n.claim(gw4, GW1, 40_000, false), Claim::Learned, "stale");
+    assert_eq!(n.lookup(gw4), Neighbour::Reachable(GW1));
+    assert_eq!(
+        n.claim(gw4, EVIL, 40_500, true),
+        Claim::Refused,
+        "not asked"
+    );
+    // Stale with a probe out: an answer moves it (and marks it resolved), but not within
+    // the lock time of the last change; an unsolicited claim never moves it once resolved.
+    assert_eq!(n.probe(gw4, 80_000), Probe::Send(GW1));
+    assert_eq!(n.claim(gw4, EVIL, 80_001, true), Claim::Learned);
+    assert_eq!(n.lookup(gw4), Neighbour::Reachable(EVIL));
+    assert_eq!(n.probe(gw4, 200_000), Probe::Send(EVIL));
+    assert_eq!(
+        n.claim(gw4, GW1, 200_000, true),
+        Claim::Learned,
+        "asked again"
+    );
+    assert_eq!(n.probe(gw4, 300_000), Probe::Send(GW1));
+    n.learn(gw4, GW1, 300_000);
+    assert_eq!(n.claim(gw4, EVIL, 300_100, false), Claim::Refused);
+    assert_eq!(
+        n.claim(gw4, EVIL, 400_000, false),
+        Claim::Refused,
+        "resolved"
+    );
+    // Lock time: even an answer to a probe does not move an entry within a second of its
+    // last change.
+    let quick = NeighbourCache::with_config(
+        64,
+        NeighConfig {
+            reachable_ms: 100,
+            ..NeighConfig::default()
+        },
+    );
+    let b = ip("10.78.0.7");
+    assert_eq!(quick.solicit(b, 0), Solicit::Send(1));
+    assert_eq!(quick.claim(b, GW1, 10, true), Claim::Learned);
+    assert_eq!(quick.probe(b, 110), Probe::Send(GW1));
+    assert_eq!(quick.claim(b, EVIL, 111, true), Claim::Refused, "locked");
+    assert_eq!(quick.probe(b, 1200), Probe::Send(GW1));
+    assert_eq!(quick.claim(b, EVIL, 1201, true), Claim::Learned);
+    assert_eq!(quick.lookup(b), Neighbour::Reachable(EVIL));
+
+    // Static: never overwritten, never stale, never probed, never evicted.
+    let s = ip("10.78.0.9");
+    assert!(n.set_static(s, GW1));
+    n.learn(s, EVIL, 5);
+    assert_eq!(n.claim(s, EVIL, 10, true), Claim::Refused);
+    assert_eq!(n.claim(s, GW1, 10, false), Claim::Learned);
+    let spoof = arp_claim(US1, arp::Operation::Reply, "10.78.0.9", "10.78.0.2");
+    assert_eq!(h.rx(1, &spoof, 20).0, Verdict::Drop(DropReason::ArpSpoofed));
+    assert_eq!(n.lookup_at(s, 10_000_000), Neighbour::Reachable(GW1));
+    assert_eq!(n.probe(s, 10_000_000), Probe::NotDue);
+    let p = udp_v4("10.78.0.9", 1);
+    let mut fwd = p.clone();
+    fwd[..6].copy_from_slice(&GW1.0);
+    fwd[6..12].copy_from_slice(&US1.0);
+    ipv4::Packet::new_unchecked(&mut fwd[14..]).decrement_ttl();
+    assert_eq!(h.rx(0, &p, 10_000_000), (Verdict::Tx(1), fwd));
+    let small = NeighbourCache::new(8);
+    assert!(small.set_static(s, GW1));
+    for i in 0..64u8 {
+        small.learn(IpAddr::from([10, 0, 0, i]), EVIL, u64::from(i));
+    }
+    assert_eq!(small.lookup(s), Neighbour::Reachable(GW1), "not evicted");
 }
