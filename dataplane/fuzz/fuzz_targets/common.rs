@@ -7,7 +7,16 @@ pub fn check_prefixes(input: &[u8], verdict: impl Fn(&[u8]) -> Result<String, us
     let full = verdict(input);
     let n = input.len();
     let first = input.first().copied().map_or(0, usize::from);
-    let mut ks = [0, 1, n / 2, n / 3, (2 * n) / 3, n.saturating_sub(1), first, first * 7];
+    let mut ks = [
+        0,
+        1,
+        n / 2,
+        n / 3,
+        (2 * n) / 3,
+        n.saturating_sub(1),
+        first,
+        first * 7,
+    ];
     for k in &mut ks {
         *k = (*k).min(n);
     }
