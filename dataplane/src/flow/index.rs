@@ -84,11 +84,9 @@ impl FlowTable {
     /// [`FlowTable::prefetch_flow`] into L1; again only a hint).
     ///
     /// The entry is prefetched into the core's L2 ([`crate::mem::prefetch_l2`],
-    /// `PREFETCHT1`), not its L1: an entry is written by the packet that reads it (state,
-    /// expiry), and entries fetched into L1 (`PREFETCHT0`) were still missing when the
-    /// lookup came to them. The index line of [`FlowTable::prefetch`] goes to L2 too; the
-    /// wide record, only ever read, to L1. Measured with `bench_balance` (figures in
-    /// `perf/NOTES.md`).
+    /// `PREFETCHT1`), not its L1, because the packet that reads it also writes it (state,
+    /// expiry); the index line of [`FlowTable::prefetch`] goes to L2 too, the wide record,
+    /// only ever read, to L1. Shown by `bench_balance --only-flows 100000`.
     #[inline]
     pub fn prefetch_entry(&self, hash: u64, wide: bool) -> Option<FlowId> {
         let tag = Self::tag(hash);
@@ -166,8 +164,8 @@ impl FlowTable {
         self.probe(h, |id, dir| self.get(FlowId(id)).matches(dir, t))
     }
 
-    /// Inlined into the burst's lookup pass (a call there cost its register saves on every
-    /// packet; measured with [`FlowTable::on_packet`]'s and the NAT rewrite's inlining).
+    /// Inlined into the burst's lookup pass: a call there costs its register saves on
+    /// every packet (`bench_balance_instructions established`).
     #[inline(always)]
     pub(super) fn find4(&self, k: &Tuple4, h: u64) -> Option<(FlowId, Dir)> {
         self.probe(h, |id, dir| self.key4_matches(id, dir, k))

@@ -96,8 +96,7 @@ pub struct SpliceConfig {
     /// twice the one before ([`syn_timeout_ms`], Linux's exponential backoff).
     pub syn_rto_ms: u64,
     /// SYNs sent to one backend before it counts as silent (3, as Linux's first three
-    /// SYN transmissions: one lost SYN or SYN-ACK in twenty costs no connection, two
-    /// tries lost about 1 % of TLS connections at 5 % loss).
+    /// SYN transmissions, so a lossy link does not fail connections; see `perf/NOTES.md`).
     pub syn_tries: u8,
     /// Backends tried for one connection.
     pub backend_tries: u8,
