@@ -2,7 +2,7 @@
 //! their hex dumps. Manifest documents come from [`sluice_testkit::manifests`], shared
 //! with the integration tests.
 
-use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, udp, EtherType, MacAddr};
+use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, tcp, udp, EtherType, MacAddr};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
@@ -60,6 +60,47 @@ pub fn unhex(text: &str) -> Vec<u8> {
         .map(|b| (b as char).to_digit(16).unwrap_or(0) as u8)
         .collect();
     digits.chunks_exact(2).map(|p| p[0] << 4 | p[1]).collect()
+}
+
+/// A 60-byte TCP segment with `flags` between the Ethernet addresses `(src, dst)`, from
+/// `src` to `dst`.
+pub fn tcp_frame(
+    (src_mac, dst_mac): (MacAddr, MacAddr),
+    (src, sport): (Ipv4Addr, u16),
+    (dst, dport): (Ipv4Addr, u16),
+    flags: u16,
+    out: &mut [u8],
+) {
+    ethernet::Repr {
+        dst_addr: dst_mac,
+        src_addr: src_mac,
+        ethertype: EtherType::Ipv4,
+    }
+    .emit(&mut ethernet::Frame::new_unchecked(&mut out[..]));
+    let mut ip = ipv4::Packet::new_unchecked(&mut out[14..14 + 40]);
+    ipv4::Repr {
+        src_addr: src,
+        dst_addr: dst,
+        protocol: ip_proto::TCP,
+        payload_len: 20,
+        ttl: 64,
+    }
+    .emit(&mut ip);
+    let syn = flags == tcp::flags::SYN;
+    tcp::Repr {
+        src_port: sport,
+        dst_port: dport,
+        seq_number: 1000 + u32::from(!syn),
+        ack_number: if syn { 0 } else { 5000 },
+        flags,
+        window_len: 1000,
+        payload_len: 0,
+    }
+    .emit(
+        &mut tcp::Packet::new_unchecked(ip.payload_mut()),
+        IpAddr::V4(src),
+        IpAddr::V4(dst),
+    );
 }
 
 #[cfg(test)]

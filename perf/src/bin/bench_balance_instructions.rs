@@ -27,6 +27,7 @@ use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::{Counters, DropReason};
 use sluice_dataplane::tables::snapshot::Snapshot;
 use sluice_dataplane::wire::{ethernet, icmpv4, ip_proto, ipv4, tcp, EtherType, MacAddr};
+use sluice_perf::fixtures::tcp_frame;
 use sluice_testkit::manifests as docs;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -64,6 +65,19 @@ fn client(i: usize) -> (Ipv4Addr, u16) {
     (Ipv4Addr::from(a), 10_000 + (i % 50_000) as u16)
 }
 
+/// A 60-byte TCP segment from client `i` to the VIP.
+fn segment(i: usize, flags: u16) -> Vec<u8> {
+    let mut out = vec![0u8; 60];
+    tcp_frame(
+        (CLIENT_MAC, SLUICE_MAC),
+        client(i),
+        (VIP, VIP_PORT),
+        flags,
+        &mut out,
+    );
+    out
+}
+
 fn eth(out: &mut [u8], src: MacAddr, dst: MacAddr) {
     ethernet::Repr {
         dst_addr: dst,
@@ -71,38 +85,6 @@ fn eth(out: &mut [u8], src: MacAddr, dst: MacAddr) {
         ethertype: EtherType::Ipv4,
     }
     .emit(&mut ethernet::Frame::new_unchecked(&mut out[..]));
-}
-
-/// A 60-byte TCP segment from client `i` to the VIP.
-fn segment(i: usize, flags: u16) -> Vec<u8> {
-    let mut out = vec![0u8; 60];
-    let (src, sport) = client(i);
-    eth(&mut out, CLIENT_MAC, SLUICE_MAC);
-    let mut ip = ipv4::Packet::new_unchecked(&mut out[14..14 + 40]);
-    ipv4::Repr {
-        src_addr: src,
-        dst_addr: VIP,
-        protocol: ip_proto::TCP,
-        payload_len: 20,
-        ttl: 64,
-    }
-    .emit(&mut ip);
-    let syn = flags == tcp::flags::SYN;
-    tcp::Repr {
-        src_port: sport,
-        dst_port: VIP_PORT,
-        seq_number: 1000 + u32::from(!syn),
-        ack_number: if syn { 0 } else { 5000 },
-        flags,
-        window_len: 1000,
-        payload_len: 0,
-    }
-    .emit(
-        &mut tcp::Packet::new_unchecked(ip.payload_mut()),
-        IpAddr::V4(src),
-        IpAddr::V4(VIP),
-    );
-    out
 }
 
 /// A 60-byte ICMP echo request from client `i` to a host on the inside network (not a

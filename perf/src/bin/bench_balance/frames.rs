@@ -1,8 +1,8 @@
 //! The clients and their 60-byte TCP segments, in memory like a capture.
 
 use crate::world::{CLIENT_MAC, FRAME, SLUICE_MAC, STRIDE, VIP, VIP_PORT};
-use sluice_dataplane::wire::{ethernet, ip_proto, ipv4, tcp, EtherType, MacAddr};
-use std::net::{IpAddr, Ipv4Addr};
+pub(crate) use sluice_perf::fixtures::tcp_frame;
+use std::net::Ipv4Addr;
 
 /// Frames of a fixed stride in one buffer (a capture in memory).
 pub(crate) struct Frames {
@@ -34,47 +34,6 @@ pub(crate) fn segment(i: usize, flags: u16, out: &mut [u8]) {
 pub(crate) fn segment_from(src: Ipv4Addr, sport: u16, flags: u16, out: &mut [u8]) {
     let eth = (CLIENT_MAC, SLUICE_MAC);
     tcp_frame(eth, (src, sport), (VIP, VIP_PORT), flags, out);
-}
-
-/// A 60-byte TCP segment with `flags` between the Ethernet addresses `(src, dst)`, from
-/// `src` to `dst`.
-pub(crate) fn tcp_frame(
-    (src_mac, dst_mac): (MacAddr, MacAddr),
-    (src, sport): (Ipv4Addr, u16),
-    (dst, dport): (Ipv4Addr, u16),
-    flags: u16,
-    out: &mut [u8],
-) {
-    ethernet::Repr {
-        dst_addr: dst_mac,
-        src_addr: src_mac,
-        ethertype: EtherType::Ipv4,
-    }
-    .emit(&mut ethernet::Frame::new_unchecked(&mut out[..]));
-    let mut ip = ipv4::Packet::new_unchecked(&mut out[14..14 + 40]);
-    ipv4::Repr {
-        src_addr: src,
-        dst_addr: dst,
-        protocol: ip_proto::TCP,
-        payload_len: 20,
-        ttl: 64,
-    }
-    .emit(&mut ip);
-    let syn = flags == tcp::flags::SYN;
-    tcp::Repr {
-        src_port: sport,
-        dst_port: dport,
-        seq_number: 1000 + u32::from(!syn),
-        ack_number: if syn { 0 } else { 5000 },
-        flags,
-        window_len: 1000,
-        payload_len: 0,
-    }
-    .emit(
-        &mut tcp::Packet::new_unchecked(ip.payload_mut()),
-        IpAddr::V4(src),
-        IpAddr::V4(dst),
-    );
 }
 
 /// Segments of the clients in `order`.
