@@ -174,10 +174,27 @@ impl Origin {
 /// How bad a diagnostic is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Severity {
-    /// The configuration is rejected.
+    /// The configuration is rejected (malformed: syntax, types, misspelt fields, broken
+    /// references); the running tables keep serving.
     Error,
+    /// One object (or one listener of a gateway) is left out of the tables: it uses a
+    /// field or value sluice does not implement and whose absence would widen or
+    /// redirect traffic, or it does not attach. Its traffic gets no route; everything
+    /// else is served. `sluice check` exits 1.
+    NotServed,
     /// The configuration loads; something was ignored or normalised.
     Warning,
+}
+
+impl Severity {
+    /// The lower-case name used in JSON output (`error`, `not-served`, `warning`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::NotServed => "not-served",
+            Severity::Warning => "warning",
+        }
+    }
 }
 
 /// One message about the configuration.
@@ -195,12 +212,35 @@ pub struct Diagnostic {
     pub path: Option<String>,
     /// What is wrong, and where useful how to fix it.
     pub message: String,
+    /// The Gateway API condition reason a not-served diagnostic stands for
+    /// (`NoMatchingParent`, `UnsupportedValue`, ...), when there is one.
+    pub reason: Option<&'static str>,
 }
 
 impl Diagnostic {
-    /// Whether this is an error.
+    /// Whether this is an error (the configuration is rejected).
     pub fn is_error(&self) -> bool {
         self.severity == Severity::Error
+    }
+
+    /// Whether this leaves an object or listener out of the tables.
+    pub fn is_not_served(&self) -> bool {
+        self.severity == Severity::NotServed
+    }
+
+    /// The diagnostic as JSON, for `sluice check --output json`: `severity`, `file`,
+    /// `line`, `column`, `object`, `field`, `message`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "severity": self.severity.as_str(),
+            "file": &*self.file,
+            "line": self.pos.line,
+            "column": self.pos.col,
+            "object": self.object,
+            "field": self.path.as_deref().filter(|p| !p.is_empty()),
+            "message": self.message,
+            "reason": self.reason,
+        })
     }
 }
 
@@ -233,8 +273,13 @@ impl fmt::Display for Escaped<'_> {
 
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.severity == Severity::Warning {
-            f.write_str("warning: ")?;
+        match self.severity {
+            Severity::Warning => f.write_str("warning: ")?,
+            Severity::NotServed => match self.reason {
+                Some(r) => write!(f, "not served ({r}): ")?,
+                None => f.write_str("not served: ")?,
+            },
+            Severity::Error => {}
         }
         write!(
             f,
@@ -276,6 +321,7 @@ impl Reporter<'_> {
             object: self.object.clone(),
             path: Some(path.to_string()),
             message: message.into(),
+            reason: None,
         });
     }
 
@@ -287,6 +333,25 @@ impl Reporter<'_> {
     /// Adds a warning about a field.
     pub fn warn(&mut self, path: &FieldPath, message: impl Into<String>) {
         self.push(Severity::Warning, path, message);
+    }
+
+    /// Reports that the object (or, for a field under a gateway's listener or server,
+    /// that listener) is not served because of a field.
+    pub fn not_served(&mut self, path: &FieldPath, message: impl Into<String>) {
+        self.push(Severity::NotServed, path, message);
+    }
+
+    /// [`Reporter::not_served`] with the Gateway API condition reason it stands for.
+    pub fn not_served_because(
+        &mut self,
+        path: &FieldPath,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) {
+        self.push(Severity::NotServed, path, message);
+        if let Some(d) = self.out.last_mut() {
+            d.reason = Some(reason);
+        }
     }
 }
 
@@ -313,6 +378,7 @@ mod tests {
             object: Some("Gateway ns/\u{1b}]0;pwned\u{7}".into()),
             path: Some("spec.listeners[0].hostname".into()),
             message: "bad name \"\u{1b}[2J\r\n\u{9b}31m\t\\x\" (héllo)".into(),
+            reason: None,
         };
         assert_eq!(
             d.to_string(),
@@ -353,6 +419,11 @@ impl Diagnostics {
         self.list.iter().filter(|d| d.severity == Severity::Warning)
     }
 
+    /// What is left out of the tables.
+    pub fn not_served(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.list.iter().filter(|d| d.is_not_served())
+    }
+
     /// Each error as a printable line.
     pub fn error_lines(&self) -> Vec<String> {
         self.errors().map(ToString::to_string).collect()
@@ -367,6 +438,7 @@ impl Diagnostics {
             object: None,
             path: None,
             message,
+            reason: None,
         }
     }
 }

@@ -272,6 +272,8 @@ pub fn status_json(r: &Running) -> Value {
         "embedded_default": r.is_default,
         "last_reload": st.last.as_ref().map(ReloadOutcome::to_json),
         "reloads": {"ok": st.succeeded, "failed": st.failed},
+        "not_served": st.not_served,
+        "objects": st.objects,
         "pending_snapshots": st.pending,
         "workers": workers.iter().map(|(id, core, c)| json!({
             "id": id, "core": core, "flows": c.flows,

@@ -323,6 +323,7 @@ fn file_error(loaded: &mut Loaded, file: &str, message: String) {
         object: None,
         path: None,
         message,
+        reason: None,
     });
 }
 
@@ -360,6 +361,7 @@ pub fn load_str(file: &str, text: &str, loaded: &mut Loaded) {
                 object: None,
                 path: None,
                 message,
+                reason: None,
             });
             return;
         }
@@ -392,6 +394,10 @@ fn decode_into(value: &Value, base: FieldPath, origin: &Origin, loaded: &mut Loa
             }
         }
         Decoded::Skipped(why) => rep.warn(&base, format!("skipped: {why}")),
+        Decoded::NotServed(why) => {
+            rep.object = object_label_of(value);
+            rep.not_served(&base.key("kind"), why);
+        }
         Decoded::Error(path, message) => {
             rep.object = object_label_of(value);
             rep.error(&rebase(&path), message);
@@ -402,11 +408,22 @@ fn decode_into(value: &Value, base: FieldPath, origin: &Origin, loaded: &mut Loa
             unknown,
         } => {
             rep.object = Some(object.label());
-            for p in unimplemented {
-                rep.warn(
-                    &rebase(&p),
-                    "upstream field not implemented by sluice; ignored",
-                );
+            for (p, effect) in unimplemented {
+                match effect {
+                    model::Effect::Tunes => rep.warn(
+                        &rebase(&p),
+                        "upstream field not implemented by sluice; ignored (it only tunes \
+                         behaviour)",
+                    ),
+                    model::Effect::Redirects => rep.not_served(
+                        &rebase(&p),
+                        format!(
+                            "upstream field `{}` is not implemented by sluice, and ignoring it \
+                             would serve traffic wider or elsewhere",
+                            last_key(&p)
+                        ),
+                    ),
+                }
             }
             for p in unknown {
                 rep.error(

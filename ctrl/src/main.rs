@@ -23,14 +23,23 @@ struct Cli {
 enum Command {
     /// Load, validate and compile manifests, and check the Appliance against this
     /// machine (cores, memory, devices); print a summary, or every error as
-    /// `file:line:col: Kind ns/name: field.path: message` and exit 1.
+    /// `file:line:col: Kind ns/name: field.path: message`. Exits 1 when the
+    /// configuration is rejected or anything in it is not served.
     Check {
         /// Manifest files or directories (`-` for stdin).
         #[arg(short = 'c', long = "config", required = true, num_args = 1..)]
         config: Vec<PathBuf>,
-        /// Print warnings too (always printed when there are errors).
+        /// Print warnings and the Gateway API status of every object too (warnings are
+        /// always printed when there are errors).
         #[arg(short, long)]
         verbose: bool,
+        /// Treat warnings as errors (exit 1 when there is any), for CI pipelines.
+        #[arg(long)]
+        strict: bool,
+        /// `text` (default) or `json`: every diagnostic with file, line, column,
+        /// object, field, severity and message on stdout.
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
     },
     /// Trace one hypothetical connection through the compiled configuration (JSON).
     Explain {
@@ -63,6 +72,16 @@ enum Command {
     /// Talk to a running instance through its admin socket (stats, status, reload,
     /// neighbours).
     Ctl(sluice_ctrl::api::CtlArgs),
+    /// The Gateway API status (`Accepted`, `ResolvedRefs`, `Programmed`, `Conflicted`)
+    /// of every Gateway, listener and route of a configuration, and what is not served.
+    Status {
+        /// Manifest files or directories (`-` for stdin).
+        #[arg(short = 'c', long = "config", required = true, num_args = 1..)]
+        config: Vec<PathBuf>,
+        /// `text` (default) or `json` (the upstream `status` stanza of each object).
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
+    },
     /// Dump the resolved configuration (listeners, routes, backends, workloads) as JSON.
     Tables {
         /// Manifest files or directories (`-` for stdin).
@@ -72,6 +91,12 @@ enum Command {
         #[arg(long)]
         route: Option<String>,
     },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Text,
+    Json,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -85,31 +110,12 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => sluice_ctrl::run::run(&args),
         Command::Ctl(args) => sluice_ctrl::api::ctl(&args),
-        Command::Check { config, verbose } => match build_paths(&config).and_then(|b| {
-            check_machine(&b, &Machine::this())?;
-            Ok(b)
-        }) {
-            Err(d) => {
-                for line in &d.list {
-                    eprintln!("{line}");
-                }
-                eprintln!(
-                    "sluice check: {} error(s), {} warning(s); configuration rejected",
-                    d.errors().count(),
-                    d.warnings().count()
-                );
-                ExitCode::from(1)
-            }
-            Ok(built) => {
-                if verbose {
-                    for d in built.warnings() {
-                        eprintln!("{d}");
-                    }
-                }
-                sluice_ctrl::stdout::write(&built.summary());
-                ExitCode::SUCCESS
-            }
-        },
+        Command::Check {
+            config,
+            verbose,
+            strict,
+            output,
+        } => check(&config, verbose, strict, output),
         Command::Explain {
             config,
             proto,
@@ -144,6 +150,21 @@ fn main() -> ExitCode {
             sluice_ctrl::stdout::line(&serde_json::to_string_pretty(&v).unwrap_or_default());
             ExitCode::SUCCESS
         }
+        Command::Status { config, output } => {
+            let Some(built) = built_or_errors(&config) else {
+                return ExitCode::from(1);
+            };
+            for d in built.not_served() {
+                eprintln!("{d}");
+            }
+            match output {
+                Output::Json => sluice_ctrl::stdout::line(
+                    &serde_json::to_string_pretty(&built.status_json()).unwrap_or_default(),
+                ),
+                Output::Text => sluice_ctrl::stdout::write(&built.status_text()),
+            }
+            ExitCode::SUCCESS
+        }
         Command::Tables { config, route } => {
             let Some(built) = built_or_errors(&config) else {
                 return ExitCode::from(1);
@@ -165,6 +186,75 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// `sluice check`: exit 1 when rejected, when anything is not served, or (`strict`)
+/// when there is a warning.
+fn check(config: &[PathBuf], verbose: bool, strict: bool, output: Output) -> ExitCode {
+    let result = build_paths(config).and_then(|b| {
+        check_machine(&b, &Machine::this())?;
+        Ok(b)
+    });
+    let list = match &result {
+        Ok(b) => &b.diagnostics,
+        Err(d) => &d.list,
+    };
+    let errors = list.iter().filter(|d| d.is_error()).count();
+    let not_served = list.iter().filter(|d| d.is_not_served()).count();
+    let warnings = list.len() - errors - not_served;
+    let failed = errors > 0 || not_served > 0 || (strict && warnings > 0);
+    if output == Output::Json {
+        let v = serde_json::json!({
+            "ok": !failed,
+            "rejected": result.is_err(),
+            "errors": errors,
+            "not_served": not_served,
+            "warnings": warnings,
+            "diagnostics": list.iter().map(|d| d.to_json()).collect::<Vec<_>>(),
+            "status": result.as_ref().ok().map(|b| b.status_json()),
+        });
+        sluice_ctrl::stdout::line(&serde_json::to_string_pretty(&v).unwrap_or_default());
+        return if failed {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    match &result {
+        Err(d) => {
+            for line in &d.list {
+                eprintln!("{line}");
+            }
+            eprintln!(
+                "sluice check: {errors} error(s), {not_served} not served, {warnings} warning(s); configuration rejected"
+            );
+        }
+        Ok(built) => {
+            for d in built.not_served() {
+                eprintln!("{d}");
+            }
+            if verbose || strict {
+                for d in built.warnings() {
+                    eprintln!("{d}");
+                }
+            }
+            sluice_ctrl::stdout::write(&built.summary());
+            if verbose {
+                sluice_ctrl::stdout::write(&built.status_text());
+            }
+            if failed {
+                eprintln!(
+                    "sluice check: {not_served} not served, {warnings} warning(s){}",
+                    if strict { " (--strict)" } else { "" }
+                );
+            }
+        }
+    }
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

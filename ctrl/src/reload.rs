@@ -99,6 +99,8 @@ pub struct ReloadOutcome {
     pub generation: u64,
     /// Why the configuration was rejected (empty when `ok`).
     pub errors: Vec<String>,
+    /// What the published configuration leaves out, and why (empty when not `ok`).
+    pub not_served: Vec<String>,
 }
 
 impl ReloadOutcome {
@@ -112,6 +114,7 @@ impl ReloadOutcome {
             "ok": self.ok,
             "generation": self.generation,
             "errors": self.errors,
+            "not_served": self.not_served,
             "trigger": self.trigger.name(),
             "time": rfc3339(unix),
             "unix_time": unix.as_secs_f64(),
@@ -136,6 +139,10 @@ pub struct ReloadStatus {
     pub succeeded: u64,
     /// Attempts that were rejected.
     pub failed: u64,
+    /// What the serving configuration leaves out, and why.
+    pub not_served: Vec<String>,
+    /// The Gateway API status of the serving configuration's Gateways and routes.
+    pub objects: Value,
 }
 
 /// Reloads the configuration and publishes its tables; see the module docs.
@@ -147,6 +154,8 @@ pub struct Reloader {
     last: Option<ReloadOutcome>,
     succeeded: u64,
     failed: u64,
+    not_served: Vec<String>,
+    status: Value,
 }
 
 impl Reloader {
@@ -155,6 +164,8 @@ impl Reloader {
     pub fn new(paths: Vec<PathBuf>, first: Built, readers: usize) -> Reloader {
         Reloader {
             paths,
+            not_served: first.not_served().map(ToString::to_string).collect(),
+            status: first.status_json(),
             appliance: first.ir.appliance,
             publisher: Publisher::new(first.snapshot, readers),
             last: None,
@@ -197,6 +208,8 @@ impl Reloader {
             last: self.last.clone(),
             succeeded: self.succeeded,
             failed: self.failed,
+            not_served: self.not_served.clone(),
+            objects: self.status.clone(),
         }
     }
 
@@ -206,8 +219,12 @@ impl Reloader {
         let t = Instant::now();
         let result = self.attempt();
         let ok = result.is_ok();
+        let mut not_served = Vec::new();
         let errors = match result {
             Ok(next) => {
+                not_served = next.not_served().map(ToString::to_string).collect();
+                self.not_served = not_served.clone();
+                self.status = next.status_json();
                 self.appliance = next.ir.appliance;
                 self.publisher.publish(next.snapshot);
                 self.succeeded += 1;
@@ -225,7 +242,11 @@ impl Reloader {
             ok,
             generation: self.publisher.generation(),
             errors,
+            not_served,
         };
+        for n in &outcome.not_served {
+            eprintln!("sluice: reload ({trigger}): {n}");
+        }
         if !ok {
             eprintln!(
                 "sluice: reload ({trigger}) rejected; generation {} keeps serving:",
@@ -484,6 +505,7 @@ mod tests {
             ok: false,
             generation: 4,
             errors: vec!["a.yaml:3:1: bad".into()],
+            not_served: Vec::new(),
         };
         let v = o.to_json();
         assert_eq!(v["ok"], false);

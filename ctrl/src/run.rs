@@ -124,6 +124,9 @@ pub fn load(args: &RunArgs) -> Result<(RunPlan, Built), RunError> {
     // the memory, would fail half-started.
     crate::compile::check_machine(&built, &crate::machine::Machine::this())
         .map_err(|d| RunError::Config(d.error_lines()))?;
+    for d in built.not_served() {
+        eprintln!("sluice run: {d}");
+    }
     let mut plan = built.plan.clone();
     if let Some(p) = &args.admin_socket {
         plan.admin_socket = p.clone();

@@ -41,7 +41,7 @@ fn explain(args: &[&str]) -> Value {
 
 #[test]
 fn check_configs_succeeds_with_a_summary() {
-    let out = sluice(&["check", "-c", &configs("")]);
+    let out = sluice(&["check", "-c", &configs("demo")]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -51,6 +51,52 @@ fn check_configs_succeeds_with_a_summary() {
     assert!(stdout.contains("configuration OK"), "{stdout}");
     assert!(stdout.contains("listeners:"), "{stdout}");
     assert!(stdout.contains("Appliance 1"), "{stdout}");
+}
+
+/// The samples hold what sluice cannot serve yet (bookinfo's match by cookie header,
+/// TLS termination): `check` serves the rest, names each one with its field, and exits 1;
+/// `--output json` gives the same as records.
+#[test]
+fn check_configs_names_what_is_not_served_and_exits_1() {
+    let out = sluice(&["check", "-c", &configs("")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("configuration served in part"), "{stdout}");
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("not served"))
+        .collect();
+    assert_eq!(lines.len(), 4, "{stderr}");
+    assert!(stderr.contains(
+        "VirtualService bookinfo-namespace/bookinfo-rule: spec.http[0].match[0].headers: upstream field `headers`"
+    ), "{stderr}");
+    assert!(
+        stderr.contains("not served (UnsupportedValue): ")
+            && stderr.contains("spec.listeners[1].tls.mode: TLS termination"),
+        "{stderr}"
+    );
+    let json = sluice(&["check", "-c", &configs(""), "--output", "json"]);
+    assert_eq!(json.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["not_served"], 4);
+    let d = v["diagnostics"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .find(|d| d["object"] == "VirtualService bookinfo-namespace/bookinfo-rule")
+        .expect("the bookinfo rule");
+    assert_eq!(d["severity"], "not-served");
+    assert_eq!(d["field"], "spec.http[0].match[0].headers");
+    assert!(d["file"]
+        .as_str()
+        .expect("file")
+        .ends_with("virtualservices.yaml"));
+    assert_eq!(
+        (d["line"].as_u64(), d["column"].as_u64()),
+        (Some(20), Some(7))
+    );
 }
 
 #[test]

@@ -55,7 +55,7 @@ fn compile_and_check(shape: Shape, n: usize) -> usize {
         );
         assert_eq!(r.maglev_table_size, 1021);
     }
-    let (_, stats) = build_ir_with_stats(&built.items, &mut Vec::new());
+    let (_, stats) = build_ir_with_stats(&built.items, &Default::default(), &mut Vec::new());
     stats.candidates
 }
 

@@ -91,19 +91,21 @@ fn expect(case: &str, severity: Severity, path: &str, message: &str) -> Diagnost
         Some(d) => {
             assert_eq!(&*d.file, "case.yaml");
             let text = d.to_string();
+            let prefix = match (severity, d.reason) {
+                (Severity::Warning, _) => "warning: ".to_string(),
+                (Severity::NotServed, Some(r)) => format!("not served ({r}): "),
+                (Severity::NotServed, None) => "not served: ".to_string(),
+                (Severity::Error, _) => String::new(),
+            };
             assert!(
-                text.starts_with(&format!(
-                    "{}case.yaml:{line}:",
-                    if severity == Severity::Warning {
-                        "warning: "
-                    } else {
-                        ""
-                    }
-                )),
+                text.starts_with(&format!("{prefix}case.yaml:{line}:")),
                 "{text}"
             );
-            if severity == Severity::Error {
-                assert!(c.is_err(), "an error must reject the configuration");
+            match severity {
+                Severity::Error => assert!(c.is_err(), "an error must reject the configuration"),
+                // Left out alone: the rest of the configuration is served.
+                Severity::NotServed => assert!(c.is_ok(), "only errors reject a configuration"),
+                Severity::Warning => {}
             }
             d.clone()
         }
@@ -124,6 +126,11 @@ fn error(case: &str, path: &str, message: &str) -> Diagnostic {
 
 fn warning(case: &str, path: &str, message: &str) -> Diagnostic {
     expect(case, Severity::Warning, path, message)
+}
+
+/// The object (or listener) at the marked line is left out, the rest is served.
+fn not_served(case: &str, path: &str, message: &str) -> Diagnostic {
+    expect(case, Severity::NotServed, path, message)
 }
 
 #[test]
@@ -315,7 +322,7 @@ spec:
 #[test]
 fn route_parent_gateway_missing() {
     for kind in ["TCPRoute", "UDPRoute"] {
-        error(
+        not_served(
             &format!(
                 r#"apiVersion: gateway.networking.k8s.io/v1alpha2
 kind: {kind}
@@ -335,7 +342,7 @@ spec:
 
 #[test]
 fn route_parent_section_name_missing() {
-    error(
+    not_served(
         r#"apiVersion: gateway.networking.k8s.io/v1alpha2
 kind: TCPRoute
 metadata: {name: r, namespace: default}
@@ -353,7 +360,7 @@ spec:
 
 #[test]
 fn route_parent_port_missing() {
-    error(
+    not_served(
         r#"apiVersion: gateway.networking.k8s.io/v1alpha2
 kind: TCPRoute
 metadata: {name: r, namespace: default}
@@ -1163,7 +1170,7 @@ spec:
 
 #[test]
 fn udproute_attaches_only_to_udp_listeners() {
-    error(
+    not_served(
         r#"apiVersion: gateway.networking.k8s.io/v1alpha2
 kind: UDPRoute
 metadata: {name: r, namespace: default}
@@ -1181,7 +1188,7 @@ spec:
 
 #[test]
 fn tcproute_attaches_only_to_tcp_listeners() {
-    error(
+    not_served(
         r#"apiVersion: gateway.networking.k8s.io/v1alpha2
 kind: TCPRoute
 metadata: {name: r, namespace: default}

@@ -10,6 +10,7 @@ use sluice_dataplane::tables::snapshot::Snapshot;
 
 use super::ir::{Ir, ListenerKind, L4};
 use super::policy::{self, PolicyCompileError, PolicyInfo, PolicyStats};
+use super::served::Exclusions;
 use crate::diag::{Diagnostic, Diagnostics, Severity};
 use crate::load::{self, Item, Loaded};
 use crate::machine::Machine;
@@ -32,8 +33,10 @@ pub struct Built {
     pub snapshot: Snapshot,
     /// The Appliance's run plan (or the embedded default's).
     pub plan: RunPlan,
-    /// The warnings (a built configuration has no errors).
+    /// What is not served and the warnings (a built configuration has no errors).
     pub diagnostics: Vec<Diagnostic>,
+    /// The objects and gateway listeners left out of the tables.
+    pub excluded: Exclusions,
 }
 
 /// The NetworkPolicy compiler's report: table sizes and what explain and exports read.
@@ -48,7 +51,30 @@ pub struct PolicyReport {
 impl Built {
     /// The warnings.
     pub fn warnings(&self) -> impl Iterator<Item = &Diagnostic> {
-        self.diagnostics.iter()
+        self.diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Warning)
+    }
+
+    /// The Gateway API status of every Gateway and route ([`super::status`]).
+    pub fn status_json(&self) -> serde_json::Value {
+        super::status::StatusInput {
+            items: &self.items,
+            diags: &self.diagnostics,
+            excluded: &self.excluded,
+            attachment: &self.ir.attachment,
+        }
+        .json()
+    }
+
+    /// [`Built::status_json`] as lines for people.
+    pub fn status_text(&self) -> String {
+        super::status::text(&self.status_json())
+    }
+
+    /// What is left out of the tables, each with its reason.
+    pub fn not_served(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics.iter().filter(|d| d.is_not_served())
     }
 }
 
@@ -72,7 +98,8 @@ pub fn build(mut loaded: Loaded) -> Result<Built, Diagnostics> {
     if out.iter().any(Diagnostic::is_error) {
         return reject(out);
     }
-    let ir = super::to_ir::build_ir(&loaded.items, &mut out);
+    let excluded = Exclusions::from_diagnostics(&loaded.items, &out);
+    let (ir, _) = super::to_ir::build_ir_with_stats(&loaded.items, &excluded, &mut out);
     listener_conflicts(&ir, &loaded.items, &mut out);
     if out.iter().any(Diagnostic::is_error) {
         return reject(out);
@@ -101,6 +128,7 @@ pub fn build(mut loaded: Loaded) -> Result<Built, Diagnostics> {
         snapshot,
         plan,
         diagnostics: out,
+        excluded,
     })
 }
 

@@ -14,6 +14,8 @@ use crate::model::meta::ObjectMeta;
 use crate::model::{Object, Resource};
 use crate::validate::{self, Index};
 
+use super::served::Exclusions;
+
 /// The cluster DNS domain of Service host names (`name.ns.svc.<domain>`).
 pub const CLUSTER_DOMAIN: &str = "cluster.local";
 
@@ -42,6 +44,10 @@ pub(super) struct Ctx<'a> {
     pub(super) default_maglev: u64,
     pub(super) virtual_addresses: Vec<IpAddr>,
     pub(super) by: Lookups<'a>,
+    /// Objects and gateway listeners left out of the tables.
+    pub(super) excluded: &'a Exclusions,
+    /// What the Gateway API routes attached to.
+    pub(super) attachment: super::status::Attachment,
     /// Backends already resolved, by (namespace, Service, port, port name, subset): many
     /// routes to one Service resolve it once.
     pub(super) resolved: RefCell<HashMap<ResolveKey, BackendTarget>>,
@@ -100,9 +106,12 @@ pub(super) fn union(lists: &[&[usize]]) -> Vec<usize> {
 }
 
 impl<'a> Lookups<'a> {
-    pub(super) fn new(items: &'a [Item]) -> Self {
+    pub(super) fn new(items: &'a [Item], excluded: &Exclusions) -> Self {
         let mut by = Lookups::default();
         for (i, it) in items.iter().enumerate() {
+            if excluded.item(i) {
+                continue;
+            }
             match &it.object {
                 Object::DestinationRule(dr) => {
                     let key = validate::service_of_host(&dr.spec.host, dr.meta.namespace());

@@ -16,6 +16,7 @@ use crate::validate;
 
 use super::ctx::Ctx;
 use super::ir::*;
+use super::status::{Attach, Refusal};
 
 /// A route that may attach to a listener, as the Gateway API kinds share it.
 struct Candidate<'r> {
@@ -55,6 +56,24 @@ impl<'r> Candidate<'r> {
     }
 }
 
+/// The parentRefs (indices) of a candidate that select listener `l` of Gateway
+/// `gns/gname`: by name, and by `sectionName` and `port` when they are set.
+fn selecting_parents(c: &Candidate, l: &gw::Listener, gns: &str, gname: &str) -> Vec<usize> {
+    let rns = c.item.object.meta().namespace();
+    c.parents
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| {
+            p.kind.as_deref().unwrap_or("Gateway") == "Gateway"
+                && p.namespace.as_deref().unwrap_or(rns) == gns
+                && p.name == gname
+                && p.section_name.as_ref().is_none_or(|s| *s == l.name)
+                && p.port.is_none_or(|pp| pp == l.port)
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// The route kind a listener of this kind and protocol takes (`""`: none).
 fn want_kind(kind: ListenerKind, l: &gw::Listener) -> &'static str {
     match kind {
@@ -72,11 +91,12 @@ impl Ctx<'_> {
     /// to it; routes that cannot attach are warned about in `diags`.
     pub(super) fn gateway_api(
         &mut self,
-        it: &Item,
+        gi: usize,
         spec: &gw::GatewaySpec,
         ir: &mut Ir,
         diags: &mut Vec<Diagnostic>,
     ) {
+        let it = &self.items[gi];
         let gns = it.object.meta().namespace().to_string();
         let gname = it.object.meta().name.clone();
         let transparent = transparent_by_annotation(&it.object.meta().annotations).unwrap_or(false);
@@ -89,31 +109,51 @@ impl Ctx<'_> {
             let Ok(port) = u16::try_from(l.port) else {
                 continue;
             };
+            if self.excluded.listener(gi, li) {
+                continue;
+            }
             let mut listener = self.gateway_listener(&gns, &gname, li, l, port, &explicit);
             listener.transparent = transparent;
             let want_kind = want_kind(listener.kind, l);
             // Hosts bound so far (the same as `listener.bindings`, for lookups).
             let mut bound: HashSet<String> = HashSet::new();
             let items = self.items;
-            for ri in self.by.routes_for(&gns, &gname, l) {
+            let mut attached_routes = 0;
+            for item in self.by.routes_for(&gns, &gname, l) {
                 self.stats.candidates += 1;
-                let Some(c) = Candidate::of(&items[ri], want_kind) else {
+                let Some(c) = Candidate::of(&items[item], want_kind) else {
                     continue;
                 };
-                let Some(hosts) = self.attach_hosts(&c, l, &gns, &gname, diags) else {
+                let selecting = selecting_parents(&c, l, &gns, &gname);
+                if selecting.is_empty() {
                     continue;
+                }
+                let outcome = self.attach_hosts(&c, l, &gns);
+                let hosts = match outcome {
+                    Ok(hosts) => hosts,
+                    Err(why) => {
+                        for pi in selecting {
+                            self.attachment.record(item, pi, Attach::Refused(why));
+                        }
+                        continue;
+                    }
                 };
                 let Some(ri) = self.add_route(&c, ir) else {
                     continue;
                 };
+                for pi in selecting {
+                    self.attachment.record(item, pi, Attach::Attached);
+                }
+                attached_routes += 1;
                 for h in hosts {
                     if !bound.insert(h.clone()) {
-                        c.item.reporter(diags).warn(&c.item.path("spec"), format!("host `{h}` on listener `{}` is already taken by an earlier route; this one is not attached for it", l.name));
+                        c.item.reporter(diags).warn(&c.item.path("spec"), format!("host `{h}` on listener `{}` is already taken by a route that precedes this one (oldest creationTimestamp, then namespace/name); this one is not attached for it", l.name));
                         continue;
                     }
                     listener.bindings.push(Binding { host: h, route: ri });
                 }
             }
+            self.attachment.listeners.insert((gi, li), attached_routes);
             ir.listeners.push(listener);
         }
     }
@@ -161,35 +201,18 @@ impl Ctx<'_> {
         }
     }
 
-    /// The hosts a candidate route attaches to listener `l` of Gateway `gns/gname`
-    /// with: `None` when its parentRefs do not select the listener, the listener's
-    /// `allowedRoutes` do not admit it, or no hostname intersects (both warned about).
+    /// The hosts a candidate route that selects listener `l` (of a Gateway in `gns`)
+    /// attaches with, or why it does not: the listener's `allowedRoutes` do not admit
+    /// it, or no hostname intersects.
     fn attach_hosts(
         &self,
         c: &Candidate,
         l: &gw::Listener,
         gns: &str,
-        gname: &str,
-        diags: &mut Vec<Diagnostic>,
-    ) -> Option<Vec<String>> {
-        let rit = c.item;
-        let rns = rit.object.meta().namespace();
-        let selects = c.parents.iter().any(|p| {
-            p.kind.as_deref().unwrap_or("Gateway") == "Gateway"
-                && p.namespace.as_deref().unwrap_or(rns) == gns
-                && p.name == gname
-                && p.section_name.as_ref().is_none_or(|s| *s == l.name)
-                && p.port.is_none_or(|pp| pp == l.port)
-        });
-        if !selects {
-            return None;
-        }
+    ) -> Result<Vec<String>, Refusal> {
+        let rns = c.item.object.meta().namespace();
         if !self.allowed(l, gns, rns, c.kind) {
-            rit.reporter(diags).warn(
-                &rit.path("spec.parentRefs"),
-                format!("not attached to listener `{}` of Gateway {gns}/{gname}: allowedRoutes does not admit this route", l.name),
-            );
-            return None;
+            return Err(Refusal::NotAllowedByListeners);
         }
         // Hostnames: intersection of listener and route hostnames.
         let route_hosts: Vec<&str> = c.hostnames.iter().map(String::as_str).collect();
@@ -200,13 +223,9 @@ impl Ctx<'_> {
                 None => Vec::new(),
             };
         if hosts.is_empty() {
-            rit.reporter(diags).warn(
-                &rit.path("spec.hostnames"),
-                format!("no hostname intersects listener `{}` ({}) of Gateway {gns}/{gname}: not attached", l.name, l.hostname.as_deref().unwrap_or("*")),
-            );
-            return None;
+            return Err(Refusal::NoMatchingListenerHostname);
         }
-        Some(hosts)
+        Ok(hosts)
     }
 
     /// Adds the IR route of a candidate's (only) rule; returns its index, or `None` when

@@ -242,4 +242,6 @@ pub struct Ir {
     pub policies: Vec<Policy>,
     /// The Appliance, if one was given.
     pub appliance: Option<ApplianceSpec>,
+    /// What the Gateway API routes attached to (for their status).
+    pub attachment: super::status::Attachment,
 }

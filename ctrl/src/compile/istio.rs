@@ -7,7 +7,6 @@ use std::net::IpAddr;
 
 use super::hostname;
 
-use crate::load::Item;
 use crate::model::istio;
 use crate::model::meta::transparent_by_annotation;
 use crate::model::{Kind, Object, Resource};
@@ -15,6 +14,25 @@ use crate::validate;
 
 use super::ctx::{Ctx, CLUSTER_DOMAIN};
 use super::ir::*;
+
+/// The path conditions of an `http` entry on the server `b` binds to: those of its
+/// matches that apply to the server's port and gateway (ORed). Empty (every path) when
+/// the entry has no match, or when one applicable match has no `uri` condition (that
+/// match alone admits every path).
+fn applicable_uris(h: &istio::HttpRoute, b: &VsBinding) -> Vec<StringMatch> {
+    let mut uris = Vec::new();
+    for m in &h.matches {
+        if m.port.is_some_and(|p| p != b.port) || !b.gw_ok(&m.gateways) {
+            continue;
+        }
+        match m.uri.as_ref().map(|u| (&u.exact, &u.prefix)) {
+            Some((Some(e), _)) => uris.push(StringMatch::Exact(e.clone())),
+            Some((None, Some(p))) => uris.push(StringMatch::Prefix(p.clone())),
+            _ => return Vec::new(),
+        }
+    }
+    uris
+}
 
 /// Istio's binding of a VirtualService host to a Gateway server host: they bind when
 /// they overlap (`host.Name.Matches`), and the route serves the more specific of the two.
@@ -159,7 +177,8 @@ impl Ctx<'_> {
 
     /// Adds a listener per server of an Istio Gateway, with the routes of the
     /// VirtualServices bound to it.
-    pub(super) fn istio_gateway(&mut self, it: &Item, spec: &istio::GatewaySpec, ir: &mut Ir) {
+    pub(super) fn istio_gateway(&mut self, gi: usize, spec: &istio::GatewaySpec, ir: &mut Ir) {
+        let it = &self.items[gi];
         let gns = it.object.meta().namespace().to_string();
         let gname = it.object.meta().name.clone();
         // A bad value is a validation error, so the IR is never built with one.
@@ -168,6 +187,9 @@ impl Ctx<'_> {
             let Ok(port) = u16::try_from(server.port.number) else {
                 continue;
             };
+            if self.excluded.listener(gi, si) {
+                continue;
+            }
             let mut listener = self.istio_listener(&gns, &gname, si, server, port);
             listener.transparent = transparent;
             let server_hosts = server_hosts(server, &gns);
@@ -371,16 +393,7 @@ impl Ctx<'_> {
                         .any(|m| m.port.is_none_or(|p| p == b.port) && b.gw_ok(&m.gateways))
             })
             .map(|h| HttpRule {
-                uri: h
-                    .matches
-                    .iter()
-                    .filter_map(|m| m.uri.as_ref())
-                    .filter_map(|u| match (&u.exact, &u.prefix) {
-                        (Some(e), _) => Some(StringMatch::Exact(e.clone())),
-                        (None, Some(p)) => Some(StringMatch::Prefix(p.clone())),
-                        _ => None,
-                    })
-                    .collect(),
+                uri: applicable_uris(h, b),
                 backends: self.istio_destinations(&h.route, &b.vns),
                 redirect: h.redirect.as_ref().map(|r| Redirect {
                     code: r

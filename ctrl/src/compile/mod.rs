@@ -30,7 +30,9 @@ mod istio;
 pub mod policy;
 pub mod report;
 mod resolve;
+pub mod served;
 pub mod snapshot;
+pub mod status;
 pub mod tables;
 mod to_ir;
 

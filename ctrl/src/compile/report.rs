@@ -21,12 +21,23 @@ impl Built {
         for it in &self.items {
             *counts.entry(it.object.kind()).or_default() += 1;
         }
-        let _ = writeln!(
-            s,
-            "configuration OK: {} document(s), {} object(s)",
-            self.documents,
-            self.items.len()
-        );
+        let not_served = self.not_served().count();
+        if not_served == 0 {
+            let _ = writeln!(
+                s,
+                "configuration OK: {} document(s), {} object(s)",
+                self.documents,
+                self.items.len()
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "configuration served in part: {} document(s), {} object(s); {not_served} \
+                 not served (listed above; their traffic gets no route)",
+                self.documents,
+                self.items.len()
+            );
+        }
         let kinds: Vec<String> = Kind::ALL
             .iter()
             .filter_map(|k| counts.get(k).map(|n| format!("{} {n}", k.as_str())))

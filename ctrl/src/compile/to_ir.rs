@@ -11,15 +11,21 @@ use crate::model::Object;
 use crate::validate::Index;
 
 use super::ctx::{BuildStats, Ctx, Lookups, DEFAULT_MAGLEV_TABLE_SIZE};
+use super::served::Exclusions;
 
 /// Builds the IR from validated items. Warnings (routes not attached, ...) are appended
 /// to `diags`.
 pub fn build_ir(items: &[Item], diags: &mut Vec<Diagnostic>) -> Ir {
-    build_ir_with_stats(items, diags).0
+    build_ir_with_stats(items, &Exclusions::default(), diags).0
 }
 
-/// [`build_ir`], also returning how much binding work it did.
-pub fn build_ir_with_stats(items: &[Item], diags: &mut Vec<Diagnostic>) -> (Ir, BuildStats) {
+/// [`build_ir`] without what `excluded` leaves out, also returning how much binding work
+/// it did.
+pub fn build_ir_with_stats(
+    items: &[Item],
+    excluded: &Exclusions,
+    diags: &mut Vec<Diagnostic>,
+) -> (Ir, BuildStats) {
     let index = Index::new(items);
     let mut ir = Ir::default();
     let mut ctx = Ctx {
@@ -27,7 +33,9 @@ pub fn build_ir_with_stats(items: &[Item], diags: &mut Vec<Diagnostic>) -> (Ir, 
         index: &index,
         default_maglev: DEFAULT_MAGLEV_TABLE_SIZE,
         virtual_addresses: Vec::new(),
-        by: Lookups::new(items),
+        by: Lookups::new(items, excluded),
+        excluded,
+        attachment: Default::default(),
         resolved: RefCell::new(HashMap::new()),
         stats: BuildStats::default(),
     };
@@ -106,12 +114,14 @@ pub fn build_ir_with_stats(items: &[Item], diags: &mut Vec<Diagnostic>) -> (Ir, 
             });
         }
     }
-    for it in items {
+    for (i, it) in items.iter().enumerate() {
         match &it.object {
-            Object::IstioGateway(g) => ctx.istio_gateway(it, &g.spec, &mut ir),
-            Object::Gateway(g) => ctx.gateway_api(it, &g.spec, &mut ir, diags),
+            Object::IstioGateway(g) => ctx.istio_gateway(i, &g.spec, &mut ir),
+            Object::Gateway(g) => ctx.gateway_api(i, &g.spec, &mut ir, diags),
             _ => {}
         }
     }
+    ctx.attachment.report_refusals(items, diags);
+    ir.attachment = std::mem::take(&mut ctx.attachment);
     (ir, ctx.stats)
 }

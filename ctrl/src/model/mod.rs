@@ -2,8 +2,10 @@
 //! parsed document into a typed [`Object`].
 //!
 //! Strictness: inside a spec that sluice interprets, a field that does not exist upstream
-//! (a typo) is an error; an upstream field that sluice does not implement is a warning
-//! naming it ([`unimplemented_fields`]); `metadata` beyond name/namespace/labels and
+//! (a typo) is an error; an upstream field that sluice does not implement is reported
+//! naming it ([`unimplemented_fields`]): a warning when it only tunes behaviour
+//! (timeouts, retries, outlier detection), and the object is not served when ignoring
+//! it would widen or redirect traffic (a match condition, a filter, TLS settings); `metadata` beyond name/namespace/labels and
 //! `status` are ignored so that `kubectl get -o yaml` output loads unchanged. Inventory
 //! kinds (Pod, Node, Service, ...) are read leniently except for their port lists.
 
@@ -300,6 +302,11 @@ impl Object {
         each_object!(self, r => r.format)
     }
 
+    /// The `apiVersion` the object was given in.
+    pub fn api_version(&self) -> &str {
+        each_object!(self, r => &r.api_version)
+    }
+
     /// `Kind ns/name` (or `Kind name` for cluster-scoped kinds), for messages.
     pub fn label(&self) -> String {
         object_label(self.kind(), self.meta())
@@ -322,8 +329,8 @@ pub enum Decoded {
     Object {
         /// The object.
         object: Box<Object>,
-        /// Upstream fields present but not implemented (warnings).
-        unimplemented: Vec<FieldPath>,
+        /// Upstream fields present but not implemented, with what ignoring each would do.
+        unimplemented: Vec<(FieldPath, Effect)>,
         /// Fields that exist nowhere upstream (errors: typos).
         unknown: Vec<FieldPath>,
     },
@@ -331,6 +338,10 @@ pub enum Decoded {
     List(Vec<Value>),
     /// Not a kind sluice reads: skipped with this warning.
     Skipped(String),
+    /// An upstream kind that would change where traffic goes (an HTTPRoute, an
+    /// AuthorizationPolicy) which sluice does not implement: not served, with this
+    /// message.
+    NotServed(String),
     /// Could not be decoded: the field path and the message.
     Error(FieldPath, String),
 }
@@ -358,7 +369,10 @@ pub fn decode(doc: &Value) -> Decoded {
         }
         (Some(av), Some(k)) => match Kind::resolve(av, k) {
             Ok(Some(kind)) => decode_kind(kind, doc),
-            Ok(None) => Decoded::Skipped(format!("kind {k} ({av}) is not read by sluice")),
+            Ok(None) => match unserved_kind(av, k) {
+                Some(why) => Decoded::NotServed(why.to_string()),
+                None => Decoded::Skipped(format!("kind {k} ({av}) is not read by sluice")),
+            },
             Err(e) => Decoded::Error(FieldPath::root().key("apiVersion"), e.to_string()),
         },
         (None, Some(_)) => Decoded::Error(
@@ -614,9 +628,50 @@ fn decode_kind(kind: Kind, doc: &Value) -> Decoded {
     }
 }
 
-/// Splits ignored fields into upstream-but-unimplemented (warnings) and unknown
-/// (errors), after dropping the ones every manifest may carry.
-fn classify_ignored(kind: Kind, ignored: Vec<FieldPath>) -> (Vec<FieldPath>, Vec<FieldPath>) {
+/// Upstream kinds that sluice does not implement and whose absence would widen or
+/// redirect traffic: the message reported for them (the object is not served).
+fn unserved_kind(api_version: &str, kind: &str) -> Option<&'static str> {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    Some(match (group, kind) {
+        ("gateway.networking.k8s.io", "HTTPRoute") => {
+            "HTTPRoute is not implemented yet: its requests get no route"
+        }
+        ("gateway.networking.k8s.io", "GRPCRoute") => "GRPCRoute is not implemented",
+        ("gateway.networking.k8s.io", "BackendTLSPolicy") => {
+            "BackendTLSPolicy is not implemented: sluice does not originate TLS to backends"
+        }
+        ("gateway.networking.k8s.io", "ListenerSet" | "XListenerSet") => {
+            "ListenerSet is not implemented: its listeners are not served"
+        }
+        ("security.istio.io", "AuthorizationPolicy") => {
+            "AuthorizationPolicy is not implemented: what it denies would be allowed; use \
+             NetworkPolicy for L3/L4 access control"
+        }
+        ("security.istio.io", "RequestAuthentication" | "PeerAuthentication") => {
+            "Istio authentication policies are not implemented"
+        }
+        ("networking.istio.io", "EnvoyFilter") => "EnvoyFilter is not implemented",
+        _ => return None,
+    })
+}
+
+/// What ignoring an unimplemented upstream field would do to traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// It only tunes behaviour (timeouts, retries, outlier detection, pool sizes):
+    /// ignored with a warning.
+    Tunes,
+    /// It selects, filters or rewrites traffic: ignoring it would serve wider or
+    /// elsewhere, so the object (or the gateway listener holding it) is not served.
+    Redirects,
+}
+
+/// Splits ignored fields into upstream-but-unimplemented (with their [`Effect`]) and
+/// unknown (errors), after dropping the ones every manifest may carry.
+fn classify_ignored(
+    kind: Kind,
+    ignored: Vec<FieldPath>,
+) -> (Vec<(FieldPath, Effect)>, Vec<FieldPath>) {
     let mut unimplemented = Vec::new();
     let mut unknown = Vec::new();
     for p in ignored {
@@ -627,86 +682,102 @@ fn classify_ignored(kind: Kind, ignored: Vec<FieldPath>) -> (Vec<FieldPath>, Vec
             continue;
         }
         let pattern = p.pattern();
-        if unimplemented_fields(kind).contains(&pattern.as_str()) {
-            unimplemented.push(p);
-        } else {
-            unknown.push(p);
+        match unimplemented_fields(kind)
+            .iter()
+            .find(|(f, _)| *f == pattern.as_str())
+        {
+            Some(&(_, effect)) => unimplemented.push((p, effect)),
+            None => unknown.push(p),
         }
     }
     (unimplemented, unknown)
 }
 
 /// Upstream fields of a kind that sluice accepts but does not implement (as patterns,
-/// indices written `[]`). Anything else unknown inside a spec is a typo and an error.
-pub fn unimplemented_fields(kind: Kind) -> &'static [&'static str] {
+/// indices written `[]`), with what ignoring each would do. Anything else unknown inside
+/// a spec is a typo and an error.
+pub fn unimplemented_fields(kind: Kind) -> &'static [(&'static str, Effect)] {
+    use Effect::{Redirects as R, Tunes as T};
     match kind {
         Kind::IstioGateway => &[
-            "spec.servers[].tls.credentialNames",
-            "spec.servers[].tls.tlsCertificates",
-            "spec.servers[].tls.caCertificatesFile",
+            ("spec.servers[].tls.credentialNames", R),
+            ("spec.servers[].tls.tlsCertificates", R),
+            ("spec.servers[].tls.caCertificatesFile", R),
         ],
         Kind::VirtualService => &[
-            "spec.http[].headers",
-            "spec.http[].rewrite",
-            "spec.http[].timeout",
-            "spec.http[].retries",
-            "spec.http[].fault",
-            "spec.http[].mirror",
-            "spec.http[].mirrors",
-            "spec.http[].mirrorPercentage",
-            "spec.http[].mirrorPercent",
-            "spec.http[].mirror_percent",
-            "spec.http[].corsPolicy",
-            "spec.http[].directResponse",
-            "spec.http[].delegate",
-            "spec.http[].route[].headers",
-            "spec.http[].match[].headers",
-            "spec.http[].match[].scheme",
-            "spec.http[].match[].method",
-            "spec.http[].match[].queryParams",
-            "spec.http[].match[].ignoreUriCase",
-            "spec.http[].match[].withoutHeaders",
-            "spec.http[].match[].sourceLabels",
-            "spec.http[].match[].sourceNamespace",
-            "spec.http[].match[].statPrefix",
-            "spec.http[].match[].uri.regex",
-            "spec.http[].match[].authority.regex",
-            "spec.http[].redirect.derivePort",
-            "spec.tls[].match[].sourceLabels",
-            "spec.tls[].match[].sourceNamespace",
-            "spec.tcp[].match[].sourceNamespace",
+            ("spec.http[].headers", R),
+            ("spec.http[].rewrite", R),
+            ("spec.http[].timeout", T),
+            ("spec.http[].retries", T),
+            ("spec.http[].fault", R),
+            ("spec.http[].mirror", R),
+            ("spec.http[].mirrors", R),
+            ("spec.http[].mirrorPercentage", R),
+            ("spec.http[].mirrorPercent", R),
+            ("spec.http[].mirror_percent", R),
+            ("spec.http[].corsPolicy", R),
+            ("spec.http[].directResponse", R),
+            ("spec.http[].delegate", R),
+            ("spec.http[].route[].headers", R),
+            ("spec.http[].match[].headers", R),
+            ("spec.http[].match[].scheme", R),
+            ("spec.http[].match[].method", R),
+            ("spec.http[].match[].queryParams", R),
+            ("spec.http[].match[].ignoreUriCase", R),
+            ("spec.http[].match[].withoutHeaders", R),
+            ("spec.http[].match[].sourceLabels", R),
+            ("spec.http[].match[].sourceNamespace", R),
+            ("spec.http[].match[].statPrefix", T),
+            ("spec.http[].match[].uri.regex", R),
+            ("spec.http[].match[].authority.regex", R),
+            ("spec.http[].redirect.derivePort", R),
+            ("spec.tls[].match[].sourceLabels", R),
+            ("spec.tls[].match[].sourceNamespace", R),
+            ("spec.tcp[].match[].sourceNamespace", R),
         ],
         Kind::DestinationRule => &[
-            "spec.workloadSelector",
-            "spec.trafficPolicy.connectionPool",
-            "spec.trafficPolicy.outlierDetection",
-            "spec.trafficPolicy.tls",
-            "spec.trafficPolicy.portLevelSettings",
-            "spec.trafficPolicy.tunnel",
-            "spec.trafficPolicy.proxyProtocol",
-            "spec.trafficPolicy.loadBalancer.localityLbSetting",
-            "spec.trafficPolicy.loadBalancer.warmupDurationSecs",
-            "spec.trafficPolicy.loadBalancer.warmup",
-            "spec.trafficPolicy.loadBalancer.consistentHash.httpHeaderName",
-            "spec.trafficPolicy.loadBalancer.consistentHash.httpCookie",
-            "spec.trafficPolicy.loadBalancer.consistentHash.httpQueryParameterName",
-            "spec.trafficPolicy.loadBalancer.consistentHash.ringHash",
-            "spec.trafficPolicy.loadBalancer.consistentHash.minimumRingSize",
-            "spec.subsets[].trafficPolicy.connectionPool",
-            "spec.subsets[].trafficPolicy.outlierDetection",
-            "spec.subsets[].trafficPolicy.tls",
-            "spec.subsets[].trafficPolicy.portLevelSettings",
-            "spec.subsets[].trafficPolicy.tunnel",
-            "spec.subsets[].trafficPolicy.proxyProtocol",
+            ("spec.workloadSelector", R),
+            ("spec.trafficPolicy.connectionPool", T),
+            ("spec.trafficPolicy.outlierDetection", T),
+            ("spec.trafficPolicy.tls", R),
+            ("spec.trafficPolicy.portLevelSettings", R),
+            ("spec.trafficPolicy.tunnel", R),
+            ("spec.trafficPolicy.proxyProtocol", R),
+            ("spec.trafficPolicy.loadBalancer.localityLbSetting", R),
+            ("spec.trafficPolicy.loadBalancer.warmupDurationSecs", T),
+            ("spec.trafficPolicy.loadBalancer.warmup", T),
+            (
+                "spec.trafficPolicy.loadBalancer.consistentHash.httpHeaderName",
+                T,
+            ),
+            (
+                "spec.trafficPolicy.loadBalancer.consistentHash.httpCookie",
+                T,
+            ),
+            (
+                "spec.trafficPolicy.loadBalancer.consistentHash.httpQueryParameterName",
+                T,
+            ),
+            ("spec.trafficPolicy.loadBalancer.consistentHash.ringHash", T),
+            (
+                "spec.trafficPolicy.loadBalancer.consistentHash.minimumRingSize",
+                T,
+            ),
+            ("spec.subsets[].trafficPolicy.connectionPool", T),
+            ("spec.subsets[].trafficPolicy.outlierDetection", T),
+            ("spec.subsets[].trafficPolicy.tls", R),
+            ("spec.subsets[].trafficPolicy.portLevelSettings", R),
+            ("spec.subsets[].trafficPolicy.tunnel", R),
+            ("spec.subsets[].trafficPolicy.proxyProtocol", R),
         ],
         Kind::Gateway => &[
-            "spec.infrastructure",
-            "spec.backendTLS",
-            "spec.allowedListeners",
-            "spec.tls",
-            "spec.listeners[].tls.frontendValidation",
+            ("spec.infrastructure", T),
+            ("spec.backendTLS", R),
+            ("spec.allowedListeners", T),
+            ("spec.tls", R),
+            ("spec.listeners[].tls.frontendValidation", R),
         ],
-        Kind::TlsRoute | Kind::TcpRoute => &["spec.rules[].backendRefs[].filters"],
+        Kind::TlsRoute | Kind::TcpRoute => &[("spec.rules[].backendRefs[].filters", R)],
         // Upstream `UDPRoute` (v1alpha2): `parentRefs` and `rules[]` of `name` and plain
         // `BackendRef`s (no `filters`); sluice reads every one of them.
         Kind::UdpRoute => &[],

@@ -111,6 +111,13 @@ fn listener_tls(it: &Item, at: &str, l: &gw::Listener, ns: &str, index: &Index, 
                     "Passthrough needs protocol TLS, not HTTPS",
                 );
             }
+            if tls.mode == GatewayTlsMode::Terminate {
+                r.not_served_because(
+                    &it.path(&format!("{at}.tls.mode")),
+                    "UnsupportedValue",
+                    format!("TLS termination (a {proto} listener in mode Terminate) is not implemented yet: this listener's connections get no route"),
+                );
+            }
             if tls.mode == GatewayTlsMode::Terminate && tls.certificate_refs.is_empty() {
                 r.error(
                     &it.path(&format!("{at}.tls.certificateRefs")),
@@ -180,9 +187,10 @@ fn allowed_routes(it: &Item, at: &str, ar: &gw::AllowedRoutes, r: &mut Reporter)
             k.kind.as_str(),
             "TLSRoute" | "TCPRoute" | "HTTPRoute" | "UDPRoute" | "GRPCRoute"
         ) {
-            r.error(
+            r.not_served_because(
                 &it.path(&format!("{at}.allowedRoutes.kinds[{j}].kind")),
-                format!("unknown route kind `{}`", k.kind),
+                "InvalidRouteKinds",
+                format!("unknown route kind `{}`: it admits nothing", k.kind),
             );
         }
     }
@@ -242,9 +250,9 @@ fn route_parents(
         "spec.parentRefs"
     };
     if parents.is_empty() {
-        r.error(
+        r.not_served(
             &it.path(prefix),
-            format!("a {route_kind} needs at least one parentRef"),
+            format!("a {route_kind} needs at least one parentRef: attached nowhere"),
         );
     }
     let mut seen = BTreeSet::new();
@@ -255,17 +263,19 @@ fn route_parents(
         }
         let kind = p.kind.as_deref().unwrap_or("Gateway");
         if kind != "Gateway" {
-            r.error(
+            r.not_served_because(
                 &it.path(&format!("{at}.kind")),
-                format!("parent kind `{kind}` is not supported (only Gateway)"),
+                "InvalidKind",
+                format!("parent kind `{kind}` is not supported (only Gateway): not attached"),
             );
             continue;
         }
         let gns = p.namespace.clone().unwrap_or_else(|| ns.clone());
         let Some(g) = index.get(Kind::Gateway, &gns, &p.name) else {
-            r.error(
+            r.not_served_because(
                 &it.path(&format!("{at}.name")),
-                format!("Gateway {gns}/{} not found", p.name),
+                "NoMatchingParent",
+                format!("Gateway {gns}/{} not found: not attached", p.name),
             );
             continue;
         };
@@ -298,19 +308,24 @@ fn route_parents(
                 None => listeners.iter().any(|l| &l.name == s),
             };
             if !named {
-                r.error(
+                r.not_served_because(
                     &it.path(&format!("{at}.sectionName")),
-                    format!("Gateway {gns}/{} has no listener named `{s}`", p.name),
+                    "NoMatchingParent",
+                    format!(
+                        "Gateway {gns}/{} has no listener named `{s}`: not attached",
+                        p.name
+                    ),
                 );
                 continue;
             }
         }
         if let Some(port) = p.port {
             if matching.is_empty() {
-                r.error(
+                r.not_served_because(
                     &it.path(&format!("{at}.port")),
+                    "NoMatchingParent",
                     format!(
-                        "Gateway {gns}/{} has no listener on port {port}{}",
+                        "Gateway {gns}/{} has no listener on port {port}{}: not attached",
                         p.name,
                         p.section_name
                             .as_ref()
@@ -331,10 +346,11 @@ fn route_parents(
                     None => format!("`{}` is {}", l.name, l.protocol),
                 })
                 .collect();
-            r.error(
+            r.not_served_because(
                 &it.path(&at),
+                "NotAllowedByListeners",
                 format!(
-                    "Gateway {gns}/{} has no {want} listener this {route_kind} can attach to{}",
+                    "Gateway {gns}/{} has no {want} listener this {route_kind} can attach to{}: not attached",
                     p.name,
                     if selected.is_empty() {
                         String::new()

@@ -117,6 +117,14 @@ pub(super) fn istio_gateway(it: &Item, spec: &istio::GatewaySpec, index: &Index,
             Some(TlsMode::Passthrough | TlsMode::AutoPassthrough) | None => "passthrough",
             Some(_) => "terminate",
         };
+        if handling == "terminate" {
+            let mode = s.tls.as_ref().map_or("SIMPLE", |t| t.mode.as_str());
+            r.not_served_because(
+                &it.path(&format!("{at}.tls.mode")),
+                "UnsupportedValue",
+                format!("TLS termination (mode {mode}) is not implemented yet: this server's connections get no route"),
+            );
+        }
         for h in &s.hosts {
             if class == "TCP" {
                 break;
@@ -316,6 +324,13 @@ pub(super) fn virtual_service(
         let at = format!("spec.http[{i}]");
         for (j, m) in h.matches.iter().enumerate() {
             gateway_refs(&m.gateways, &format!("{at}.match[{j}].gateways"), r);
+            if m.authority.is_some() {
+                r.not_served(
+                    &it.path(&format!("{at}.match[{j}].authority")),
+                    "match by authority is not implemented yet; ignoring it would send every \
+                     host's requests to this route",
+                );
+            }
             for (field, sm) in [("uri", &m.uri), ("authority", &m.authority)] {
                 if let Some(sm) = sm {
                     if sm.exact.is_some() && sm.prefix.is_some() {

@@ -1,0 +1,323 @@
+//! Fail loud, never wide: every upstream field sluice does not implement and whose
+//! absence would widen or redirect traffic leaves its object (or gateway listener) out of
+//! the tables and is reported with its path; everything else is served. One test per
+//! Istio `HTTPMatchRequest` / `StringMatch` field and per redirecting field of the other
+//! kinds; the implemented match fields route as upstream says.
+
+use sluice_ctrl::compile::{build, Built};
+use sluice_ctrl::diag::{Diagnostic, Severity};
+use sluice_ctrl::load::{load_str, Loaded};
+
+/// An Istio HTTP server on 8080 for `*.example.com`, and a Service.
+const BASE: &str = r#"
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: igw, namespace: default}
+spec:
+  servers:
+  - port: {number: 8080, name: http, protocol: HTTP}
+    hosts: ["*.example.com"]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: served, namespace: default}
+spec:
+  hosts: [ok.example.com]
+  gateways: [igw]
+  http:
+  - route: [{destination: {host: svc}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc, namespace: default}
+spec: {selector: {app: a}, ports: [{port: 80}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: default, labels: {app: a}}
+status: {podIP: 10.0.0.1}
+---
+"#;
+
+fn built(case: &str) -> Built {
+    let mut loaded = Loaded::default();
+    load_str("case.yaml", &format!("{BASE}{case}"), &mut loaded);
+    match build(loaded) {
+        Ok(b) => b,
+        Err(d) => panic!("rejected: {:#?}", d.error_lines()),
+    }
+}
+
+fn route_names(b: &Built) -> Vec<String> {
+    b.ir.routes.iter().map(|r| r.name.clone()).collect()
+}
+
+/// `case` (a VirtualService `vs` using `field`) is not served: reported at `path`, left
+/// out of the tables, and the other VirtualService still served.
+fn vs_not_served(case: &str, path: &str) -> Diagnostic {
+    let b = built(case);
+    let d = b
+        .not_served()
+        .find(|d| d.path.as_deref() == Some(path))
+        .unwrap_or_else(|| {
+            panic!(
+                "no not-served diagnostic at {path}: {:#?}",
+                b.diagnostics
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+            )
+        })
+        .clone();
+    assert_eq!(d.severity, Severity::NotServed);
+    assert_eq!(d.object.as_deref(), Some("VirtualService default/vs"));
+    let names = route_names(&b);
+    assert!(
+        !names.iter().any(|n| n.contains("default/vs")),
+        "left out of the tables: {names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n.contains("default/served")),
+        "the rest is served: {names:?}"
+    );
+    // `check` fails: the text form names the file, line and field.
+    assert!(d.to_string().contains("case.yaml:"), "{d}");
+    d
+}
+
+fn vs_with_match(m: &str) -> String {
+    format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: vs, namespace: default}}
+spec:
+  hosts: [vs.example.com]
+  gateways: [igw]
+  http:
+  - match:
+    - {m}
+    route: [{{destination: {{host: svc}}}}]
+"#
+    )
+}
+
+macro_rules! match_field_not_served {
+    ($($name:ident: $m:expr => $path:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            vs_not_served(&vs_with_match($m), $path);
+        }
+    )*};
+}
+
+match_field_not_served! {
+    http_match_headers: "headers: {cookie: {exact: user=dev-123}}" => "spec.http[0].match[0].headers";
+    http_match_without_headers: "withoutHeaders: {x: {exact: y}}" => "spec.http[0].match[0].withoutHeaders";
+    http_match_scheme: "scheme: {exact: https}" => "spec.http[0].match[0].scheme";
+    http_match_method: "method: {exact: GET}" => "spec.http[0].match[0].method";
+    http_match_query_params: "queryParams: {a: {exact: b}}" => "spec.http[0].match[0].queryParams";
+    http_match_ignore_uri_case: "{uri: {prefix: /a}, ignoreUriCase: true}" => "spec.http[0].match[0].ignoreUriCase";
+    http_match_source_labels: "sourceLabels: {app: x}" => "spec.http[0].match[0].sourceLabels";
+    http_match_source_namespace: "sourceNamespace: other" => "spec.http[0].match[0].sourceNamespace";
+    http_match_uri_regex: "uri: {regex: '/a.*'}" => "spec.http[0].match[0].uri.regex";
+    http_match_authority_exact: "authority: {exact: h1.example.com}" => "spec.http[0].match[0].authority";
+    http_match_authority_prefix: "authority: {prefix: h1}" => "spec.http[0].match[0].authority";
+    http_match_authority_regex: "authority: {regex: 'h.*'}" => "spec.http[0].match[0].authority.regex";
+}
+
+fn vs_with_http(extra: &str) -> String {
+    format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: vs, namespace: default}}
+spec:
+  hosts: [vs.example.com]
+  gateways: [igw]
+  http:
+  - route: [{{destination: {{host: svc}}, headers: {{request: {{set: {{a: b}}}}}}}}]
+    {extra}
+"#
+    )
+}
+
+#[test]
+fn http_route_destination_headers() {
+    vs_not_served(&vs_with_http(""), "spec.http[0].route[0].headers");
+}
+
+macro_rules! http_field_not_served {
+    ($($name:ident: $f:expr => $path:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            let case = format!(
+                r#"apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: vs, namespace: default}}
+spec:
+  hosts: [vs.example.com]
+  gateways: [igw]
+  http:
+  - route: [{{destination: {{host: svc}}}}]
+    {}
+"#,
+                $f
+            );
+            vs_not_served(&case, $path);
+        }
+    )*};
+}
+
+http_field_not_served! {
+    http_headers: "headers: {request: {set: {a: b}}}" => "spec.http[0].headers";
+    http_rewrite: "rewrite: {uri: /x}" => "spec.http[0].rewrite";
+    http_fault: "fault: {abort: {httpStatus: 500}}" => "spec.http[0].fault";
+    http_mirror: "mirror: {host: svc}" => "spec.http[0].mirror";
+    http_cors_policy: "corsPolicy: {allowOrigins: [{exact: a}]}" => "spec.http[0].corsPolicy";
+}
+
+#[test]
+fn tuning_fields_stay_warnings_and_the_route_is_served() {
+    let b = built(
+        r#"apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: vs, namespace: default}
+spec:
+  hosts: [vs.example.com]
+  gateways: [igw]
+  http:
+  - route: [{destination: {host: svc}}]
+    timeout: 5s
+    retries: {attempts: 3}
+"#,
+    );
+    assert_eq!(b.not_served().count(), 0);
+    let w: Vec<String> = b.warnings().filter_map(|d| d.path.clone()).collect();
+    assert!(w.contains(&"spec.http[0].timeout".to_string()), "{w:?}");
+    assert!(w.contains(&"spec.http[0].retries".to_string()), "{w:?}");
+    assert!(route_names(&b).iter().any(|n| n.contains("default/vs")));
+}
+
+/// Implemented: `uri` exact/prefix, `port` and `gateways`. The paths of a rule are those
+/// of the matches that apply to the server; a match without `uri` admits every path.
+#[test]
+fn implemented_match_fields_route_as_upstream_says() {
+    let b = built(
+        r#"apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: vs, namespace: default}
+spec:
+  hosts: [vs.example.com]
+  gateways: [igw]
+  http:
+  - match:
+    - {uri: {prefix: /a}, port: 8080}
+    - {uri: {prefix: /b}, port: 9999}
+    route: [{destination: {host: svc}}]
+  - match:
+    - {uri: {exact: /c}}
+    - {port: 8080}
+    route: [{destination: {host: svc}}]
+"#,
+    );
+    assert_eq!(b.not_served().count(), 0);
+    let r =
+        b.ir.routes
+            .iter()
+            .find(|r| r.name.contains("default/vs"))
+            .expect("route");
+    use sluice_ctrl::compile::ir::StringMatch;
+    // /b is for port 9999: not on this server.
+    assert_eq!(r.http[0].uri, vec![StringMatch::Prefix("/a".into())]);
+    // The second rule's `port` match has no uri: every path.
+    assert!(r.http[1].uri.is_empty(), "{:?}", r.http[1].uri);
+}
+
+#[test]
+fn tls_and_tcp_source_matches_are_not_served() {
+    let b = built(
+        r#"apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: vs, namespace: default}
+spec:
+  hosts: [vs.example.com]
+  gateways: [igw]
+  tcp:
+  - match: [{sourceNamespace: other}]
+    route: [{destination: {host: svc}}]
+"#,
+    );
+    let d: Vec<String> = b.not_served().filter_map(|d| d.path.clone()).collect();
+    assert_eq!(d, ["spec.tcp[0].match[0].sourceNamespace"]);
+}
+
+#[test]
+fn http_route_kind_is_not_served_and_the_rest_is() {
+    let b = built(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web, namespace: default}
+spec:
+  parentRefs: [{name: g}]
+  rules: [{backendRefs: [{name: svc, port: 80}]}]
+"#,
+    );
+    let d: Vec<String> = b.not_served().map(ToString::to_string).collect();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert!(
+        d[0].contains("HTTPRoute default/web: kind: HTTPRoute is not implemented"),
+        "{d:?}"
+    );
+    assert!(route_names(&b).iter().any(|n| n.contains("default/served")));
+}
+
+/// A Gateway with a Passthrough and a Terminate TLS listener, one route each: the
+/// Terminate listener is left out (its route does not attach: no listener), the
+/// Passthrough one is served.
+#[test]
+fn tls_terminate_listeners_are_not_served_and_their_siblings_are() {
+    let b = built(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: g, namespace: default}
+spec:
+  gatewayClassName: sluice
+  addresses: [{value: 192.0.2.1}]
+  listeners:
+  - {name: pass, port: 443, protocol: TLS, tls: {mode: Passthrough}}
+  - {name: term, port: 8443, protocol: TLS, tls: {mode: Terminate, certificateRefs: [{name: cert}]}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: cert, namespace: default}
+type: kubernetes.io/tls
+stringData: {tls.crt: x, tls.key: y}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TLSRoute
+metadata: {name: r, namespace: default}
+spec:
+  parentRefs: [{name: g}]
+  hostnames: [a.example.com]
+  rules: [{backendRefs: [{name: svc, port: 80}]}]
+"#,
+    );
+    let d: Vec<&Diagnostic> = b.not_served().collect();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].path.as_deref(), Some("spec.listeners[1].tls.mode"));
+    assert_eq!(d[0].reason, Some("UnsupportedValue"));
+    let ports: Vec<u16> = b.ir.listeners.iter().map(|l| l.port).collect();
+    assert!(ports.contains(&443) && !ports.contains(&8443), "{ports:?}");
+    let status = b.status_json();
+    let gw = status
+        .as_array()
+        .expect("list")
+        .iter()
+        .find(|o| o["kind"] == "Gateway")
+        .expect("gateway");
+    let term = &gw["status"]["listeners"][1];
+    assert_eq!(term["name"], "term");
+    assert_eq!(term["conditions"][0]["type"], "Accepted");
+    assert_eq!(term["conditions"][0]["status"], "False");
+    assert_eq!(term["conditions"][0]["reason"], "UnsupportedValue");
+    assert_eq!(gw["status"]["listeners"][0]["attachedRoutes"], 1);
+}
