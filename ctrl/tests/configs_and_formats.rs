@@ -102,9 +102,9 @@ fn bookinfo_binds_as_istio_does() {
     assert_eq!(
         not_served,
         [
-            "VirtualService bookinfo-namespace/bookinfo-rule spec.http[0].match[0].headers",
             "Gateway.networking.istio.io some-config-namespace/my-gateway spec.servers[1].tls.mode",
             "Gateway.networking.istio.io some-config-namespace/my-gateway spec.servers[2].tls.mode",
+            "VirtualService bookinfo-namespace/bookinfo-rule spec.http[0].match[0].headers",
         ]
     );
     let ir = built.ir;

@@ -38,7 +38,10 @@ fn compile_and_check(shape: Shape, n: usize) -> usize {
     let ir = &built.ir;
     assert_eq!(ir.listeners.len(), n, "{}", shape.name());
     assert_eq!(ir.routes.len(), n, "{}", shape.name());
-    for (i, l) in ir.listeners.iter().enumerate() {
+    // Objects are built in precedence order (namespace/name: g10 before g2): by port.
+    let mut listeners: Vec<_> = ir.listeners.iter().collect();
+    listeners.sort_by_key(|l| l.port);
+    for (i, l) in listeners.into_iter().enumerate() {
         assert_eq!(usize::from(l.port), FIRST_PORT + i, "{}", l.name);
         assert_eq!(l.bindings.len(), 1, "{}", l.name);
         assert_eq!(l.bindings[0].host, "*", "{}", l.name);

@@ -87,9 +87,15 @@ pub fn build_paths(paths: &[PathBuf]) -> Result<Built, Diagnostics> {
 /// (errors located at their field, warnings too).
 pub fn build(mut loaded: Loaded) -> Result<Built, Diagnostics> {
     drop_identical_duplicates(&mut loaded);
+    // Precedence order (oldest creationTimestamp, then namespace/name): wherever objects
+    // compete, the earlier wins, whatever the order of files and documents.
+    loaded
+        .items
+        .sort_by_cached_key(|it| (it.object.meta().precedence(), it.object.kind()));
     validate::validate(&mut loaded);
     let mut out = std::mem::take(&mut loaded.diagnostics);
-    let reject = |list| {
+    let reject = |mut list: Vec<Diagnostic>| {
+        in_file_order(&mut list);
         Err(Diagnostics {
             documents: loaded.documents,
             list,
@@ -117,6 +123,7 @@ pub fn build(mut loaded: Loaded) -> Result<Built, Diagnostics> {
     let Some(plan) = run_plan(&ir, &loaded.items, &mut out) else {
         return reject(out);
     };
+    in_file_order(&mut out);
     Ok(Built {
         documents: loaded.documents,
         items: loaded.items,
@@ -211,6 +218,12 @@ fn compile_policy(
             None
         }
     }
+}
+
+/// Sorts diagnostics by file, line and column (stable: what one place says keeps its
+/// order), so that they read in the order of the sources.
+fn in_file_order(list: &mut [Diagnostic]) {
+    list.sort_by(|a, b| (&*a.file, a.pos).cmp(&(&*b.file, b.pos)));
 }
 
 /// The same object given twice with identical content (a Namespace that two example

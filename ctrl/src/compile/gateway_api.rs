@@ -2,7 +2,7 @@
 //! and UDPRoutes whose parentRefs select it (and whose namespace and kind its
 //! `allowedRoutes` admit) attach to it, narrowed to the hostnames both allow.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
 use super::hostname;
@@ -115,8 +115,8 @@ impl Ctx<'_> {
             let mut listener = self.gateway_listener(&gns, &gname, li, l, port, &explicit);
             listener.transparent = transparent;
             let want_kind = want_kind(listener.kind, l);
-            // Hosts bound so far (the same as `listener.bindings`, for lookups).
-            let mut bound: HashSet<String> = HashSet::new();
+            // Hosts bound so far, and the route that took each.
+            let mut bound: HashMap<String, String> = HashMap::new();
             let items = self.items;
             let mut attached_routes = 0;
             for item in self.by.routes_for(&gns, &gname, l) {
@@ -145,11 +145,13 @@ impl Ctx<'_> {
                     self.attachment.record(item, pi, Attach::Attached);
                 }
                 attached_routes += 1;
+                let label = c.item.object.label();
                 for h in hosts {
-                    if !bound.insert(h.clone()) {
-                        c.item.reporter(diags).warn(&c.item.path("spec"), format!("host `{h}` on listener `{}` is already taken by a route that precedes this one (oldest creationTimestamp, then namespace/name); this one is not attached for it", l.name));
+                    if let Some(winner) = bound.get(&h) {
+                        c.item.reporter(diags).warn(&c.item.path("spec"), format!("host `{h}` on listener `{}` is already taken by {winner}, which precedes this route (oldest creationTimestamp, then namespace/name); this one is not attached for it", l.name));
                         continue;
                     }
+                    bound.insert(h.clone(), label.clone());
                     listener.bindings.push(Binding { host: h, route: ri });
                 }
             }

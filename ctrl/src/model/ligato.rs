@@ -231,6 +231,7 @@ impl Policy {
             namespace: Some(self.namespace).filter(|n| !n.is_empty()),
             labels: labels(&self.label),
             annotations: BTreeMap::new(),
+            creation_timestamp: None,
         };
         let policy_types = match &self.policy_type {
             None => None,

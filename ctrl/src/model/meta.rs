@@ -23,9 +23,39 @@ pub struct ObjectMeta {
     /// [`SOURCE_NAT_ANNOTATION`]).
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
+    /// When the object was created (RFC 3339): the first key of route precedence
+    /// ([`ObjectMeta::precedence`]).
+    #[serde(default)]
+    pub creation_timestamp: Option<String>,
+}
+
+/// Where an object stands when objects compete for the same hostname, listener or port
+/// (Gateway API and Istio): oldest `creationTimestamp` first, then `namespace/name`
+/// alphabetically; objects without a timestamp sort after those with one. Compare with
+/// `Ord` (smaller wins).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Precedence {
+    /// `false` when a timestamp is given (those sort first).
+    no_timestamp: bool,
+    /// Seconds since the Unix epoch, and nanoseconds.
+    created: (i64, u32),
+    namespace: String,
+    name: String,
 }
 
 impl ObjectMeta {
+    /// This object's [`Precedence`] (an unparsable timestamp counts as none; validation
+    /// reports it).
+    pub fn precedence(&self) -> Precedence {
+        let created = self.creation_timestamp.as_deref().and_then(parse_rfc3339);
+        Precedence {
+            no_timestamp: created.is_none(),
+            created: created.unwrap_or((0, 0)),
+            namespace: self.namespace().to_string(),
+            name: self.name.clone(),
+        }
+    }
+
     /// The namespace, with Kubernetes' default applied.
     pub fn namespace(&self) -> &str {
         match self.namespace.as_deref() {
@@ -33,6 +63,68 @@ impl ObjectMeta {
             _ => "default",
         }
     }
+}
+
+/// Parses an RFC 3339 timestamp (`2024-01-02T03:04:05Z`, with optional fraction and a
+/// `Z` or `±hh:mm` offset) into seconds since the Unix epoch and nanoseconds.
+pub fn parse_rfc3339(s: &str) -> Option<(i64, u32)> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let t = s.get(r)?;
+        t.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse().ok())
+            .flatten()
+    };
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut nanos: u32 = 0;
+    if b[i] == b'.' {
+        let start = i + 1;
+        i = start;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        let digits = &s[start..i.min(start + 9)];
+        nanos = digits.parse::<u32>().ok()? * 10u32.pow(9 - digits.len() as u32);
+    }
+    let offset = match b.get(i)? {
+        b'Z' | b'z' if i + 1 == b.len() => 0,
+        b'+' | b'-' if i + 6 == b.len() && b[i + 3] == b':' => {
+            let o = num(i + 1..i + 3)? * 3600 + num(i + 4..i + 6)? * 60;
+            if b[i] == b'+' {
+                o
+            } else {
+                -o
+            }
+        }
+        _ => return None,
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y, m) = if mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (y, mo - 3)
+    };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some((days * 86_400 + h * 3600 + mi * 60 + sec - offset, nanos))
 }
 
 /// The gateway annotation that turns source NAT off for all its listeners: `"false"`
@@ -177,6 +269,57 @@ impl Protocol {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_timestamps_parse_to_epoch_seconds() {
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some((0, 0)));
+        assert_eq!(
+            parse_rfc3339("2024-02-29T23:59:59Z"),
+            Some((1_709_251_199, 0))
+        );
+        assert_eq!(
+            parse_rfc3339("2024-02-29T23:59:59.25Z"),
+            Some((1_709_251_199, 250_000_000))
+        );
+        assert_eq!(
+            parse_rfc3339("2024-03-01T01:59:59+02:00"),
+            Some((1_709_251_199, 0))
+        );
+        assert_eq!(parse_rfc3339("1969-12-31T23:59:59Z"), Some((-1, 0)));
+        for bad in [
+            "",
+            "2024-02-29",
+            "2024-13-01T00:00:00Z",
+            "2024-02-29T23:59:59",
+            "x024-02-29T23:59:59Z",
+            "2024-02-29T23:59:59Zjunk",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn precedence_is_oldest_first_then_namespace_and_name_then_no_timestamp() {
+        let m = |ts: Option<&str>, ns: &str, name: &str| ObjectMeta {
+            name: name.into(),
+            namespace: Some(ns.into()),
+            creation_timestamp: ts.map(Into::into),
+            ..ObjectMeta::default()
+        };
+        let mut v = [
+            m(None, "a", "a"),
+            m(Some("2024-01-02T00:00:00Z"), "a", "a"),
+            m(Some("2024-01-01T00:00:00Z"), "z", "z"),
+            m(Some("2024-01-02T00:00:00Z"), "a", "0"),
+            m(None, "0", "b"),
+        ];
+        v.sort_by_key(ObjectMeta::precedence);
+        let order: Vec<String> = v
+            .iter()
+            .map(|x| format!("{}/{}", x.namespace(), x.name))
+            .collect();
+        assert_eq!(order, ["z/z", "a/0", "a/a", "0/b", "a/a"]);
+    }
 
     #[test]
     fn source_nat_annotation_is_true_false_or_absent() {

@@ -64,6 +64,14 @@ pub fn validate(loaded: &mut Loaded) {
                 };
                 r.error(&it.path(field), "missing name");
             }
+            if let Some(ts) = &it.object.meta().creation_timestamp {
+                if crate::model::meta::parse_rfc3339(ts).is_none() {
+                    r.error(
+                        &it.path("metadata.creationTimestamp"),
+                        format!("`{ts}` is not an RFC 3339 time (like 2024-01-02T03:04:05Z)"),
+                    );
+                }
+            }
             match &it.object {
                 Object::IstioGateway(g) => istio::istio_gateway(it, &g.spec, &index, &mut r),
                 Object::VirtualService(v) => istio::virtual_service(it, &v.spec, &index, &mut r),
