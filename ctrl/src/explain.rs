@@ -17,8 +17,12 @@ use sluice_dataplane::inspect::{self, Inspected};
 use sluice_dataplane::tables::listeners::{ListenerEntry, RouteEntry};
 use sluice_dataplane::tables::maglev::{flow_hash, MaglevTable, Pick};
 
-use crate::compile::ir::{Backend, BackendTarget, Listener, ListenerKind, RouteKind, L4};
+use crate::compile::hostname::pattern_matches;
+use crate::compile::ir::{
+    specificity, Backend, BackendTarget, Listener, ListenerKind, Member, RouteKind, L4,
+};
 use crate::compile::Built;
+use crate::model::Object;
 
 /// One hypothetical connection.
 #[derive(Debug, Clone)]
@@ -173,11 +177,20 @@ impl Trace<'_> {
         self.set("policy", policy);
         let what = match (workload, src_workload) {
             (None, None) => {
-                let why = format!(
-                    "no listener on {}/{} and neither end is a workload",
-                    q.dst,
-                    proto_str(q.proto)
-                );
+                let unserved = not_served_on_port(self.built, q.dst.port());
+                let why = match unserved.first() {
+                    Some(first) => {
+                        format!("no listener on {}/{}: {first}", q.dst, proto_str(q.proto))
+                    }
+                    None => format!(
+                        "no listener on {}/{} and neither end is a workload",
+                        q.dst,
+                        proto_str(q.proto)
+                    ),
+                };
+                if !unserved.is_empty() {
+                    self.set("not_served", json!(unserved));
+                }
                 return self.end("drop", why);
             }
             (Some(w), _) => format!("destination is workload {}/{}", w.namespace, w.pod),
@@ -275,6 +288,14 @@ impl Trace<'_> {
             return self.end("reject", why);
         }
         let name = self.routing_name(l);
+        if l.members.len() > 1 {
+            // Listeners sharing the port: the name selects one first.
+            let chosen = selected_member(l, name.as_deref().unwrap_or(""));
+            self.set(
+                "listener_selected",
+                chosen.map_or(Value::Null, |m| json!(m.name)),
+            );
+        }
         let Some(index) = entry.route(name.as_deref().unwrap_or("").as_bytes()) else {
             return self.no_route(l, name.as_deref());
         };
@@ -374,6 +395,56 @@ pub fn explain(built: &Built, q: &Query) -> Value {
         Some(e) => trace.through(e),
         None => trace.no_listener(),
     }
+}
+
+/// The member of a shared listener that a name selects: the most specific hostname that
+/// matches it (exact, then longest wildcard suffix), else the member without hostname.
+fn selected_member<'l>(l: &'l Listener, name: &str) -> Option<&'l Member> {
+    l.members
+        .iter()
+        .flat_map(|m| m.hostnames.iter().map(move |h| (h, m)))
+        .filter(|(h, _)| !name.is_empty() && pattern_matches(h, name))
+        .min_by_key(|(h, _)| specificity(h))
+        .map(|(_, m)| m)
+        .or_else(|| l.members.iter().find(|m| m.hostnames.is_empty()))
+}
+
+/// The gateway listeners on `port` that are not served, each as `name is not served: why`.
+fn not_served_on_port(built: &Built, port: u16) -> Vec<String> {
+    let mut out = Vec::new();
+    for d in built.not_served() {
+        let Some(it) = built
+            .items
+            .iter()
+            .find(|it| Some(it.object.label()) == d.object && *it.origin.file == *d.file)
+        else {
+            continue;
+        };
+        let rel = d.path.as_deref().unwrap_or("");
+        let index = |list: &str| {
+            rel.strip_prefix(&format!("spec.{list}["))
+                .and_then(|r| r.split(']').next())
+                .and_then(|i| i.parse::<usize>().ok())
+        };
+        let on_port = match &it.object {
+            Object::Gateway(g) => index("listeners")
+                .and_then(|i| g.spec.listeners.get(i))
+                .is_some_and(|l| l.port == u32::from(port)),
+            Object::IstioGateway(g) => index("servers")
+                .and_then(|i| g.spec.servers.get(i))
+                .is_some_and(|s| s.port.number == u32::from(port)),
+            _ => false,
+        };
+        if on_port {
+            out.push(format!(
+                "{} {} is not served: {}",
+                it.object.label(),
+                rel,
+                d.message
+            ));
+        }
+    }
+    out
 }
 
 /// IANA protocol number of a listener transport.

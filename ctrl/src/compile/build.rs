@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use sluice_dataplane::tables::snapshot::Snapshot;
 
-use super::ir::{Ir, ListenerKind, L4};
+use super::ir::{Ir, ListenerKind};
 use super::policy::{self, PolicyCompileError, PolicyInfo, PolicyStats};
 use super::served::Exclusions;
 use crate::diag::{Diagnostic, Diagnostics, Severity};
@@ -104,9 +104,9 @@ pub fn build(mut loaded: Loaded) -> Result<Built, Diagnostics> {
     if out.iter().any(Diagnostic::is_error) {
         return reject(out);
     }
-    let excluded = Exclusions::from_diagnostics(&loaded.items, &out);
-    let (ir, _) = super::to_ir::build_ir_with_stats(&loaded.items, &excluded, &mut out);
-    listener_conflicts(&ir, &loaded.items, &mut out);
+    let mut excluded = Exclusions::from_diagnostics(&loaded.items, &out);
+    let (mut ir, _) = super::to_ir::build_ir_with_stats(&loaded.items, &excluded, &mut out);
+    super::merge::merge_listeners(&mut ir, &loaded.items, &mut excluded, &mut out);
     if out.iter().any(Diagnostic::is_error) {
         return reject(out);
     }
@@ -268,69 +268,6 @@ pub(crate) fn kind_name(k: ListenerKind) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
-}
-
-/// Why listeners `a` (later) and `b` (earlier) on one port and protocol cannot share an
-/// address, if they cannot.
-fn conflict(a: &super::ir::Listener, b: &super::ir::Listener) -> Option<String> {
-    if a.kind != b.kind {
-        Some(format!(
-            "conflicting listeners on port {}: {} ({}) and {} ({}) share an address",
-            a.port,
-            a.name,
-            kind_name(a.kind),
-            b.name,
-            kind_name(b.kind)
-        ))
-    } else if a.kind.inspects() {
-        a.bindings
-            .iter()
-            .find(|x| b.bindings.iter().any(|y| y.host == x.host))
-            .map(|x| {
-                format!(
-                    "conflicting listeners on port {}: host `{}` is bound by both {} and {}",
-                    a.port, x.host, a.name, b.name
-                )
-            })
-    } else {
-        Some(format!(
-            "conflicting listeners on port {}: {} and {} both take every connection on a shared address",
-            a.port, a.name, b.name
-        ))
-    }
-}
-
-/// Listeners of different gateways that share an address and port must agree: same
-/// kind, and for by-name kinds distinct host patterns; two catch-all TCP listeners on one
-/// address:port cannot be told apart.
-fn listener_conflicts(ir: &Ir, items: &[Item], out: &mut Vec<Diagnostic>) {
-    // Earlier listeners (indices, in order) by port and protocol: only those can
-    // conflict, and comparing every pair would make n listeners quadratic.
-    let mut by_port: HashMap<(u16, L4), Vec<usize>> = HashMap::new();
-    for (i, a) in ir.listeners.iter().enumerate() {
-        let earlier = by_port.entry((a.port, a.protocol)).or_default();
-        for b in earlier.iter().map(|&j| &ir.listeners[j]) {
-            let overlap = a.addresses.is_empty()
-                || b.addresses.is_empty()
-                || a.addresses.iter().any(|x| b.addresses.contains(x));
-            let Some(message) = conflict(a, b).filter(|_| overlap) else {
-                continue;
-            };
-            // Report at the later gateway's object.
-            let gw = items.iter().find(|it| {
-                a.name.contains(&format!(
-                    "{}/{}",
-                    it.object.meta().namespace(),
-                    it.object.meta().name
-                )) && matches!(it.object.kind(), Kind::Gateway | Kind::IstioGateway)
-            });
-            match gw {
-                Some(it) => it.reporter(out).error(&it.path("spec"), message),
-                None => out.push(Diagnostics::config_level(Severity::Error, message)),
-            }
-        }
-        earlier.push(i);
-    }
 }
 
 /// Every diagnostic of a build: the warnings of a built configuration, or everything

@@ -114,6 +114,14 @@ impl Ctx<'_> {
             }
             let mut listener = self.gateway_listener(&gns, &gname, li, l, port, &explicit);
             listener.transparent = transparent;
+            listener.members = vec![Member {
+                name: listener.name.clone(),
+                hostnames: match (listener.kind.inspects(), &l.hostname) {
+                    (true, Some(h)) => vec![h.to_ascii_lowercase()],
+                    _ => Vec::new(),
+                },
+                source: (gi, li),
+            }];
             let want_kind = want_kind(listener.kind, l);
             // Hosts bound so far, and the route that took each.
             let mut bound: HashMap<String, String> = HashMap::new();
@@ -200,6 +208,7 @@ impl Ctx<'_> {
             https_redirect: false,
             transparent: false,
             bindings: Vec::new(),
+            members: Vec::new(),
         }
     }
 

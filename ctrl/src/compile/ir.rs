@@ -60,13 +60,55 @@ pub struct TlsTerminate {
     pub http: bool,
 }
 
+/// A [`Binding::route`] that means "no route": the names of a more specific listener
+/// sharing the port, for which it has no route ([`super::merge`]).
+pub const NO_ROUTE: usize = usize::MAX;
+
 /// A host pattern bound to a route on a listener: exact, `*.suffix`, or `*`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Binding {
     /// Pattern, lower case.
     pub host: String,
-    /// Index into [`Ir::routes`].
+    /// Index into [`Ir::routes`], or [`NO_ROUTE`].
     pub route: usize,
+}
+
+/// One gateway listener (Gateway API) or server (Istio) of a [`Listener`]: several share
+/// a listener when they share its address and port, told apart by hostname.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Member {
+    /// `Kind ns/name listeners[i] (name)` or `... servers[i]`.
+    pub name: String,
+    /// Its hostnames (exact or `*.suffix`); empty = every name.
+    pub hostnames: Vec<String>,
+    /// (gateway object index, listener or server index) in the build's objects.
+    #[serde(skip)]
+    pub source: (usize, usize),
+}
+
+impl Member {
+    /// The most specific of its hostnames that covers `pattern` (`*` when it has none),
+    /// or `None` when none does.
+    pub fn cover(&self, pattern: &str) -> Option<&str> {
+        if self.hostnames.is_empty() {
+            return Some("*");
+        }
+        self.hostnames
+            .iter()
+            .filter(|h| super::hostname::istio_subset_of(pattern, h))
+            .min_by_key(|h| specificity(h))
+            .map(String::as_str)
+    }
+}
+
+/// Orders host patterns from most to least specific: exact names first, then wildcards
+/// by longer suffix, `*` last.
+pub fn specificity(pattern: &str) -> (u8, std::cmp::Reverse<usize>) {
+    match pattern {
+        "*" => (2, std::cmp::Reverse(0)),
+        p if p.starts_with('*') => (1, std::cmp::Reverse(p.len())),
+        p => (0, std::cmp::Reverse(p.len())),
+    }
 }
 
 /// A listener: where connections arrive.
@@ -92,6 +134,9 @@ pub struct Listener {
     pub transparent: bool,
     /// Host patterns -> routes (for TCP/UDP one `*` binding at most).
     pub bindings: Vec<Binding>,
+    /// The gateway listeners or servers it serves (one, or several told apart by
+    /// hostname), in precedence order.
+    pub members: Vec<Member>,
 }
 
 /// Kinds of route.

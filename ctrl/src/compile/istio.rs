@@ -193,6 +193,16 @@ impl Ctx<'_> {
             let mut listener = self.istio_listener(&gns, &gname, si, server, port);
             listener.transparent = transparent;
             let server_hosts = server_hosts(server, &gns);
+            let dns: Vec<String> = server_hosts.iter().map(|(_, h)| h.clone()).collect();
+            listener.members = vec![Member {
+                name: listener.name.clone(),
+                hostnames: if !listener.kind.inspects() || dns.iter().any(|h| h == "*") {
+                    Vec::new()
+                } else {
+                    dns
+                },
+                source: (gi, si),
+            }];
             if listener.kind == ListenerKind::TlsAutoPassthrough {
                 self.auto_passthrough(&server_hosts, u32::from(port), &mut listener, ir);
                 ir.listeners.push(listener);
@@ -292,6 +302,7 @@ impl Ctx<'_> {
             https_redirect: tls.is_some_and(|t| t.https_redirect),
             transparent: false,
             bindings: Vec::new(),
+            members: Vec::new(),
         }
     }
 

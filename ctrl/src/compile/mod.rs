@@ -27,6 +27,7 @@ mod gateway_api;
 pub mod hostname;
 pub mod ir;
 mod istio;
+mod merge;
 pub mod policy;
 pub mod report;
 mod resolve;

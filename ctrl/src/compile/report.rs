@@ -140,7 +140,10 @@ fn listeners_summary(ir: &Ir, s: &mut String) {
         let hosts: Vec<String> = l
             .bindings
             .iter()
-            .map(|b| format!("{} -> {}", b.host, ir.routes[b.route].name))
+            .map(|b| match ir.routes.get(b.route) {
+                Some(r) => format!("{} -> {}", b.host, r.name),
+                None => format!("{} -> no route (a listener of its own)", b.host),
+            })
             .collect();
         let protocol = serde_json::to_value(l.protocol)
             .ok()

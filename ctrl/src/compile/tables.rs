@@ -107,7 +107,13 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, TableError> {
             bindings: l
                 .bindings
                 .iter()
-                .map(|b| (b.host.clone(), b.route as u32))
+                .map(|b| {
+                    let route = match b.route {
+                        super::ir::NO_ROUTE => sluice_dataplane::tables::listeners::NO_ROUTE,
+                        r => r as u32,
+                    };
+                    (b.host.clone(), route)
+                })
                 .collect(),
             https_redirect: l.https_redirect,
             transparent: l.transparent,

@@ -217,16 +217,18 @@ fn listener_conflicts(it: &Item, at: &str, l: &gw::Listener, seen: &mut PortUse,
         .or_insert_with(|| (class.clone(), BTreeSet::new()));
     let host = l.hostname.clone().unwrap_or_default();
     if entry.0 != class {
-        r.error(
+        r.not_served_because(
             &it.path(&format!("{at}.protocol")),
+            "ProtocolConflict",
             format!(
                 "conflicting listeners on port {}: {} and {}",
                 l.port, entry.0, l.protocol
             ),
         );
     } else if !entry.1.insert(host.clone()) {
-        r.error(
+        r.not_served_because(
             &it.path(&format!("{at}.hostname")),
+            "HostnameConflict",
             format!(
                 "conflicting listeners on port {}: hostname `{}` is used twice",
                 l.port,

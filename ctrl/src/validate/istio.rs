@@ -101,11 +101,13 @@ pub(super) fn istio_gateway(it: &Item, spec: &istio::GatewaySpec, index: &Index,
         let entry = ports
             .entry(key)
             .or_insert_with(|| (class.to_string(), BTreeMap::new()));
+        let conflict = entry.0 != class || (class == "TCP" && !entry.1.is_empty());
         if entry.0 != class {
-            r.error(&it.path(&format!("{at}.port")), format!("port {} is already used by a {} server of this gateway; {class} cannot share it", s.port.number, entry.0));
+            r.not_served_because(&it.path(&format!("{at}.port")), "ProtocolConflict", format!("port {} is already used by a {} server of this gateway; {class} cannot share it", s.port.number, entry.0));
         } else if class == "TCP" && !entry.1.is_empty() {
-            r.error(
+            r.not_served_because(
                 &it.path(&format!("{at}.port")),
+                "PortUnavailable",
                 format!(
                     "two TCP servers on port {}: TCP cannot be told apart by host",
                     s.port.number
@@ -126,7 +128,7 @@ pub(super) fn istio_gateway(it: &Item, spec: &istio::GatewaySpec, index: &Index,
             );
         }
         for h in &s.hosts {
-            if class == "TCP" {
+            if class == "TCP" || conflict {
                 break;
             }
             match entry.1.insert(h.clone(), handling) {
@@ -137,8 +139,9 @@ pub(super) fn istio_gateway(it: &Item, spec: &istio::GatewaySpec, index: &Index,
                         s.port.number
                     ),
                 ),
-                Some(_) => r.error(
+                Some(_) => r.not_served_because(
                     &it.path(&format!("{at}.hosts")),
+                    "HostnameConflict",
                     format!("host `{h}` appears twice on port {}", s.port.number),
                 ),
                 None => {}

@@ -171,11 +171,17 @@ pub struct ListenerEntry {
     pub transparent: bool,
 }
 
+/// A binding's route index that means "no route": the name belongs to a listener with no
+/// route for it (listeners sharing a port are told apart by hostname first, so a name a
+/// more specific listener claims must not fall through to another listener's routes).
+/// (`u32::MAX` itself is the host matcher's own "no value".)
+pub const NO_ROUTE: u32 = u32::MAX - 1;
+
 impl ListenerEntry {
     /// The route for a connection naming `host` (or none: empty slice), if any.
     #[inline]
     pub fn route(&self, host: &[u8]) -> Option<u32> {
-        self.hosts.lookup(host)
+        self.hosts.lookup(host).filter(|&r| r != NO_ROUTE)
     }
 }
 
@@ -270,7 +276,7 @@ impl ListenerTable {
             if let Some(&(_, route)) = spec
                 .bindings
                 .iter()
-                .find(|(_, r)| *r as usize >= t.routes.len())
+                .find(|(_, r)| *r != NO_ROUTE && *r as usize >= t.routes.len())
             {
                 return Err(BuildError::NoSuchRoute {
                     listener: spec.name,
