@@ -303,7 +303,8 @@ fn unknown_kind_is_skipped_with_a_warning() {
 
 #[test]
 fn virtualservice_gateway_reference() {
-    error(
+    // Not bound to a Gateway that is not there; the rest keeps serving.
+    not_served(
         r#"apiVersion: networking.istio.io/v1
 kind: VirtualService
 metadata: {name: v, namespace: default}
@@ -1364,5 +1365,107 @@ spec:
 "#,
         "spec.listeners[1].hostname",
         "conflicting listeners on port 53: hostname `<any>` is used twice",
+    );
+}
+
+#[test]
+fn explicit_nulls_are_absent_fields() {
+    let c = run(r#"apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: p, namespace: default}
+spec:
+  podSelector: {matchLabels: null, matchExpressions: null}
+  ingress:
+  - from:
+    - podSelector: {matchLabels: null}
+      namespaceSelector: null
+    ports: null
+  egress: null
+"#);
+    let errors: Vec<String> = diagnostics(&c)
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| d.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
+#[test]
+fn ip_block_except_must_be_a_strict_subset() {
+    error(
+        r#"apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: p, namespace: default}
+spec:
+  podSelector: {}
+  ingress:
+  - from:
+    - ipBlock:
+        cidr: 10.0.0.0/8
+        except:
+        - 10.0.0.0/8 #<-
+"#,
+        "spec.ingress[0].from[0].ipBlock.except[0]",
+        "strict subset",
+    );
+}
+
+#[test]
+fn maglev_table_size_is_below_5000011() {
+    error(
+        r#"apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: d, namespace: default}
+spec:
+  host: svc
+  trafficPolicy:
+    loadBalancer:
+      consistentHash:
+        maglev:
+          tableSize: 5000011 #<-
+"#,
+        "tableSize",
+        "less than 5000011",
+    );
+}
+
+#[test]
+fn backends_without_ready_endpoints_are_warned_about() {
+    warning(
+        r#"apiVersion: v1
+kind: Service
+metadata: {name: empty, namespace: default}
+spec: {selector: {app: nothing}, ports: [{port: 80}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: v, namespace: default}
+spec: #<-
+  hosts: ["*"]
+  gateways: [igw]
+  tcp:
+  - route:
+    - {destination: {host: svc}, weight: 1}
+    - {destination: {host: empty}, weight: 1}
+"#,
+        "spec",
+        "has no ready endpoints; its share of connections is rejected",
+    );
+}
+
+#[test]
+fn mesh_only_virtual_services_are_warned_about() {
+    warning(
+        r#"apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: v, namespace: default}
+spec:
+  hosts: [svc]
+  gateways: [mesh] #<-
+  tcp:
+  - route: [{destination: {host: svc}}]
+"#,
+        "spec.gateways",
+        "binds no gateway",
     );
 }

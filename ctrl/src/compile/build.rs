@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use sluice_dataplane::tables::snapshot::Snapshot;
 
-use super::ir::{Ir, ListenerKind};
+use super::ir::{BackendTarget, Ir, ListenerKind};
 use super::policy::{self, PolicyCompileError, PolicyInfo, PolicyStats};
 use super::served::Exclusions;
 use crate::diag::{Diagnostic, Diagnostics, Severity};
@@ -107,6 +107,7 @@ pub fn build(mut loaded: Loaded) -> Result<Built, Diagnostics> {
     let mut excluded = Exclusions::from_diagnostics(&loaded.items, &out);
     let (mut ir, _) = super::to_ir::build_ir_with_stats(&loaded.items, &excluded, &mut out);
     super::merge::merge_listeners(&mut ir, &loaded.items, &mut excluded, &mut out);
+    warn_unready_backends(&ir, &loaded.items, &mut out);
     if out.iter().any(Diagnostic::is_error) {
         return reject(out);
     }
@@ -216,6 +217,45 @@ fn compile_policy(
                 }
             }
             None
+        }
+    }
+}
+
+/// A warning for each weighted backend of a served route whose Service has no ready
+/// endpoint: its share of connections is rejected (seed 004) until one is ready.
+fn warn_unready_backends(ir: &Ir, items: &[Item], out: &mut Vec<Diagnostic>) {
+    let by_label: HashMap<String, &Item> = items.iter().map(|it| (it.object.label(), it)).collect();
+    let mut seen = std::collections::HashSet::new();
+    for r in &ir.routes {
+        let backends = r
+            .backends
+            .iter()
+            .chain(r.http.iter().flat_map(|h| h.backends.iter()));
+        for b in backends {
+            let BackendTarget::Invalid(why) = &b.target else {
+                continue;
+            };
+            if b.weight == 0 || !why.contains("no ready endpoints") {
+                continue;
+            }
+            // `Kind ns/name` of the route's object is how its name starts.
+            let owner = by_label
+                .iter()
+                .filter(|(label, _)| r.name == **label || r.name.starts_with(&format!("{label} ")))
+                .map(|(_, it)| *it)
+                .next();
+            let Some(it) = owner else { continue };
+            if !seen.insert((it.object.label(), b.name.clone())) {
+                continue;
+            }
+            it.reporter(out).warn(
+                &it.path("spec"),
+                format!(
+                    "backend {} (weight {}): {why}; its share of connections is rejected \
+                     until an endpoint is ready",
+                    b.name, b.weight
+                ),
+            );
         }
     }
 }

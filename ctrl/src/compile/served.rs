@@ -50,10 +50,20 @@ impl Exclusions {
             Kind::IstioGateway => "servers",
             _ => "",
         };
+        // A gateway a VirtualService (or one of its matches) names that is not there:
+        // only that binding is missing.
+        if it.object.kind() == Kind::VirtualService
+            && rel
+                .windows(2)
+                .any(|w| matches!(w, [Seg::Key(k), Seg::Index(_)] if k == "gateways"))
+        {
+            return;
+        }
         match rel {
             // A parentRef that does not attach, or a kind a listener cannot take,
             // leaves out only that attachment (the builder never makes it).
-            [Seg::Key(spec), Seg::Key(p), ..] if spec == "spec" && p == "parentRefs" => {}
+            [Seg::Key(spec), Seg::Key(p), ..]
+                if spec == "spec" && (p == "parentRefs" || p == "gateways") => {}
             [Seg::Key(spec), Seg::Key(l), Seg::Index(_), Seg::Key(a), Seg::Key(k), ..]
                 if spec == "spec" && l == list && a == "allowedRoutes" && k == "kinds" => {}
             [Seg::Key(spec), Seg::Key(l), Seg::Index(li), ..] if spec == "spec" && l == list => {

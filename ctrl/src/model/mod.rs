@@ -368,7 +368,13 @@ pub fn decode(doc: &Value) -> Decoded {
             }
         }
         (Some(av), Some(k)) => match Kind::resolve(av, k) {
-            Ok(Some(kind)) => decode_kind(kind, doc),
+            Ok(Some(kind)) => {
+                // The API server takes an explicit `null` for an optional field as its
+                // absence (`matchLabels: null`, `tls: null`): so does sluice.
+                let mut doc = doc.clone();
+                strip_nulls(&mut doc);
+                decode_kind(kind, &doc)
+            }
             Ok(None) => match unserved_kind(av, k) {
                 Some(why) => Decoded::NotServed(why.to_string()),
                 None => Decoded::Skipped(format!("kind {k} ({av}) is not read by sluice")),
@@ -625,6 +631,18 @@ fn decode_kind(kind: Kind, doc: &Value) -> Decoded {
                 unknown,
             }
         }
+    }
+}
+
+/// Removes every mapping member whose value is `null`, at any depth.
+fn strip_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_nulls),
+        _ => {}
     }
 }
 

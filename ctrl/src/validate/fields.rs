@@ -90,13 +90,16 @@ pub fn is_prime(n: u64) -> bool {
     true
 }
 
-/// A Maglev table size is a prime no larger than 5000011.
+/// Largest Maglev table size plus one: Istio requires a prime below 5000011.
+pub const MAGLEV_SIZE_LIMIT: u64 = sluice_dataplane::tables::maglev::MAX_TABLE_SIZE;
+
+/// A Maglev table size is a prime below [`MAGLEV_SIZE_LIMIT`] (Istio's rule).
 pub(super) fn maglev_size(it: &Item, at: &str, size: Option<u64>, r: &mut Reporter) {
     if let Some(s) = size {
-        if !is_prime(s) || s > 5_000_011 {
+        if !is_prime(s) || s >= MAGLEV_SIZE_LIMIT {
             r.error(
                 &it.path(at),
-                format!("Maglev table size {s} must be a prime no larger than 5000011"),
+                format!("Maglev table size {s} must be a prime less than {MAGLEV_SIZE_LIMIT}"),
             );
         }
     }

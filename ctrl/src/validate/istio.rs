@@ -295,14 +295,21 @@ pub(super) fn virtual_service(
             }
             let (gns, name) = split_gateway_ref(g, &ns);
             if index.get(Kind::IstioGateway, gns, name).is_none() {
-                r.error(
+                r.not_served(
                     &it.path(&format!("{at}[{i}]")),
-                    format!("Gateway {gns}/{name} not found"),
+                    format!("Gateway {gns}/{name} not found: not bound to it"),
                 );
             }
         }
     };
     gateway_refs(&spec.gateways, "spec.gateways", r);
+    if spec.gateways.iter().all(|g| g == "mesh") {
+        r.warn(
+            &it.path("spec.gateways"),
+            "this VirtualService binds no gateway (no `gateways`, or only `mesh`: it is for \
+             sidecars); an appliance serves gateways, so it has no effect here",
+        );
+    }
     let dests = |route: &[istio::RouteDestination], at: &str, r: &mut Reporter| {
         for (i, d) in route.iter().enumerate() {
             let here = format!("{at}[{i}]");

@@ -38,6 +38,15 @@ pub(super) fn network_policy(it: &Item, spec: &NetworkPolicySpec, r: &mut Report
                                 &it.path(&eat),
                                 format!("except `{e}` is not inside cidr `{}`", b.cidr),
                             );
+                        } else if inner == outer {
+                            // The API server requires a strict subset.
+                            r.error(
+                                &it.path(&eat),
+                                format!(
+                                    "except `{e}` equals cidr `{}`: it must be a strict subset",
+                                    b.cidr
+                                ),
+                            );
                         }
                     }
                 }
