@@ -220,7 +220,7 @@ impl Trace<'_> {
     }
 
     /// No route of the listener takes the name.
-    fn no_route(self, l: &Listener, name: Option<&str>) -> Value {
+    fn no_route(mut self, l: &Listener, name: Option<&str>) -> Value {
         let decoded = (l.kind == ListenerKind::TlsAutoPassthrough)
             .then(|| name.and_then(decode_auto_passthrough))
             .flatten();
@@ -231,11 +231,18 @@ impl Trace<'_> {
             );
             return self.end("reject", why);
         }
-        let reason = match (name, l.kind.inspects()) {
-            (None, true) => "the listener routes by name and the connection names none (no SNI/Host); no catch-all route".to_string(),
-            (Some(n), _) => format!("no route of this listener matches `{n}`"),
-            (None, false) => "the listener has no route".to_string(),
+        let unserved = name
+            .map(|n| not_served_routes_for(self.built, n))
+            .unwrap_or_default();
+        let reason = match (name, l.kind.inspects(), unserved.first()) {
+            (Some(n), _, Some(first)) => format!("no route of this listener matches `{n}`: {first}"),
+            (None, true, _) => "the listener routes by name and the connection names none (no SNI/Host); no catch-all route".to_string(),
+            (Some(n), _, None) => format!("no route of this listener matches `{n}`"),
+            (None, false, _) => "the listener has no route".to_string(),
         };
+        if !unserved.is_empty() {
+            self.set("not_served", json!(unserved));
+        }
         self.end("reject", reason)
     }
 
@@ -407,6 +414,34 @@ fn selected_member<'l>(l: &'l Listener, name: &str) -> Option<&'l Member> {
         .min_by_key(|(h, _)| specificity(h))
         .map(|(_, m)| m)
         .or_else(|| l.members.iter().find(|m| m.hostnames.is_empty()))
+}
+
+/// The routes left out of the tables whose hostnames match `name`, each as `Kind ns/name
+/// is not served: why`.
+fn not_served_routes_for(built: &Built, name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, it) in built.items.iter().enumerate() {
+        if !built.excluded.item(i) {
+            continue;
+        }
+        let hosts: Vec<&str> = match &it.object {
+            Object::VirtualService(v) => v.spec.hosts.iter().map(String::as_str).collect(),
+            Object::TlsRoute(r) if r.spec.hostnames.is_empty() => vec!["*"],
+            Object::TlsRoute(r) => r.spec.hostnames.iter().map(String::as_str).collect(),
+            _ => continue,
+        };
+        if !hosts.iter().any(|h| pattern_matches(h, name)) {
+            continue;
+        }
+        let label = it.object.label();
+        let why = built
+            .not_served()
+            .find(|d| d.object.as_deref() == Some(label.as_str()))
+            .map(|d| format!("{}: {}", d.path.as_deref().unwrap_or(""), d.message))
+            .unwrap_or_default();
+        out.push(format!("{label} is not served: {why}"));
+    }
+    out
 }
 
 /// The gateway listeners on `port` that are not served, each as `name is not served: why`.

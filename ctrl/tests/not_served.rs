@@ -321,3 +321,40 @@ spec:
     assert_eq!(term["conditions"][0]["reason"], "UnsupportedValue");
     assert_eq!(gw["status"]["listeners"][0]["attachedRoutes"], 1);
 }
+
+/// `sluice explain` says what the dataplane does with traffic for what is not served:
+/// no listener on a TLS-terminating server's port, no route for a VirtualService left
+/// out, each with the reason.
+#[test]
+fn explain_says_why_traffic_for_what_is_not_served_gets_nowhere() {
+    let bookinfo = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/istio-bookinfo");
+    let explain = |args: &[&str]| -> serde_json::Value {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["explain", "-c", bookinfo, "--src", "198.51.100.1:4000"])
+            .args(args)
+            .output()
+            .expect("sluice");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    let v = explain(&["--dst", "192.0.2.10:443", "--sni", "uk.bookinfo.com"]);
+    assert_eq!(v["verdict"], "drop");
+    let reason = v["reason"].as_str().expect("reason");
+    assert!(
+        reason.contains("spec.servers[1].tls.mode is not served: TLS termination"),
+        "{reason}"
+    );
+    let v = explain(&["--dst", "192.0.2.10:9080", "--http-host", "uk.bookinfo.com"]);
+    assert_eq!(v["verdict"], "reject");
+    assert!(
+        v["not_served"][0]
+            .as_str()
+            .expect("not served")
+            .starts_with("VirtualService bookinfo-namespace/bookinfo-rule is not served: spec.http[0].match[0].headers"),
+        "{v}"
+    );
+}

@@ -56,6 +56,7 @@ impl Built {
             st.egress_entries,
             st.memory_bytes / 1024
         );
+        gateway_api_summary(&self.status_json(), &mut s);
         let _ = writeln!(
             s,
             "warnings: {} (sluice check -v lists them)",
@@ -184,4 +185,34 @@ fn listeners_summary(ir: &Ir, s: &mut String) {
         ir.workloads.len(),
         ir.policies.len()
     );
+}
+
+/// One line on the Gateway API objects: listeners and route parents accepted of all (the
+/// conditions themselves: `sluice check -v`, `sluice status`).
+fn gateway_api_summary(status: &Value, s: &mut String) {
+    let accepted = |conds: &Value| {
+        conds
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Accepted" && c["status"] == "True")
+    };
+    let (mut listeners, mut listeners_ok, mut parents, mut parents_ok) = (0, 0, 0, 0);
+    for o in status.as_array().into_iter().flatten() {
+        for l in o["status"]["listeners"].as_array().into_iter().flatten() {
+            listeners += 1;
+            listeners_ok += usize::from(accepted(&l["conditions"]));
+        }
+        for p in o["status"]["parents"].as_array().into_iter().flatten() {
+            parents += 1;
+            parents_ok += usize::from(accepted(&p["conditions"]));
+        }
+    }
+    if listeners + parents > 0 {
+        let _ = writeln!(
+            s,
+            "gateway api: {listeners_ok}/{listeners} listeners accepted, {parents_ok}/{parents} \
+             route parents accepted (sluice check -v or sluice status -c ... for every condition)"
+        );
+    }
 }
