@@ -158,3 +158,66 @@ fn an_unparsable_timestamp_is_an_error() {
         e.error_lines()
     );
 }
+
+/// Istio: two VirtualServices for one host on one server; the older binds it in every
+/// file order, and the other is warned about, naming the winner.
+#[test]
+fn the_oldest_virtual_service_takes_a_host() {
+    let gw = r#"apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: ig, namespace: default}
+spec:
+  servers:
+  - port: {number: 443, name: tls, protocol: TLS}
+    bind: 192.0.2.3
+    hosts: ["*.example.com"]
+    tls: {mode: PASSTHROUGH}
+"#
+    .to_string();
+    let vs = |name: &str, ts: &str, svc: &str| {
+        format!(
+            r#"apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: {name}, namespace: default, creationTimestamp: "{ts}"}}
+spec:
+  hosts: [shop.example.com]
+  gateways: [ig]
+  tls:
+  - match: [{{sniHosts: [shop.example.com]}}]
+    route: [{{destination: {{host: {svc}}}}}]
+"#
+        )
+    };
+    let files = vec![
+        gw,
+        GATEWAY.to_string(),
+        vs("young", "2025-01-01T00:00:00Z", "a"),
+        vs("old", "2023-01-01T00:00:00Z", "b"),
+    ];
+    for p in permutations(&files) {
+        let b = build_files(&p);
+        let l =
+            b.ir.listeners
+                .iter()
+                .find(|l| l.port == 443 && l.name.contains("ig"))
+                .expect("server");
+        let bind = l
+            .bindings
+            .iter()
+            .find(|x| x.host == "shop.example.com")
+            .expect("bound");
+        assert_eq!(
+            b.ir.routes[bind.route].name,
+            "VirtualService default/old tls[0]"
+        );
+        let lost: Vec<&str> = b
+            .warnings()
+            .filter(|d| {
+                d.message
+                    .contains("already bound by VirtualService default/old")
+            })
+            .filter_map(|d| d.object.as_deref())
+            .collect();
+        assert_eq!(lost, ["VirtualService default/young"]);
+    }
+}

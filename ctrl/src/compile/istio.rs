@@ -2,10 +2,11 @@
 //! the gateway bind their http, tls and tcp routes to it (AUTO_PASSTHROUGH servers bind
 //! every admitted Service port instead).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use super::hostname;
+use crate::diag::Diagnostic;
 
 use crate::model::istio;
 use crate::model::meta::transparent_by_annotation;
@@ -152,8 +153,28 @@ impl<'v> VsBinding<'v> {
 /// Where one server's bindings go: its listener, the hosts it has bound, the IR routes.
 struct Bind<'b> {
     listener: &'b mut Listener,
-    bound: &'b mut HashSet<String>,
+    /// Hosts bound so far, and the VirtualService that took each.
+    bound: &'b mut HashMap<String, String>,
     ir: &'b mut Ir,
+    /// `Kind ns/name` of the VirtualService binding now.
+    by: String,
+    /// Hosts it could not take, with the VirtualService that holds each.
+    lost: Vec<(String, String)>,
+}
+
+impl Bind<'_> {
+    /// Binds `host` to route `ri` unless an earlier VirtualService holds it (then noted
+    /// as lost to it).
+    fn take(&mut self, host: String, ri: usize) {
+        match self.bound.get(&host) {
+            Some(w) if *w != self.by => self.lost.push((host, w.clone())),
+            Some(_) => {}
+            None => {
+                self.bound.insert(host.clone(), self.by.clone());
+                self.listener.bindings.push(Binding { host, route: ri });
+            }
+        }
+    }
 }
 
 impl Ctx<'_> {
@@ -177,7 +198,13 @@ impl Ctx<'_> {
 
     /// Adds a listener per server of an Istio Gateway, with the routes of the
     /// VirtualServices bound to it.
-    pub(super) fn istio_gateway(&mut self, gi: usize, spec: &istio::GatewaySpec, ir: &mut Ir) {
+    pub(super) fn istio_gateway(
+        &mut self,
+        gi: usize,
+        spec: &istio::GatewaySpec,
+        ir: &mut Ir,
+        diags: &mut Vec<Diagnostic>,
+    ) {
         let it = &self.items[gi];
         let gns = it.object.meta().namespace().to_string();
         let gname = it.object.meta().name.clone();
@@ -208,8 +235,8 @@ impl Ctx<'_> {
                 ir.listeners.push(listener);
                 continue;
             }
-            // Hosts bound so far (the same as `listener.bindings`, for lookups).
-            let mut bound: HashSet<String> = HashSet::new();
+            // Hosts bound so far, and which VirtualService took each.
+            let mut bound: HashMap<String, String> = HashMap::new();
             let http = listener.tls.as_ref().is_some_and(|t| t.http);
             let tcp_like = matches!(
                 listener.kind,
@@ -237,6 +264,8 @@ impl Ctx<'_> {
                     listener: &mut listener,
                     bound: &mut bound,
                     ir: &mut *ir,
+                    by: items[vi].object.label(),
+                    lost: Vec::new(),
                 };
                 match to.listener.kind {
                     ListenerKind::TlsPassthrough => self.bind_tls(&b, &mut to),
@@ -245,6 +274,14 @@ impl Ctx<'_> {
                     }
                     ListenerKind::Http | ListenerKind::TlsTerminate => self.bind_http(&b, &mut to),
                     _ => {}
+                }
+                let server_name = to.listener.name.clone();
+                for (host, winner) in to.lost {
+                    let it = &items[vi];
+                    it.reporter(diags).warn(
+                        &it.path("spec.hosts"),
+                        format!("host `{host}` on {server_name} is already bound by {winner}, which precedes this VirtualService (oldest creationTimestamp, then namespace/name); this one is not bound for it"),
+                    );
                 }
             }
             ir.listeners.push(listener);
@@ -348,12 +385,7 @@ impl Ctx<'_> {
                 maglev_table_size: self.maglev_of(&t.route, &b.vns),
             });
             for (sni, _) in snis {
-                if to.bound.insert(sni.clone()) {
-                    to.listener.bindings.push(Binding {
-                        host: sni,
-                        route: ri,
-                    });
-                }
+                to.take(sni, ri);
             }
         }
     }
@@ -367,7 +399,7 @@ impl Ctx<'_> {
                 || t.matches
                     .iter()
                     .any(|m| m.port.is_none_or(|p| p == b.port) && b.gw_ok(&m.gateways));
-            if !applies || to.bound.contains("*") {
+            if !applies || to.bound.contains_key("*") {
                 continue;
             }
             let ri = to.ir.routes.len();
@@ -381,11 +413,7 @@ impl Ctx<'_> {
                 http: Vec::new(),
                 maglev_table_size: self.maglev_of(&t.route, &b.vns),
             });
-            to.bound.insert("*".into());
-            to.listener.bindings.push(Binding {
-                host: "*".into(),
-                route: ri,
-            });
+            to.take("*".into(), ri);
         }
     }
 
@@ -437,12 +465,7 @@ impl Ctx<'_> {
             maglev_table_size: self.maglev_of(&first, &b.vns),
         });
         for h in &b.hosts {
-            if to.bound.insert(h.clone()) {
-                to.listener.bindings.push(Binding {
-                    host: h.clone(),
-                    route: ri,
-                });
-            }
+            to.take(h.clone(), ri);
         }
     }
 

@@ -116,7 +116,7 @@ pub fn build_ir_with_stats(
     }
     for (i, it) in items.iter().enumerate() {
         match &it.object {
-            Object::IstioGateway(g) => ctx.istio_gateway(i, &g.spec, &mut ir),
+            Object::IstioGateway(g) => ctx.istio_gateway(i, &g.spec, &mut ir, diags),
             Object::Gateway(g) => ctx.gateway_api(i, &g.spec, &mut ir, diags),
             _ => {}
         }
