@@ -93,6 +93,10 @@ Event {
     /// The SNAT port range was exhausted: a half-open flow (handshake never completed)
     /// holding the next port was dropped early for a new connection.
     HalfOpenEvicted => "half_open_evicted",
+    /// The flow table was full: a flow that never became a connection (half-open TCP,
+    /// unreplied UDP) or had expired was dropped early for a new one
+    /// (`FlowTable::insert_evicting`).
+    FlowEarlyDrop => "flow_early_drop",
 }
 }
 

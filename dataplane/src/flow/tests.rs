@@ -908,3 +908,201 @@ proptest! {
         run_model(cap, seed, (2 * cap + 3) as u16, ops, true)?;
     }
 }
+
+/// Flow `k` of a family of TCP FullNAT flows (client port and SNAT port from `k`).
+fn tcp_k(k: u16) -> (Tuple, Tuple) {
+    nat(
+        &format!("1.1.{}.{}:{}", k >> 8, k & 0xff, 1000 + k),
+        "2.2.2.2:80",
+        "3.3.3.3:80",
+        &format!("4.4.4.4:{}", 2000 + k),
+        6,
+    )
+}
+
+/// Inserts flow `k` at `now` and completes its handshake.
+fn established(t: &mut FlowTable, k: u16, now: u32) -> FlowId {
+    let (o, r) = tcp_k(k);
+    let id = t.insert(o, r, TcpState::SynSent, 1, now).expect("insert");
+    t.on_packet(id, Dir::Reply, Some(SYNACK), now);
+    t.on_packet(id, Dir::Orig, Some(ACK), now);
+    id
+}
+
+#[test]
+fn a_full_table_drops_the_oldest_half_open_flow_early_never_an_established_one() {
+    let to = Timeouts::default();
+    // At most 8 entries: the probes see every one.
+    let mut t = FlowTable::new(8, to, 0, 3);
+    let est: Vec<FlowId> = (0..4).map(|k| established(&mut t, k, 0)).collect();
+    // Half-open flows whose last packets were at 1..=4 s.
+    for k in 4..8u16 {
+        let (o, r) = tcp_k(k);
+        t.insert(o, r, TcpState::SynSent, 1, u32::from(k) - 3)
+            .expect("insert");
+    }
+    let (o, r) = tcp_k(100);
+    assert_eq!(
+        t.insert(o, r, TcpState::SynSent, 1, 10),
+        Err(InsertError::Full),
+        "plain insert never drops"
+    );
+    let mut dropped = Vec::new();
+    for k in 100..140u16 {
+        let (o, r) = tcp_k(k);
+        let now = 10 + u32::from(k - 100);
+        t.insert_evicting(o, r, TcpState::SynSent, 1, now, |f| dropped.push(f.orig()))
+            .expect("a half-open flow gives way");
+        check(&t);
+        assert_eq!(t.len(), 8);
+    }
+    // The oldest went first: flows 4, 5, 6, 7, then the new ones in order.
+    let want: Vec<Tuple> = (4..8).chain(100..136).map(|k| tcp_k(k).0).collect();
+    assert_eq!(dropped, want);
+    assert_eq!(t.stats().early_dropped, 40);
+    for (k, id) in est.iter().enumerate() {
+        assert_eq!(t.lookup(&tcp_k(k as u16).0, 50), Some((*id, Dir::Orig)));
+    }
+    // Nothing but established flows: nothing to drop.
+    for k in 136..140u16 {
+        let id = t.lookup(&tcp_k(k).0, 50).expect("live").0;
+        t.on_packet(id, Dir::Reply, Some(SYNACK), 50);
+        t.on_packet(id, Dir::Orig, Some(ACK), 50);
+    }
+    let (o, r) = tcp_k(200);
+    assert_eq!(
+        t.insert_evicting(o, r, TcpState::SynSent, 1, 50, |_| panic!("dropped")),
+        Err(InsertError::Full)
+    );
+    assert_eq!(t.stats().full, 2);
+    // The reused entries stay on the wheel: they expire and recycle like any other.
+    let mut now = 50;
+    while now < 50 + to.tcp_established + 200 {
+        now += 3600;
+        t.expire(now, |_| {});
+        check(&t);
+    }
+    while !t.is_empty() {
+        t.expire(now, |_| {});
+    }
+    check(&t);
+    for k in 300..308u16 {
+        let (o, r) = tcp_k(k);
+        t.insert(o, r, TcpState::SynSent, 1, now)
+            .expect("every entry recycled");
+    }
+}
+
+#[test]
+fn early_drop_takes_removed_and_expired_entries_first() {
+    let to = Timeouts::default();
+    let mut t = FlowTable::new(8, to, 0, 4);
+    let half: Vec<FlowId> = (0..4u16)
+        .map(|k| {
+            let (o, r) = tcp_k(k);
+            t.insert(o, r, TcpState::SynSent, 1, 0).expect("insert")
+        })
+        .collect();
+    let est: Vec<FlowId> = (4..7).map(|k| established(&mut t, k, 0)).collect();
+    // A UDP flow whose timeout ran out without the wheel passing yet.
+    let (uo, ur) = nat("5.5.5.5:53", "2.2.2.2:53", "3.3.3.3:53", "4.4.4.4:53", 17);
+    t.insert(uo, ur, TcpState::UdpUnreplied, 1, 0).expect("udp");
+    // A removed flow's entry waits for the wheel: taken without dropping anything.
+    t.remove(est[2]);
+    let (o, r) = tcp_k(10);
+    t.insert_evicting(o, r, TcpState::SynSent, 1, 1, |_| panic!("nothing to drop"))
+        .expect("the removed entry");
+    check(&t);
+    // The expired UDP flow goes before any half-open one (its SNAT owner sees it).
+    let late = to.udp_unreplied + 1;
+    let (o, r) = tcp_k(11);
+    let mut seen = Vec::new();
+    t.insert_evicting(o, r, TcpState::SynSent, 1, late, |f| seen.push(f.orig()))
+        .expect("the expired flow's entry");
+    assert_eq!(seen, [uo]);
+    for id in &half {
+        assert!(
+            t.get(*id).live(),
+            "half-open flows kept while an expired one was there"
+        );
+    }
+    check(&t);
+}
+
+#[test]
+fn early_drop_looks_at_a_bounded_number_of_entries() {
+    let mut t = FlowTable::new(64, Timeouts::default(), 0, 5);
+    for k in 0..63 {
+        established(&mut t, k, 0);
+    }
+    let (o, r) = tcp_k(63);
+    t.insert(o, r, TcpState::SynSent, 1, 0)
+        .expect("one half-open flow");
+    let (mut taken, mut full) = (0, 0);
+    for k in 100..300u16 {
+        let (o, r) = tcp_k(k);
+        match t.insert_evicting(o, r, TcpState::SynSent, 1, 1, |_| {}) {
+            Ok(_) => taken += 1,
+            Err(InsertError::Full) => full += 1,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    // 8 of 64 entries looked at: about one new flow in 8 finds the half-open one.
+    assert!(taken > 0 && full > 0, "taken {taken}, full {full}");
+    assert!(full > taken, "taken {taken}, full {full}");
+    assert_eq!(t.stats().early_dropped, taken);
+    check(&t);
+}
+
+#[test]
+fn under_pressure_silent_half_open_flows_expire_after_seconds() {
+    let to = Timeouts::default();
+    // 90 % of 10: pressure from 9 live flows.
+    let mut t = FlowTable::new(10, to, 0, 6);
+    for k in 0..7 {
+        established(&mut t, k, 0);
+    }
+    let (o, r) = tcp_k(7);
+    let calm = t.insert(o, r, TcpState::SynSent, 1, 0).expect("insert");
+    assert!(!t.under_pressure());
+    let (o, r) = tcp_k(8);
+    let silent = t.insert(o, r, TcpState::SynSent, 1, 1).expect("insert");
+    assert!(t.under_pressure());
+    let (o, r) = tcp_k(9);
+    let answered = t.insert(o, r, TcpState::SynSent, 1, 1).expect("insert");
+    // Timeouts are unchanged: lookups still see the flows' configured expiries.
+    assert_eq!(t.get(silent).expires(), 1 + to.tcp_syn_sent);
+    // The backend answers one (SYN_RECV at 3 s); the first one's client retransmits its
+    // SYN at 3 s (filed before the pressure, for its configured expiry).
+    t.on_packet(answered, Dir::Reply, Some(SYNACK), 3);
+    t.on_packet(calm, Dir::Orig, Some(SYN), 3);
+    let mut gone = Vec::new();
+    t.expire(1 + PRESSURE_HALF_OPEN_S, |f| gone.push(f.orig()));
+    assert_eq!(gone, [tcp_k(8).0], "silent for 5 s under pressure");
+    assert!(t.under_pressure(), "9 of 10 live");
+    gone.clear();
+    t.expire(3 + PRESSURE_HALF_OPEN_S, |f| gone.push(f.orig()));
+    gone.sort_by_key(|o| o.sport);
+    assert_eq!(
+        gone,
+        [tcp_k(7).0, tcp_k(9).0],
+        "5 s after their last packets"
+    );
+    assert!(!t.under_pressure(), "7 of 10 live");
+    check(&t);
+    // Out of pressure a half-open flow lives its configured timeout...
+    let now = 3 + PRESSURE_HALF_OPEN_S;
+    let (o, r) = tcp_k(10);
+    t.insert(o, r, TcpState::SynSent, 1, now).expect("insert");
+    assert_eq!(t.expire(now + 20, |_| {}), 0);
+    // ... until pressure comes (established flows here, which never go early): then the
+    // wheel catches it on its next round.
+    established(&mut t, 11, now + 20);
+    established(&mut t, 12, now + 20);
+    assert!(t.under_pressure());
+    gone.clear();
+    t.expire(now + 40, |f| gone.push(f.orig()));
+    assert_eq!(gone, [tcp_k(10).0]);
+    assert_eq!(t.len(), 9, "the established flows stay");
+    check(&t);
+}

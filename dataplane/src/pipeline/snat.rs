@@ -202,10 +202,21 @@ impl SnatPorts {
     }
 
     /// Rests the SNAT tuple of `f`, a flow the table's wheel is expiring at `now`, from
-    /// its last packet (which its expiry and `timeouts` tell).
+    /// its last packet (which its expiry and `timeouts` tell; under pressure a half-open
+    /// flow goes before its expiry, its last packet is the same).
     pub fn rest_expired(&mut self, f: FlowRef<'_>, timeouts: &Timeouts, now: u32) {
         let last = f.expires().saturating_sub(timeouts.for_state(f.state));
         self.rest_flow(f, last, now);
+    }
+
+    /// Rests the SNAT tuple of `f`, a flow the table drops early at `now` for a new one
+    /// ([`admit`]): from its last packet if it had expired, else from now.
+    pub fn rest_dropped(&mut self, f: FlowRef<'_>, timeouts: &Timeouts, now: u32) {
+        if f.expires() <= now {
+            self.rest_expired(f, timeouts, now);
+        } else {
+            self.rest_flow(f, now, now);
+        }
     }
 }
 
@@ -222,6 +233,26 @@ pub fn forget(flows: &mut FlowTable, snat: &mut SnatPorts, id: FlowId, now: u32)
     };
     snat.rest_flow(f, since, now);
     flows.remove(id);
+}
+
+/// Admits flow `orig` <-> `reply` ([`FlowTable::insert_evicting`]): when the table is
+/// full, a flow that never became a connection gives way (early drop), and its SNAT tuple,
+/// if it has one, rests ([`SnatPorts::rest_dropped`]). Every new flow of the pipeline
+/// comes in here.
+#[allow(clippy::too_many_arguments)]
+pub fn admit(
+    flows: &mut FlowTable,
+    snat: &mut SnatPorts,
+    orig: Tuple,
+    reply: Tuple,
+    state: TcpState,
+    generation: u32,
+    now: u32,
+) -> Result<FlowId, InsertError> {
+    let timeouts = *flows.timeouts();
+    flows.insert_evicting(orig, reply, state, generation, now, |f| {
+        snat.rest_dropped(f, &timeouts, now)
+    })
 }
 
 /// A half-open flow this old (seconds since its last packet) may be dropped early.
@@ -277,7 +308,7 @@ pub fn insert_snat(
             .take(peer, now_s)
             .ok_or(DropReason::SnatPortsExhausted)?;
         let reply = Tuple::new(backend, SocketAddr::new(snat_ip, port), orig.proto);
-        match flows.insert(orig, reply, state, generation, now_s) {
+        match admit(flows, snat, orig, reply, state, generation, now_s) {
             Ok(id) => return Ok(id),
             Err(InsertError::Full) => return Err(DropReason::FlowTableFull),
             Err(InsertError::Exists) => {
@@ -288,7 +319,7 @@ pub fn insert_snat(
                 }
                 // The port's tuple is held: by a dead handshake, it is dropped.
                 if early_drop(flows, snat, &reply, now_s) {
-                    return match flows.insert(orig, reply, state, generation, now_s) {
+                    return match admit(flows, snat, orig, reply, state, generation, now_s) {
                         Ok(id) => Ok(id),
                         Err(InsertError::Full) => Err(DropReason::FlowTableFull),
                         Err(InsertError::Exists) => Err(DropReason::NoFlow),

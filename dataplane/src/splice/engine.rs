@@ -21,7 +21,7 @@ use super::rewrite::rescale;
 use super::{options, Embryo, Embryos, Phase, Refused, SpliceConfig, REPLAY_TRIES};
 use crate::flow::{Dir, FlowId, FlowTable, InsertError, Splice, TcpFlags, TcpState, Tuple};
 use crate::pipeline::forward::Forwarder;
-use crate::pipeline::nat::{forget, rekey_snat, SnatPorts};
+use crate::pipeline::nat::{admit, forget, rekey_snat, SnatPorts};
 use crate::pipeline::parse::Meta;
 use crate::pipeline::reply::{write_seg, Seg};
 use crate::pipeline::stage::{Ctx, Verdict};
@@ -244,10 +244,16 @@ impl Engine<'_> {
                 None => return Verdict::Drop(DropReason::EmbryoTableFull),
             },
         };
-        let id = match self
-            .flows
-            .insert(t, t.reversed(), TcpState::SynRecv, generation, now_s)
-        {
+        let (flows, snat) = (&mut *self.flows, &mut *self.snat);
+        let id = match admit(
+            flows,
+            snat,
+            t,
+            t.reversed(),
+            TcpState::SynRecv,
+            generation,
+            now_s,
+        ) {
             Ok(id) => id,
             Err(e) => {
                 self.splice.embryos.close(idx);
