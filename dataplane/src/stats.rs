@@ -88,7 +88,8 @@ Event {
     FirstBytesOverflow => "first_bytes_overflow",
     /// First bytes: the client closed before they were complete.
     FirstBytesClientFin => "first_bytes_client_fin",
-    /// The embryo table was full: its oldest embryo was closed for a new connection.
+    /// The embryo table was full: its oldest embryo was closed for a new connection (and
+    /// its client reset, counted `splice_reset_sent`, when a buffer was free).
     EmbryoEvicted => "embryo_evicted",
     /// The SNAT port range was exhausted: a half-open flow (handshake never completed)
     /// holding the next port was dropped early for a new connection.

@@ -273,13 +273,23 @@ impl Engine<'_> {
     }
 
     /// Every embryo slot is in use: the oldest embryo (idle connections hold slots
-    /// longest) is closed, its flow forgotten, and `e` takes the slot.
+    /// longest) is closed, its flow forgotten, and `e` takes the slot. Its client is told
+    /// with a RST, as when sluice resets a connection it accepted
+    /// ([`Engine::reset_client`], counted `splice_reset_sent`), in a buffer drawn from the
+    /// worker's pool (the packet at hand opens the new connection); without a free buffer
+    /// the embryo is closed silently.
     #[cold]
     fn evict_oldest_embryo(&mut self, e: Embryo, now_s: u32, ctx: &mut Ctx<'_>) -> Option<u32> {
         let old = self.splice.embryos.oldest()?;
         let client = self.splice.embryos.get(old).client;
         let id = self.flows.lookup(&client, now_s).map(|(id, _)| id);
-        self.embryo_close(old, id, ctx.now_ms);
+        match ctx.io.as_ref().and_then(|io| io.alloc()) {
+            Some(mut rst) => {
+                let v = self.reset_client(&mut rst, old, id, ctx);
+                dispatch(v, rst, ctx);
+            }
+            None => self.embryo_close(old, id, ctx.now_ms),
+        }
         ctx.counters.event(Event::EmbryoEvicted);
         self.splice.embryos.open(e).ok()
     }
