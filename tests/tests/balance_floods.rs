@@ -7,6 +7,8 @@
 //!   that finds no rested port is refused at once with a RST and counted
 //!   (`snat_ports_exhausted`), none is left to retransmit, and connections succeed again
 //!   once ports have rested.
+//!   A flow that expired but that the wheel has not reached yet (a TIME_WAIT shorter
+//!   than the rest) rests its tuple too when a new connection reaps it.
 //! - **One source cannot take the SNAT ports**: a single allowed source floods SYNs that
 //!   never complete while three clients keep connecting; the flood is held to its
 //!   per-source budget (`source_rate_limited`), the half-open flows it leaves are dropped
@@ -212,6 +214,34 @@ fn snat_tuples_rest_after_close_and_exhaustion_is_refused_at_once() {
     // 450 s find a rested port some 60 times, and are refused the rest.
     assert!(refused > 200, "refused {refused}");
     assert!(passed >= 48, "passed {passed}");
+}
+
+#[test]
+fn a_tuple_rests_even_when_its_flow_expired_before_the_wheel_came_round() {
+    // TIME_WAIT (1 s) shorter than the rest (60 s): the closed connection's flow has
+    // expired but is still in the table (the wheel files it up to a minute ahead) when the
+    // next SYN asks for its port; reaping it there must rest the tuple as the wheel would.
+    let mut w = World::new(BalancerConfig {
+        flow_capacity: 1024,
+        snat_ports: (40000, 40000),
+        timeouts: sluice_dataplane::flow::Timeouts {
+            tcp_time_wait: 1,
+            ..Default::default()
+        },
+        ..BalancerConfig::default()
+    });
+    let closed_at = w.now_ms;
+    assert_eq!(connection(&mut w, "10.77.0.101", 1000), Some(40000));
+    w.now_ms += 3000;
+    assert_eq!(
+        connection(&mut w, "10.77.0.102", 1000),
+        None,
+        "port 40000 handed out {} ms after its connection closed",
+        w.now_ms - closed_at
+    );
+    assert_eq!(w.drops(DropReason::SnatPortsExhausted), 1);
+    w.now_ms = closed_at + 60_000;
+    assert_eq!(connection(&mut w, "10.77.0.102", 1001), Some(40000));
 }
 
 #[test]

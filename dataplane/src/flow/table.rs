@@ -227,8 +227,10 @@ impl FlowTable {
     }
 
     /// Admits a new flow in `state` (`SynSent` for TCP, `UdpUnreplied` otherwise) at
-    /// time `now` (seconds), with the timeouts in force ([`FlowTable::timeouts`]). Fails
-    /// when full (existing flows untouched) or when either tuple is already tracked.
+    /// time `now` (seconds). Fails when full (existing flows untouched) or when either
+    /// tuple is already tracked by a live flow; an expired flow still holding one is
+    /// reaped, unseen: where flows carry source NAT tuples, use
+    /// [`FlowTable::insert_evicting`], which shows it to their owner.
     pub fn insert(
         &mut self,
         orig: Tuple,
@@ -237,7 +239,14 @@ impl FlowTable {
         generation: u32,
         now: u32,
     ) -> Result<FlowId, InsertError> {
-        self.admit(orig, reply, state, generation, now, None::<fn(FlowRef<'_>)>)
+        self.admit(
+            orig,
+            reply,
+            state,
+            generation,
+            now,
+            None::<fn(FlowRef<'_>) -> bool>,
+        )
     }
 
     /// [`FlowTable::insert`], and when the table is full, *early drop* as Linux
@@ -245,8 +254,13 @@ impl FlowTable {
     /// place the new flow's hash picks, the first that no live flow holds (removed,
     /// awaiting the wheel) is taken, else the flow that expired or never became a
     /// connection ([`TcpState::is_unanswered`]) whose last packet is oldest is dropped
-    /// (`on_drop` sees it first, so its owner can rest its source NAT tuple) and its entry
-    /// serves the new flow. Established and closing flows, and flows the splice engine
+    /// and its entry serves the new flow. `on_drop` sees every flow the insert takes out
+    /// of the table before it goes, so that its owner can rest its source NAT tuple as
+    /// the wheel's expiry would: the one dropped early, and an expired flow that the wheel
+    /// has not reached yet (it files flows up to a minute ahead) still holding one of the
+    /// new tuples. For the latter it answers whether the new flow may have the tuple now;
+    /// `false` (the tuple rests) fails the insert with [`InsertError::Exists`], the
+    /// expired flow gone all the same. Established and closing flows, and flows the splice engine
     /// holds (its own timers bound those), are never dropped; with none of the others
     /// among the probes the insert fails with [`InsertError::Full`]. Counted in
     /// [`FlowStats::early_dropped`].
@@ -257,19 +271,19 @@ impl FlowTable {
         state: TcpState,
         generation: u32,
         now: u32,
-        on_drop: impl FnOnce(FlowRef<'_>),
+        on_drop: impl FnMut(FlowRef<'_>) -> bool,
     ) -> Result<FlowId, InsertError> {
         self.admit(orig, reply, state, generation, now, Some(on_drop))
     }
 
-    fn admit<F: FnOnce(FlowRef<'_>)>(
+    fn admit<F: FnMut(FlowRef<'_>) -> bool>(
         &mut self,
         orig: Tuple,
         reply: Tuple,
         state: TcpState,
         generation: u32,
         now: u32,
-        on_drop: Option<F>,
+        mut on_drop: Option<F>,
     ) -> Result<FlowId, InsertError> {
         let (ho, hr) = (self.hash(&orig), self.hash(&reply));
         for (t, h) in [(&orig, ho), (&reply, hr)] {
@@ -277,7 +291,12 @@ impl FlowTable {
                 if self.flows[id.0 as usize].expires > now {
                     return Err(InsertError::Exists);
                 }
-                self.reap(id); // expired, not yet reaped: its tuples may be reused now
+                // Expired, not yet reaped: its tuples may be reused now, if its owner agrees.
+                let reuse = on_drop.as_mut().is_none_or(|f| f(self.get(id)));
+                self.reap(id);
+                if !reuse {
+                    return Err(InsertError::Exists);
+                }
             }
         }
         // A free entry, or (full) one taken by early drop, which stays on the wheel list
@@ -288,7 +307,11 @@ impl FlowTable {
             self.free = self.flows[id as usize].next();
             (id, None)
         } else {
-            match on_drop.and_then(|f| self.early_drop(ho, now, f)) {
+            match on_drop.and_then(|mut f| {
+                self.early_drop(ho, now, |v| {
+                    f(v);
+                })
+            }) {
                 Some(id) => (id, Some(self.flows[id as usize].next())),
                 None => {
                     self.stats.full += 1;
@@ -325,13 +348,16 @@ impl FlowTable {
     /// later. (Removing the flow and inserting another would leave the old entry unusable
     /// until the wheel reaches it, up to a minute later: one entry more per connection.)
     /// Fails with [`InsertError::Exists`], changing nothing, when another live flow tracks
-    /// `reply` or the flow is not live; an expired flow holding `reply` is reaped.
+    /// `reply` or the flow is not live; an expired flow holding `reply` is reaped, shown
+    /// to `on_drop` first, whose `false` fails the re-key with [`InsertError::Exists`]
+    /// (as in [`FlowTable::insert_evicting`]).
     pub fn rekey_reply(
         &mut self,
         id: FlowId,
         reply: Tuple,
         state: TcpState,
         now: u32,
+        on_drop: impl FnOnce(FlowRef<'_>) -> bool,
     ) -> Result<(), InsertError> {
         if !self.flows[id.0 as usize].live() {
             return Err(InsertError::Exists);
@@ -342,7 +368,11 @@ impl FlowTable {
             } else if other == id || self.flows[other.0 as usize].expires > now {
                 return Err(InsertError::Exists);
             } else {
+                let reuse = on_drop(self.get(other));
                 self.reap(other);
+                if !reuse {
+                    return Err(InsertError::Exists);
+                }
             }
         }
         let orig = self.get(id).orig();

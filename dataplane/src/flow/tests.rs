@@ -226,7 +226,7 @@ fn rekeying_moves_a_flow_between_the_narrow_and_the_wide_form() {
         .expect("insert");
     assert!(!t.get(id).is_wide());
     let v6 = Tuple::new(sa("[fd78::11]:8443"), sa("[fd78::2]:2000"), 6);
-    t.rekey_reply(id, v6, TcpState::SynSent, 1)
+    t.rekey_reply(id, v6, TcpState::SynSent, 1, |_| true)
         .expect("to wide");
     check(&t);
     assert!(t.get(id).is_wide());
@@ -236,7 +236,7 @@ fn rekeying_moves_a_flow_between_the_narrow_and_the_wide_form() {
     assert_eq!(t.lookup(&v6, 1), Some((id, Dir::Reply)));
     assert_eq!(t.lookup(&client.reversed(), 1), None);
     let v4 = Tuple::new(sa("10.78.0.11:8443"), sa("10.78.0.2:2000"), 6);
-    t.rekey_reply(id, v4, TcpState::SynSent, 2)
+    t.rekey_reply(id, v4, TcpState::SynSent, 2, |_| true)
         .expect("to narrow");
     check(&t);
     assert!(!t.get(id).is_wide());
@@ -498,7 +498,7 @@ fn rekeying_the_reply_keeps_the_entry() {
         "10.78.0.2:2000",
         6,
     );
-    t.rekey_reply(id, backend, TcpState::SynSent, 1)
+    t.rekey_reply(id, backend, TcpState::SynSent, 1, |_| true)
         .expect("rekey");
     check(&t);
     assert_eq!(t.len(), 1);
@@ -515,16 +515,16 @@ fn rekeying_the_reply_keeps_the_entry() {
         "10.78.0.2:2001",
         6,
     );
-    t.rekey_reply(id, other, TcpState::SynSent, 2)
+    t.rekey_reply(id, other, TcpState::SynSent, 2, |_| true)
         .expect("rekey");
-    t.rekey_reply(id, other, TcpState::SynSent, 2)
+    t.rekey_reply(id, other, TcpState::SynSent, 2, |_| true)
         .expect("same");
     check(&t);
     assert_eq!(t.lookup(&backend, 2), None);
     assert_eq!(t.lookup(&other, 2), Some((id, Dir::Reply)));
     // Its own original tuple, or a tuple another live flow holds: refused, unchanged.
     assert_eq!(
-        t.rekey_reply(id, client, TcpState::SynSent, 2),
+        t.rekey_reply(id, client, TcpState::SynSent, 2, |_| true),
         Err(InsertError::Exists)
     );
     let mut t2 = FlowTable::new(4, to, 0, 9);
@@ -534,13 +534,13 @@ fn rekeying_the_reply_keeps_the_entry() {
     let (bo, br) = flow_k(3);
     let b = t2.insert(bo, br, TcpState::SynSent, 1, 0).expect("b");
     assert_eq!(
-        t2.rekey_reply(a, br, TcpState::SynSent, 1),
+        t2.rekey_reply(a, br, TcpState::SynSent, 1, |_| true),
         Err(InsertError::Exists)
     );
     assert_eq!(t2.lookup(&client.reversed(), 1), Some((a, Dir::Reply)));
     // Once `b` has expired (not yet reaped by the wheel), its tuple can be taken.
     let late = 1 + to.tcp_syn_sent;
-    t2.rekey_reply(a, br, TcpState::SynSent, late)
+    t2.rekey_reply(a, br, TcpState::SynSent, late, |_| true)
         .expect("expired holder reaped");
     check(&t2);
     assert_eq!(t2.len(), 1);
@@ -951,8 +951,11 @@ fn a_full_table_drops_the_oldest_half_open_flow_early_never_an_established_one()
     for k in 100..140u16 {
         let (o, r) = tcp_k(k);
         let now = 10 + u32::from(k - 100);
-        t.insert_evicting(o, r, TcpState::SynSent, 1, now, |f| dropped.push(f.orig()))
-            .expect("a half-open flow gives way");
+        t.insert_evicting(o, r, TcpState::SynSent, 1, now, |f| {
+            dropped.push(f.orig());
+            true
+        })
+        .expect("a half-open flow gives way");
         check(&t);
         assert_eq!(t.len(), 8);
     }
@@ -971,7 +974,9 @@ fn a_full_table_drops_the_oldest_half_open_flow_early_never_an_established_one()
     }
     let (o, r) = tcp_k(200);
     assert_eq!(
-        t.insert_evicting(o, r, TcpState::SynSent, 1, 50, |_| panic!("dropped")),
+        t.insert_evicting(o, r, TcpState::SynSent, 1, 50, |_| -> bool {
+            panic!("dropped")
+        }),
         Err(InsertError::Full)
     );
     assert_eq!(t.stats().full, 2);
@@ -1010,15 +1015,20 @@ fn early_drop_takes_removed_and_expired_entries_first() {
     // A removed flow's entry waits for the wheel: taken without dropping anything.
     t.remove(est[2]);
     let (o, r) = tcp_k(10);
-    t.insert_evicting(o, r, TcpState::SynSent, 1, 1, |_| panic!("nothing to drop"))
-        .expect("the removed entry");
+    t.insert_evicting(o, r, TcpState::SynSent, 1, 1, |_| -> bool {
+        panic!("nothing to drop")
+    })
+    .expect("the removed entry");
     check(&t);
     // The expired UDP flow goes before any half-open one (its SNAT owner sees it).
     let late = to.udp_unreplied + 1;
     let (o, r) = tcp_k(11);
     let mut seen = Vec::new();
-    t.insert_evicting(o, r, TcpState::SynSent, 1, late, |f| seen.push(f.orig()))
-        .expect("the expired flow's entry");
+    t.insert_evicting(o, r, TcpState::SynSent, 1, late, |f| {
+        seen.push(f.orig());
+        true
+    })
+    .expect("the expired flow's entry");
     assert_eq!(seen, [uo]);
     for id in &half {
         assert!(
@@ -1041,7 +1051,7 @@ fn early_drop_looks_at_a_bounded_number_of_entries() {
     let (mut taken, mut full) = (0, 0);
     for k in 100..300u16 {
         let (o, r) = tcp_k(k);
-        match t.insert_evicting(o, r, TcpState::SynSent, 1, 1, |_| {}) {
+        match t.insert_evicting(o, r, TcpState::SynSent, 1, 1, |_| true) {
             Ok(_) => taken += 1,
             Err(InsertError::Full) => full += 1,
             Err(e) => panic!("{e:?}"),
@@ -1104,5 +1114,69 @@ fn under_pressure_silent_half_open_flows_expire_after_seconds() {
     t.expire(now + 40, |f| gone.push(f.orig()));
     assert_eq!(gone, [tcp_k(10).0]);
     assert_eq!(t.len(), 9, "the established flows stay");
+    check(&t);
+}
+
+#[test]
+fn expired_flows_reaped_by_inserts_and_rekeys_are_shown_first() {
+    let to = Timeouts::default();
+    let mut t = FlowTable::new(8, to, 0, 7);
+    let (o, r) = tcp_k(1);
+    t.insert(o, r, TcpState::UdpUnreplied, 1, 0)
+        .expect("insert");
+    let late = to.udp_unreplied + 1;
+    // The same client tuple again, once the first flow has expired (the wheel has not
+    // run): the old flow is shown before it is reaped.
+    let (_, r2) = tcp_k(2);
+    let mut seen = Vec::new();
+    t.insert_evicting(o, r2, TcpState::SynSent, 1, late, |f| {
+        seen.push(f.reply());
+        true
+    })
+    .expect("insert over the expired flow");
+    assert_eq!(seen, [r]);
+    // Its owner may refuse the tuple (it rests): the insert fails, the flow is gone.
+    let (o3, r3) = tcp_k(3);
+    t.insert(o3, r3, TcpState::UdpUnreplied, 1, late)
+        .expect("insert");
+    let later = late + to.udp_unreplied + 1;
+    let (o4, _) = tcp_k(4);
+    assert_eq!(
+        t.insert_evicting(o4, r3, TcpState::SynSent, 1, later, |f| {
+            assert_eq!(f.orig(), o3);
+            false
+        }),
+        Err(InsertError::Exists)
+    );
+    assert_eq!(t.lookup(&r3, 0), None, "reaped all the same");
+    t.insert_evicting(o4, r3, TcpState::SynSent, 1, later, |_| -> bool {
+        panic!("nothing expired holds it now")
+    })
+    .expect("free now");
+    // A re-key onto an expired flow's reply tuple, likewise.
+    let (o5, r5) = tcp_k(5);
+    t.insert(o5, r5, TcpState::UdpUnreplied, 1, later)
+        .expect("insert");
+    let (o6, r6) = tcp_k(6);
+    let id = t
+        .insert(o6, r6, TcpState::SynRecv, 1, later)
+        .expect("insert");
+    let last = later + to.udp_unreplied + 1;
+    assert_eq!(
+        t.rekey_reply(id, r5, TcpState::SynSent, last, |_| false),
+        Err(InsertError::Exists)
+    );
+    assert_eq!(t.get(id).reply(), r6, "unchanged");
+    let (o7, r7) = tcp_k(7);
+    t.insert(o7, r7, TcpState::UdpUnreplied, 1, later)
+        .expect("insert");
+    seen.clear();
+    t.rekey_reply(id, r7, TcpState::SynSent, last, |f| {
+        seen.push(f.orig());
+        true
+    })
+    .expect("rekey over the expired flow");
+    assert_eq!(seen, [o7]);
+    assert_eq!(t.get(id).reply(), r7);
     check(&t);
 }

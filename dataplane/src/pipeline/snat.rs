@@ -11,7 +11,10 @@
 //! rest), on every path that
 //! source-NATs (L4 full NAT, delayed binding; TLS termination to come): a flow that
 //! leaves the table by expiry rests from its last packet ([`SnatPorts::rest_expired`]:
-//! an L4 flow that lingered in TIME_WAIT has rested already), one removed early (closed by
+//! an L4 flow that lingered in TIME_WAIT has rested already), whether the wheel expires
+//! it or a new flow finds it expired first and reaps it (the wheel files flows up to a
+//! minute ahead: [`admit`]; then a SNAT tuple is not handed out before its rest is
+//! over), one removed early (closed by
 //! the splice engine, revoked, replaced by a new SYN, rebound to another backend on
 //! failover) from now ([`forget`], [`rekey_snat`]). While a tuple is live the flow table
 //! itself keeps it unique.
@@ -236,10 +239,11 @@ pub fn forget(flows: &mut FlowTable, snat: &mut SnatPorts, id: FlowId, now: u32)
 }
 
 /// Admits flow `orig` <-> `reply` ([`FlowTable::insert_evicting`]): when the table is
-/// full, a flow that never became a connection gives way (early drop), and its SNAT tuple,
-/// if it has one, rests ([`SnatPorts::rest_dropped`]). Every new flow of the pipeline
-/// comes in here.
-#[allow(clippy::too_many_arguments)]
+/// full, a flow that never became a connection gives way (early drop); that one, and an
+/// expired flow that the wheel has not reached yet still holding one of the tuples, rest
+/// their SNAT tuples ([`SnatPorts::rest_dropped`]) as if the wheel had expired them.
+/// Every new flow of the pipeline comes in here (with a SNAT tuple through
+/// [`insert_snat`]).
 pub fn admit(
     flows: &mut FlowTable,
     snat: &mut SnatPorts,
@@ -251,7 +255,30 @@ pub fn admit(
 ) -> Result<FlowId, InsertError> {
     let timeouts = *flows.timeouts();
     flows.insert_evicting(orig, reply, state, generation, now, |f| {
-        snat.rest_dropped(f, &timeouts, now)
+        snat.rest_dropped(f, &timeouts, now);
+        true
+    })
+}
+
+/// [`admit`] of a flow whose `reply` is a SNAT tuple of `peer`: an expired flow found
+/// holding it rests it first, and the insert then fails ([`InsertError::Exists`]) unless
+/// that rest is over. (Without this, a connection whose flow outlived its timeout by less
+/// than the wheel's lag would hand its tuple out again unrested.)
+#[allow(clippy::too_many_arguments)]
+fn admit_snat(
+    flows: &mut FlowTable,
+    snat: &mut SnatPorts,
+    orig: Tuple,
+    reply: Tuple,
+    peer: u32,
+    state: TcpState,
+    generation: u32,
+    now: u32,
+) -> Result<FlowId, InsertError> {
+    let timeouts = *flows.timeouts();
+    flows.insert_evicting(orig, reply, state, generation, now, |f| {
+        snat.rest_dropped(f, &timeouts, now);
+        snat.is_free(reply.dport, peer, now)
     })
 }
 
@@ -308,7 +335,7 @@ pub fn insert_snat(
             .take(peer, now_s)
             .ok_or(DropReason::SnatPortsExhausted)?;
         let reply = Tuple::new(backend, SocketAddr::new(snat_ip, port), orig.proto);
-        match admit(flows, snat, orig, reply, state, generation, now_s) {
+        match admit_snat(flows, snat, orig, reply, peer, state, generation, now_s) {
             Ok(id) => return Ok(id),
             Err(InsertError::Full) => return Err(DropReason::FlowTableFull),
             Err(InsertError::Exists) => {
@@ -319,7 +346,9 @@ pub fn insert_snat(
                 }
                 // The port's tuple is held: by a dead handshake, it is dropped.
                 if early_drop(flows, snat, &reply, now_s) {
-                    return match admit(flows, snat, orig, reply, state, generation, now_s) {
+                    return match admit_snat(
+                        flows, snat, orig, reply, peer, state, generation, now_s,
+                    ) {
                         Ok(id) => Ok(id),
                         Err(InsertError::Full) => Err(DropReason::FlowTableFull),
                         Err(InsertError::Exists) => Err(DropReason::NoFlow),
@@ -352,13 +381,19 @@ pub fn rekey_snat(
             .take(peer, now_s)
             .ok_or(DropReason::SnatPortsExhausted)?;
         let reply = Tuple::new(backend, SocketAddr::new(snat_ip, port), ip_proto::TCP);
-        let mut done = flows
-            .rekey_reply(id, reply, TcpState::SynSent, now_s)
-            .is_ok();
+        let timeouts = *flows.timeouts();
+        let rekey = |flows: &mut FlowTable, snat: &mut SnatPorts| {
+            flows
+                .rekey_reply(id, reply, TcpState::SynSent, now_s, |f| {
+                    // An expired flow still holding the tuple rests it first.
+                    snat.rest_dropped(f, &timeouts, now_s);
+                    snat.is_free(reply.dport, peer, now_s)
+                })
+                .is_ok()
+        };
+        let mut done = rekey(flows, snat);
         if !done && early_drop(flows, snat, &reply, now_s) {
-            done = flows
-                .rekey_reply(id, reply, TcpState::SynSent, now_s)
-                .is_ok();
+            done = rekey(flows, snat);
         }
         if done {
             if had_snat && before != reply {

@@ -510,12 +510,18 @@ impl Engine<'_> {
         // change (the burst looks each packet up just before deciding it, so later packets
         // of the burst see the new keys).
         let rekeyed = if transparent {
-            self.flows
+            let (flows, snat) = (&mut *self.flows, &mut *self.snat);
+            let timeouts = *flows.timeouts();
+            flows
                 .rekey_reply(
                     id,
                     Tuple::new(backend, client, ip_proto::TCP),
                     TcpState::SynSent,
                     now_s,
+                    |f| {
+                        snat.rest_dropped(f, &timeouts, now_s);
+                        true
+                    },
                 )
                 .map_err(|_| DropReason::NoFlow)
         } else {
