@@ -88,11 +88,16 @@ Event {
     FirstBytesOverflow => "first_bytes_overflow",
     /// First bytes: the client closed before they were complete.
     FirstBytesClientFin => "first_bytes_client_fin",
-    /// The embryo table was full: its oldest embryo was closed for a new connection.
+    /// The embryo table was full: its oldest embryo was closed for a new connection (and
+    /// its client reset, counted `splice_reset_sent`, when a buffer was free).
     EmbryoEvicted => "embryo_evicted",
     /// The SNAT port range was exhausted: a half-open flow (handshake never completed)
     /// holding the next port was dropped early for a new connection.
     HalfOpenEvicted => "half_open_evicted",
+    /// The flow table was full: a flow that never became a connection (half-open TCP,
+    /// unreplied UDP) or had expired was dropped early for a new one
+    /// (`FlowTable::insert_evicting`).
+    FlowEarlyDrop => "flow_early_drop",
 }
 }
 

@@ -16,7 +16,8 @@
 //!   redirect rings, a snapshot publisher and summed counters; stopped and joined on drop.
 //! - [`Topology`]: the two namespaces around sluice's devices (kernel addresses, routes).
 //! - [`Py`]: a python3 process in a namespace, talked to in lines: the
-//!   [`IDENTIFY_SERVER`] and the [`CLIENT_AGENT`] (see their docstrings for the protocol).
+//!   [`IDENTIFY_SERVER`] and the [`CLIENT_AGENT`] (see their docstrings for the protocol),
+//!   and the [`ARP_SPOOF`]er.
 //!
 //! Every guard cleans up on drop, also when a test panics.
 
@@ -55,6 +56,8 @@ pub const PORT: u16 = 7000;
 pub const IDENTIFY_SERVER: &str = include_str!("py/identify_server.py");
 /// The client agent (python3; commands in its docstring).
 pub const CLIENT_AGENT: &str = include_str!("py/client_agent.py");
+/// The ARP spoofer (python3; arguments in its docstring).
+pub const ARP_SPOOF: &str = include_str!("py/arp_spoof.py");
 
 fn ip(s: &str) -> IpAddr {
     s.parse().expect("literal address")
@@ -141,6 +144,8 @@ pub fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 pub struct Balance {
     /// Publishes new snapshots to the workers.
     pub publisher: Publisher<Snapshot>,
+    /// The neighbour cache the workers share.
+    pub neighbours: Arc<NeighbourCache>,
     stop: Arc<AtomicBool>,
     handles: Vec<JoinHandle<Counters>>,
     shared: Vec<Arc<SharedCounters>>,
@@ -152,6 +157,22 @@ impl Balance {
     /// answers for [`VIP`]) and `inside` (sluice is [`INSIDE`]), serving `snapshot`.
     /// Both ports need exactly `workers` queues.
     pub fn start(outside: Opened, inside: Opened, workers: usize, snapshot: Snapshot) -> Balance {
+        let cfg = BalancerConfig {
+            flow_capacity: 16 * 1024,
+            ..BalancerConfig::default()
+        };
+        Balance::start_with(outside, inside, workers, snapshot, cfg)
+    }
+
+    /// [`Balance::start`] with the balancer settings `cfg` (its `worker` and `workers`
+    /// are set per worker).
+    pub fn start_with(
+        outside: Opened,
+        inside: Opened,
+        workers: usize,
+        snapshot: Snapshot,
+        cfg: BalancerConfig,
+    ) -> Balance {
         assert_eq!(outside.queues.len(), workers, "outside queues");
         assert_eq!(inside.queues.len(), workers, "inside queues");
         let port = |name: &str, p: &Opened, addr: &str| PortConf {
@@ -188,8 +209,7 @@ impl Balance {
                 BalancerConfig {
                     worker: w,
                     workers,
-                    flow_capacity: 16 * 1024,
-                    ..BalancerConfig::default()
+                    ..cfg.clone()
                 },
             );
             let queues = vec![
@@ -214,6 +234,7 @@ impl Balance {
         }
         Balance {
             publisher,
+            neighbours: neigh,
             stop,
             handles,
             shared,

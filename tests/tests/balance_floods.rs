@@ -7,11 +7,18 @@
 //!   that finds no rested port is refused at once with a RST and counted
 //!   (`snat_ports_exhausted`), none is left to retransmit, and connections succeed again
 //!   once ports have rested.
+//!   A flow that expired but that the wheel has not reached yet (a TIME_WAIT shorter
+//!   than the rest) rests its tuple too when a new connection reaps it.
 //! - **One source cannot take the SNAT ports**: a single allowed source floods SYNs that
 //!   never complete while three clients keep connecting; the flood is held to its
 //!   per-source budget (`source_rate_limited`), the half-open flows it leaves are dropped
 //!   early when the cursor comes round to their ports (`half_open_evicted`), and every
 //!   other client's connection goes through.
+//! - **A full flow table gives way to new connections**: a flood of unanswered SYNs fills
+//!   a small flow table; each new SYN then drops a half-open flow early
+//!   (`flow_early_drop`), never an established one, so a real client still gets a flow and
+//!   completes, and under pressure the flood's flows expire after 5 s of silence instead
+//!   of 120 s. Only a table of established flows refuses (`flow_table_full`).
 
 use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{Ctx, Stage, Verdict};
@@ -210,6 +217,34 @@ fn snat_tuples_rest_after_close_and_exhaustion_is_refused_at_once() {
 }
 
 #[test]
+fn a_tuple_rests_even_when_its_flow_expired_before_the_wheel_came_round() {
+    // TIME_WAIT (1 s) shorter than the rest (60 s): the closed connection's flow has
+    // expired but is still in the table (the wheel files it up to a minute ahead) when the
+    // next SYN asks for its port; reaping it there must rest the tuple as the wheel would.
+    let mut w = World::new(BalancerConfig {
+        flow_capacity: 1024,
+        snat_ports: (40000, 40000),
+        timeouts: sluice_dataplane::flow::Timeouts {
+            tcp_time_wait: 1,
+            ..Default::default()
+        },
+        ..BalancerConfig::default()
+    });
+    let closed_at = w.now_ms;
+    assert_eq!(connection(&mut w, "10.77.0.101", 1000), Some(40000));
+    w.now_ms += 3000;
+    assert_eq!(
+        connection(&mut w, "10.77.0.102", 1000),
+        None,
+        "port 40000 handed out {} ms after its connection closed",
+        w.now_ms - closed_at
+    );
+    assert_eq!(w.drops(DropReason::SnatPortsExhausted), 1);
+    w.now_ms = closed_at + 60_000;
+    assert_eq!(connection(&mut w, "10.77.0.102", 1001), Some(40000));
+}
+
+#[test]
 fn a_single_source_syn_flood_leaves_room_for_other_clients() {
     let mut w = World::new(BalancerConfig {
         flow_capacity: 16 * 1024,
@@ -267,4 +302,140 @@ fn a_single_source_syn_flood_leaves_room_for_other_clients() {
     // 100 half-open flows a second live 120 s unless dropped early: 1,000 ports are
     // enough only because the flood's old ones give way.
     assert!(evicted > 10_000, "half-open flows dropped early: {evicted}");
+}
+
+/// SYN, SYN-ACK, ACK from `client:sport`: an established connection left open. Returns
+/// its SNAT port.
+fn open(w: &mut World, client: &str, sport: u16) -> u16 {
+    let t = ip_proto::TCP;
+    let (v, out) = w.send(
+        0,
+        frame(t, (client, sport), (VIP, 7000), tcp::flags::SYN, b""),
+    );
+    assert_eq!(v, Verdict::Tx(1), "SYN from {client}:{sport}");
+    let (port, _) = tcp_of(&out);
+    let (syn, ack) = (tcp::flags::SYN, tcp::flags::ACK);
+    let (v, _) = w.send(
+        1,
+        frame(t, (BACKEND, 7000), (SNAT_IP, port), syn | ack, b""),
+    );
+    assert_eq!(v, Verdict::Tx(0), "SYN-ACK to {client}:{sport}");
+    let (v, _) = w.send(0, frame(t, (client, sport), (VIP, 7000), ack, b""));
+    assert_eq!(v, Verdict::Tx(1), "ACK from {client}:{sport}");
+    port
+}
+
+/// Data both ways on an open connection.
+fn exchange(w: &mut World, client: &str, sport: u16, port: u16) -> bool {
+    let t = ip_proto::TCP;
+    let f = tcp::flags::ACK | tcp::flags::PSH;
+    let (up, _) = w.send(0, frame(t, (client, sport), (VIP, 7000), f, b"ping"));
+    let (down, _) = w.send(1, frame(t, (BACKEND, 7000), (SNAT_IP, port), f, b"pong"));
+    up == Verdict::Tx(1) && down == Verdict::Tx(0)
+}
+
+/// `n` SYNs from the flooder (never answered), from consecutive ports after `*port`.
+fn flood(w: &mut World, n: u32, port: &mut u16) {
+    for _ in 0..n {
+        *port = port.wrapping_add(1).max(1);
+        let f = frame(
+            ip_proto::TCP,
+            ("10.77.0.200", *port),
+            (VIP, 7000),
+            tcp::flags::SYN,
+            b"",
+        );
+        let (v, _) = w.send(0, f);
+        assert_eq!(v, Verdict::Tx(1), "flood SYN {port} passes (a flow for it)");
+    }
+}
+
+#[test]
+fn a_full_flow_table_drops_half_open_flows_early_for_new_connections() {
+    let mut w = World::new(BalancerConfig {
+        flow_capacity: 64,
+        snat_ports: (40000, 40999),
+        // The flood is one source: no per-source limit here, the table itself must hold.
+        new_flows_per_second_per_source: 0,
+        ..BalancerConfig::default()
+    });
+    let clients: Vec<(u16, u16)> = (0..8)
+        .map(|k| (3000 + k, open(&mut w, "10.77.0.101", 3000 + k)))
+        .collect();
+    // A flood of 2,000 unanswered SYNs over a second: the table fills with them.
+    let mut port = 1u16;
+    flood(&mut w, 2000, &mut port);
+    assert_eq!(w.b.flows().len(), 64, "the table is full");
+    let early = |w: &World| {
+        w.counters
+            .events_of(sluice_dataplane::stats::Event::FlowEarlyDrop)
+    };
+    assert!(
+        early(&w) >= 2000 - 56,
+        "each SYN over the top dropped a half-open flow"
+    );
+    // A real client a second later: its SYN gets a flow, the flood goes on between its
+    // handshake's segments, and it completes.
+    w.now_ms += 1000;
+    let t = ip_proto::TCP;
+    let (v, out) = w.send(
+        0,
+        frame(t, ("10.77.0.102", 5000), (VIP, 7000), tcp::flags::SYN, b""),
+    );
+    assert_eq!(v, Verdict::Tx(1), "the real client's SYN gets a flow");
+    let (snat, _) = tcp_of(&out);
+    flood(&mut w, 20, &mut port);
+    let (syn, ack) = (tcp::flags::SYN, tcp::flags::ACK);
+    let (v, _) = w.send(
+        1,
+        frame(t, (BACKEND, 7000), (SNAT_IP, snat), syn | ack, b""),
+    );
+    assert_eq!(v, Verdict::Tx(0), "its SYN-ACK finds the flow");
+    flood(&mut w, 20, &mut port);
+    let (v, _) = w.send(0, frame(t, ("10.77.0.102", 5000), (VIP, 7000), ack, b""));
+    assert_eq!(v, Verdict::Tx(1));
+    assert!(
+        exchange(&mut w, "10.77.0.102", 5000, snat),
+        "the new connection carries data"
+    );
+    // Established flows are never dropped.
+    for &(sport, snat) in &clients {
+        assert!(
+            exchange(&mut w, "10.77.0.101", sport, snat),
+            "established {sport}"
+        );
+    }
+    assert_eq!(w.drops(DropReason::FlowTableFull), 0);
+    // Under pressure (90 % full) the flood's flows go after 5 s of silence, not after the
+    // half-open lifetime (120 s), until the table is below the mark; the rest live their
+    // configured timeout.
+    assert!(w.b.flows().under_pressure());
+    for _ in 0..7 {
+        w.now_ms += 1000;
+        w.send(0, frame(t, ("10.77.0.101", 3000), (VIP, 7000), ack, b""));
+    }
+    assert!(!w.b.flows().under_pressure());
+    let left = w.b.flows().len();
+    assert!((10..58).contains(&left), "{left}: below 58 of 64 (90 %)");
+    for _ in 0..120 {
+        w.now_ms += 1000;
+        w.send(0, frame(t, ("10.77.0.101", 3000), (VIP, 7000), ack, b""));
+    }
+    assert_eq!(w.b.flows().len(), 9, "8 + 1 established flows left");
+    // Only a table of established flows refuses a new connection.
+    let mut extra = Vec::new();
+    for k in 0..55u16 {
+        extra.push(open(&mut w, "10.77.0.103", 6000 + k));
+    }
+    assert_eq!(w.b.flows().len(), 64);
+    let before = early(&w);
+    let (v, _) = w.send(
+        0,
+        frame(t, ("10.77.0.102", 5001), (VIP, 7000), tcp::flags::SYN, b""),
+    );
+    assert_eq!(v, Verdict::Drop(DropReason::FlowTableFull));
+    assert_eq!(early(&w), before);
+    for (k, &snat) in extra.iter().enumerate() {
+        assert!(exchange(&mut w, "10.77.0.103", 6000 + k as u16, snat));
+    }
 }

@@ -4,12 +4,16 @@
 //! their own address and the peer they saw, then echo. Checks the 3:1 weights, the SNAT
 //! address, NetworkPolicy denial and revocation after a swap, reloads that keep
 //! established connections, a broken config rejected while the old tables serve, two
-//! workers on a two-queue TAP, and (feature `dpdk`) the same over DPDK `net_tap` vdevs.
+//! workers on a two-queue TAP, ARP claims for the backends' addresses sent from the
+//! client side (refused and counted, traffic unaffected), and (feature `dpdk`) the same
+//! over DPDK `net_tap` vdevs.
 //! The topology is described in `sluice_tests::kernel`.
 
 use sluice_dataplane::port::{tap, Opened, Pool};
 use sluice_dataplane::stats::{Counters, DropReason, Event};
-use sluice_tests::kernel::{check_burst, count, manifests, Rig};
+use sluice_tests::kernel::{
+    check_burst, count, manifests, Py, Rig, ARP_SPOOF, BACKENDS, INSIDE, OUTSIDE,
+};
 use sluice_tests::sys::{can_admin_net, unique_name};
 use std::time::Duration;
 
@@ -23,6 +27,12 @@ const AGENT_LIMIT: Duration = Duration::from_secs(60);
 /// A rig on two TAP ports with `queues` queues (and as many workers) serving `config`,
 /// with the pool the TAP queues draw from.
 fn rig(queues: u16, config: &str) -> (Rig, Pool) {
+    let (rig, pool, _) = rig_named(queues, config);
+    (rig, pool)
+}
+
+/// [`rig`], and the name of the client namespace's device.
+fn rig_named(queues: u16, config: &str) -> (Rig, Pool, String) {
     assert!(
         can_admin_net(),
         "kernel tests need root (CAP_NET_ADMIN), /dev/net/tun and iproute2; CI runs as root"
@@ -33,7 +43,8 @@ fn rig(queues: u16, config: &str) -> (Rig, Pool) {
         tap::open(name, ifname, queues, &pool).unwrap_or_else(|e| panic!("TAP {ifname}: {e}"))
     };
     let (outside, inside) = (open("outside", &out_if), open("inside", &in_if));
-    (Rig::start(outside, inside, (&out_if, &in_if), config), pool)
+    let rig = Rig::start(outside, inside, (&out_if, &in_if), config);
+    (rig, pool, out_if)
 }
 
 /// Finishes the rig and checks that every buffer went back to the pool.
@@ -191,6 +202,95 @@ fn two_workers_on_two_tap_queues_answer_every_connection() {
         c.events_of(Event::RedirectedOut),
         c.events_of(Event::RedirectedIn)
     );
+}
+
+/// Issue 29's spoofed-neighbour attack, live: the client namespace claims the backends'
+/// addresses (and sluice's own inside address) with ARP while real connections run.
+/// The kernel topology is IPv4 only, so no neighbour advertisements here; the forwarder's
+/// stage test `spoofed_neighbour_claims_are_refused_and_counted` covers NDP.
+#[test]
+fn spoofed_arp_from_the_client_side_leaves_backend_traffic_alone() {
+    const FAKE: &str = "02:66:66:66:66:66";
+    const FRAMES: u64 = 1200;
+    let (mut rig, pool, out_if) = rig_named(1, &manifests((3, 1), CLIENTS));
+    // sluice's MAC on the client's link, as the client's kernel learned it.
+    let neigh = rig
+        .topo
+        .client
+        .exec(&["ip", "neigh", "show", OUTSIDE, "dev", &out_if]);
+    let gw_mac = neigh
+        .split_whitespace()
+        .skip_while(|w| *w != "lladdr")
+        .nth(1)
+        .unwrap_or_else(|| panic!("sluice's MAC in {neigh:?}"))
+        .to_string();
+    let v = rig.agent.cmd("burst 20 8 2", AGENT_LIMIT);
+    assert_eq!(count(&v, "ok", None), 20, "before: {v}");
+    let before = rig.balance.counters().drops_of(DropReason::ArpSpoofed);
+    // ARP replies, gratuitous requests and replies, and spoofed requests claiming both
+    // backends and sluice's own inside address are at FAKE, from the client side: 400 a
+    // second for 3 s, while 200 connections go through.
+    let (frames, rate) = (FRAMES.to_string(), "400".to_string());
+    let t = std::time::Instant::now();
+    let mut spoof = Py::start(
+        &rig.topo.client,
+        ARP_SPOOF,
+        &[
+            &out_if,
+            &frames,
+            &rate,
+            FAKE,
+            &gw_mac,
+            OUTSIDE,
+            BACKENDS[0],
+            BACKENDS[1],
+            INSIDE,
+        ],
+    );
+    assert_eq!(spoof.line(Duration::from_secs(10)), "started");
+    let during = rig.agent.cmd("burst 200 8 2", AGENT_LIMIT);
+    let during_done = t.elapsed();
+    let report: serde_json::Value =
+        serde_json::from_str(&spoof.line(Duration::from_secs(30))).expect("spoofer report");
+    eprintln!("spoofer {report}; 200 connections {during} in {during_done:?}");
+    assert_eq!(
+        report["sent"], FRAMES,
+        "every spoofed frame went out: {report}"
+    );
+    assert_eq!(
+        count(&during, "ok", None),
+        200,
+        "during the spoofing: {during}"
+    );
+    assert!(
+        during_done.as_secs_f64() < report["seconds"].as_f64().unwrap_or(0.0),
+        "the connections ran while the spoofer did ({during_done:?}): {report}"
+    );
+    assert_eq!(count(&during, "peers", Some(INSIDE)), 200, "{during}");
+    // After: the backends' entries kept their real MACs, connections still pass.
+    for b in BACKENDS {
+        let ip: std::net::IpAddr = b.parse().expect("ip");
+        let e = rig
+            .balance
+            .neighbours
+            .entries()
+            .into_iter()
+            .find(|e| e.ip == ip)
+            .unwrap_or_else(|| panic!("{b} in the neighbour cache"));
+        assert_ne!(e.mac.to_string(), FAKE, "{b} kept its MAC");
+    }
+    let after = check_burst(&mut rig.agent, 100, 0.75, 0.12);
+    eprintln!("after: {after}");
+    let c = rig.balance.wait_counters("arp_spoofed counted", |c| {
+        c.drops_of(DropReason::ArpSpoofed) - before >= FRAMES
+    });
+    assert_eq!(
+        c.drops_of(DropReason::ArpSpoofed) - before,
+        FRAMES,
+        "each spoofed claim refused and counted once"
+    );
+    drop(spoof);
+    finish(rig, &pool);
 }
 
 /// The same topology over DPDK `net_tap` vdevs (EAL in a child process: one per process).

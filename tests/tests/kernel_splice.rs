@@ -19,12 +19,17 @@
 //! - A bounded SYN flood from random ports and spoofed sources in the client subnet: no
 //!   flow or embryo is created for it, memory stays flat, and TLS connections made during
 //!   the flood complete.
+//! - Host-routed connections at a rate that wraps a 16-port SNAT range several times:
+//!   each completes or is refused at once (a RST, counted `snat_ports_exhausted`), and
+//!   the backend never sees a SNAT port again within its rest.
 //!
 //! The tests run one at a time (they share the machine's few cores with the flood).
 
+use sluice_dataplane::balancer::BalancerConfig;
+use sluice_dataplane::flow::Timeouts;
 use sluice_dataplane::port::{tap, Opened, Pool};
 use sluice_dataplane::stats::{Counters, DropReason, Event};
-use sluice_tests::kernel::{Balance, Py, Topology, BACKENDS, VIP};
+use sluice_tests::kernel::{Balance, Py, Topology, BACKENDS, CLIENT_AGENT, INSIDE, VIP};
 use sluice_tests::kernel_tls::{
     curl, first_client_bytes, require_programs, rss_bytes, s_client, wait_listening, Certs,
     SServer, HTTP_SERVER, SYN_FLOOD, TLS_CLIENT, TLS_SERVER,
@@ -66,6 +71,15 @@ impl Rig {
 
     /// [`Rig::start`] with `workers` workers, each on its own queue of both TAP ports.
     fn with_workers(config: &str, workers: u16) -> Rig {
+        let cfg = BalancerConfig {
+            flow_capacity: 16 * 1024,
+            ..BalancerConfig::default()
+        };
+        Rig::with_config(config, workers, cfg)
+    }
+
+    /// [`Rig::with_workers`] with the balancer settings `cfg`.
+    fn with_config(config: &str, workers: u16, cfg: BalancerConfig) -> Rig {
         assert!(
             can_admin_net(),
             "kernel tests need root (CAP_NET_ADMIN), /dev/net/tun and iproute2; CI runs as root"
@@ -79,7 +93,7 @@ impl Rig {
             tap::open(name, ifname, workers, &pool).unwrap_or_else(|e| panic!("TAP {ifname}: {e}"))
         };
         let (outside, inside) = (open("outside", &out_if), open("inside", &in_if));
-        let balance = Balance::start(outside, inside, usize::from(workers), snapshot);
+        let balance = Balance::start_with(outside, inside, usize::from(workers), snapshot, cfg);
         let topo = Topology::new(&out_if, &in_if);
         Rig {
             topo,
@@ -766,5 +780,130 @@ fn syn_flood_creates_no_state_and_tls_connections_complete_during_it() {
     );
     drop(agent);
     drop(_servers);
+    rig.finish();
+}
+
+#[test]
+fn snat_port_range_wraps_at_rate_through_delayed_binding_without_reuse_or_stall() {
+    // 16 SNAT ports resting 4 s, closed connections out of the flow table 1 s after
+    // their last packet: some 4 connections a second find a rested port. 400 Host-routed
+    // connections at 20 a second wrap the range several times and run it dry again and
+    // again. The clients close first, so the backends hold no TIME_WAIT: that is what
+    // lets a rest of 4 s (rather than Linux's 60) keep every reuse safe here.
+    const SNAT: (u16, u16) = (40000, 40015);
+    const REST_S: u32 = 4;
+    const N: u64 = 400;
+    const RATE: u64 = 20;
+    let port = sluice_tests::kernel::PORT;
+    let config = inventory(port)
+        + &format!(
+            r#"---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {{name: web, namespace: ks}}
+spec:
+  servers:
+  - port: {{number: 80, name: http, protocol: HTTP}}
+    hosts: ["*.example.test"]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: w, namespace: ks}}
+spec:
+  hosts: [w.example.test]
+  gateways: [web]
+  http:
+  - route: [{{destination: {{host: a, port: {{number: {port}}}}}}}]
+"#
+        );
+    let cfg = BalancerConfig {
+        flow_capacity: 4096,
+        snat_ports: SNAT,
+        snat_rest_s: REST_S,
+        timeouts: Timeouts {
+            tcp_fin_wait: 5,
+            tcp_close_wait: 5,
+            tcp_last_ack: 5,
+            tcp_time_wait: 1,
+            tcp_close: 1,
+            ..Timeouts::default()
+        },
+        ..BalancerConfig::default()
+    };
+    let t = Instant::now();
+    let rig = Rig::with_config(&config, 1, cfg);
+    let mut servers = rig.topo.start_servers();
+    let mut agent = Py::start(&rig.topo.client, CLIENT_AGENT, &[CLIENT, VIP, "80"]);
+    let v = agent.cmd("paced 4 4 3 w.example.test", AGENT_LIMIT);
+    assert_eq!(v["ok"], 4, "warm-up: {v}");
+    let before = rig
+        .balance
+        .wait_counters("warm-up spliced", |c| c.events_of(Event::Spliced) == 4);
+
+    let v = agent.cmd(&format!("paced {N} {RATE} 3 w.example.test"), AGENT_LIMIT);
+    eprintln!("{N} connections at {RATE}/s: {v}");
+    let ok = v["ok"].as_u64().unwrap_or(0);
+    let refused = v["errors"]["reset"].as_u64().unwrap_or(0);
+    assert_eq!(ok + refused, N, "each one completed or was reset: {v}");
+    assert_eq!(v["peers"][INSIDE], ok, "through the SNAT address: {v}");
+    // At once: a refusal is a RST within a round trip, not a SYN left to retransmit into
+    // a tuple the backend holds (the issue's 2 s stall).
+    let secs = |k: &str| v[k].as_f64().unwrap_or(f64::MAX);
+    assert!(secs("max_failed_s") < 1.0, "a refusal took long: {v}");
+    assert!(secs("max_ok_s") < 1.0, "a connection stalled: {v}");
+    let span = u64::from(SNAT.1 - SNAT.0) + 1;
+    assert!(ok >= 3 * span, "the range wrapped at least 3 times: {v}");
+    assert!(refused > 0, "the range ran dry: {v}");
+    let after = rig
+        .balance
+        .wait_counters("spliced and refused counted", |c| {
+            delta(c, &before, Event::Spliced) == ok
+        });
+    assert_eq!(
+        after.drops_of(DropReason::SnatPortsExhausted)
+            - before.drops_of(DropReason::SnatPortsExhausted),
+        refused,
+        "each refusal counted once: {after:?}"
+    );
+
+    // The backend's log: which SNAT port each connection came from, when it was accepted
+    // and when it closed. A port is never handed out again within its rest (sluice counts
+    // whole seconds from the last packet: at least REST_S - 1 s after the close).
+    let log = servers.cmd("log", Duration::from_secs(10));
+    let log = log.as_array().expect("the server's log");
+    assert_eq!(
+        log.len() as u64,
+        4 + ok,
+        "one entry per completed connection"
+    );
+    let mut by_port: std::collections::BTreeMap<u64, Vec<(f64, f64)>> = Default::default();
+    for e in log {
+        assert_eq!(e[1], INSIDE, "{e}");
+        let p = e[2].as_u64().expect("peer port");
+        assert!(
+            (u64::from(SNAT.0)..=u64::from(SNAT.1)).contains(&p),
+            "port {p} outside the SNAT range"
+        );
+        let (accepted, closed) = (e[3].as_f64().unwrap_or(0.0), e[4].as_f64());
+        let closed = closed.unwrap_or_else(|| panic!("connection from {p} still open: {e}"));
+        by_port.entry(p).or_default().push((accepted, closed));
+    }
+    let min_gap = f64::from(REST_S) - 1.0 - 0.25;
+    let mut reuses = 0;
+    for (p, mut uses) in by_port {
+        uses.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for w in uses.windows(2) {
+            let gap = w[1].0 - w[0].1;
+            assert!(
+                gap >= min_gap,
+                "SNAT port {p} reused {gap:.3} s after its connection closed (rest {REST_S} s)"
+            );
+            reuses += 1;
+        }
+    }
+    eprintln!("{reuses} port reuses, took {:.1?}", t.elapsed());
+    assert!(reuses as u64 >= 2 * span, "{reuses} reuses");
+    drop(agent);
+    drop(servers);
     rig.finish();
 }

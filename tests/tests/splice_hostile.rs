@@ -1,12 +1,14 @@
 //! Delayed binding under idle connections, in simulation (virtual clock): when every
 //! embryo slot is held by connections that send nothing, the oldest gives way
-//! (`embryo_evicted`) and a new legitimate handshake is spliced; and one source cannot
-//! hold more than its share of embryos (`source_embryo_limit`).
+//! (`embryo_evicted`), its client is told with a RST (from sluice's MAC to its own, at the
+//! sequence numbers of the handshake it made with sluice), and a new legitimate handshake
+//! is spliced; and one source cannot hold more than its share of embryos
+//! (`source_embryo_limit`).
 
 use sluice_dataplane::splice::SpliceConfig;
 use sluice_dataplane::stats::{DropReason, Event};
 use sluice_tests::hello;
-use sluice_tests::raw::{syn_options, RawClient};
+use sluice_tests::raw::{check_checksums, flags, parse, syn_options, RawClient};
 use sluice_tests::splice::{
     balancer_config, first_difference, ip, print_counters, World, CLIENT, RAW_PORTS, VIP,
 };
@@ -91,6 +93,45 @@ fn a_full_embryo_table_gives_way_to_a_new_handshake() {
     assert_eq!(events(&w, Event::Spliced), 1);
     // The oldest idle connection gave way; the other three still wait.
     assert_eq!(w.sim.worker.stage().embryos(), 3);
+    // Its client got a RST: from sluice's MAC on the client's port to the client's, at
+    // the sequence number after sluice's SYN-ACK, acknowledging the client's SYN (it sent
+    // nothing after), valid checksums. The other idle clients got nothing.
+    let host_mac = w.sim.hosts[0].mac.0;
+    let sluice_mac = w.sim.sluice_macs[0];
+    for (k, c) in idle.iter().enumerate() {
+        let local = c.local;
+        let frames = w.sim.hosts[0]
+            .dev
+            .take_diverted(|f| parse(f).is_some_and(|s| s.dst == local));
+        if k > 0 {
+            assert!(frames.is_empty(), "idle client {k} was sent {frames:?}");
+            continue;
+        }
+        assert_eq!(
+            frames.len(),
+            1,
+            "one RST for the evicted client: {frames:?}"
+        );
+        let f = &frames[0];
+        assert_eq!(&f[..6], &host_mac, "to the client's MAC");
+        assert_eq!(&f[6..12], &sluice_mac, "from sluice's port MAC");
+        check_checksums(f).expect("checksums");
+        let seg = parse(f).expect("a TCP segment");
+        assert_eq!(seg.src, c.remote, "from the virtual address");
+        assert_eq!(seg.flags, flags::RST | flags::ACK, "{seg:?}");
+        let irs = c.irs.expect("the client saw sluice's SYN-ACK");
+        assert_eq!(
+            seg.seq,
+            irs.wrapping_add(1),
+            "sluice's next sequence number"
+        );
+        assert_eq!(
+            seg.ack,
+            c.isn.wrapping_add(1),
+            "the client's next sequence number"
+        );
+    }
+    assert_eq!(events(&w, Event::SpliceResetSent), 1);
 }
 
 #[test]

@@ -299,3 +299,86 @@ fn run_with_a_dpdk_net_tap_port() {
     s.stop();
     let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{ifname}"));
 }
+
+/// `sluice ctl neighbours` says where each entry came from: the Appliance's static
+/// neighbour is `static`, a peer sluice learned from its ARP request (in a pcap port's
+/// capture) is `learned`. (No root needed.)
+#[test]
+fn ctl_neighbours_marks_static_and_learned_entries() {
+    use sluice_dataplane::port::pcap;
+    use sluice_dataplane::wire::MacAddr;
+    use sluice_tests::fixtures::arp_request;
+    use std::net::Ipv4Addr;
+    let dir = TempDir::new("sluice-neigh-run");
+    let (inp, outp) = (dir.0.join("in.pcap"), dir.0.join("out.pcap"));
+    let peer = MacAddr([0x02, 0, 0, 0, 0, 1]);
+    let frames = [arp_request(
+        peer,
+        Ipv4Addr::new(10, 9, 0, 1),
+        Ipv4Addr::new(10, 9, 0, 2),
+    )];
+    pcap::write_file(&inp, frames.iter().map(|f| &f[..])).unwrap();
+    let cfg = format!(
+        "apiVersion: sluice.dev/v1alpha1\nkind: Appliance\nmetadata: {{name: n}}\nspec:\n  cores: [0]\n  ports:\n  - name: cap\n    pcap: {{rx: {}, tx: {}}}\n    addresses: [10.9.0.2/24]\n  neighbours:\n  - {{ip: 10.9.0.5, mac: \"02:00:00:00:00:05\"}}\n",
+        inp.display(),
+        outp.display()
+    );
+    let cfgf = dir.0.join("appliance.yaml");
+    std::fs::write(&cfgf, cfg).unwrap();
+    let socket = dir.0.join("admin.sock");
+    let _child = ChildGuard(
+        Command::new(BIN)
+            .arg("run")
+            .arg("-c")
+            .arg(&cfgf)
+            .arg("--admin-socket")
+            .arg(&socket)
+            .args(["--duration", "60", "--quiet"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start sluice"),
+    );
+    wait_for("the admin socket", Duration::from_secs(20), || {
+        socket.exists()
+    });
+    let neighbours = || -> serde_json::Value {
+        let o = Command::new(BIN)
+            .args(["ctl", "--socket"])
+            .arg(&socket)
+            .arg("neighbours")
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "ctl neighbours: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).expect("ctl neighbours prints JSON")
+    };
+    let mut v = neighbours();
+    wait_for("the learned neighbour", Duration::from_secs(10), || {
+        v = neighbours();
+        v.as_array().is_some_and(|a| a.len() == 2)
+    });
+    let mut got: Vec<(String, String, String)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
+            (s("ip"), s("mac"), s("source"))
+        })
+        .collect();
+    got.sort();
+    let t = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
+    assert_eq!(
+        got,
+        [
+            t("10.9.0.1", "02:00:00:00:00:01", "learned"),
+            t("10.9.0.5", "02:00:00:00:00:05", "static"),
+        ],
+        "{v}"
+    );
+}

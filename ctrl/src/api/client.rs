@@ -49,7 +49,8 @@ pub enum CtlCommand {
         #[arg(long)]
         json: bool,
     },
-    /// The neighbour cache (IP -> MAC), as JSON.
+    /// The neighbour cache (IP -> MAC, and whether each entry is `static`, `resolved` or
+    /// `learned`), as JSON.
     Neighbours,
     /// Reload the configuration now; prints the outcome, exits 1 when it was rejected
     /// (the running tables keep serving).

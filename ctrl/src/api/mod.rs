@@ -7,7 +7,9 @@
 //! - `stats`: the same counters as the once-per-second summary: per port (device counters
 //!   and what the workers moved), per worker (packets, bytes, flows, events, drops by
 //!   reason, empty polls, cycles per packet) and totals.
-//! - `neighbours`: the neighbour cache.
+//! - `neighbours`: the neighbour cache's resolved entries, `[{ip, mac, source}]`, where
+//!   `source` is `static` (`spec.neighbours`), `resolved` (an answer to sluice's own
+//!   request) or `learned` (what the neighbour sent unasked).
 //! - `reload`: asks the control thread to reload the configuration and answers after the
 //!   attempt: `{ok, generation, errors: [...], trigger, time, unix_time, took_ms}`.
 //! - `status`: the tables generation, the configuration paths, the last reload (time,

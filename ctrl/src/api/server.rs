@@ -71,7 +71,13 @@ fn answer(cmd: &str, r: &Running, stop: &AtomicBool) -> Value {
             r.neighbours
                 .entries()
                 .into_iter()
-                .map(|(ip, mac)| json!({"ip": ip.to_string(), "mac": mac.to_string()}))
+                .map(|e| {
+                    json!({
+                        "ip": e.ip.to_string(),
+                        "mac": e.mac.to_string(),
+                        "source": e.source.name(),
+                    })
+                })
                 .collect(),
         ),
         other => json!({"error": format!(

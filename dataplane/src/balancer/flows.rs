@@ -4,7 +4,9 @@
 
 use crate::flow::{Dir, FlowId, FlowTable, SourceRates, Splice, TcpFlags, TcpState, Tuple};
 use crate::pipeline::forward::Forwarder;
-use crate::pipeline::nat::{forget, insert_snat, rewrite, rewrite_raw, rewrite_v4, SnatPorts};
+use crate::pipeline::nat::{
+    admit, forget, insert_snat, rewrite, rewrite_raw, rewrite_v4, SnatPorts,
+};
 use crate::pipeline::parse::{mac_word, parse, Found, Meta};
 use crate::pipeline::reply::{admin_prohibited, port_unreachable, tcp_reset, write_seg, Seg};
 use crate::pipeline::stage::{Ctx, Verdict};
@@ -83,6 +85,8 @@ pub(super) struct State {
     pub(super) sources: SourceRates,
     pub(super) macs: Box<[[u8; 6]]>,
     pub(super) splice: Splicer,
+    /// The flow table's early drops already counted as `flow_early_drop`.
+    pub(super) early_drops_counted: u64,
 }
 
 impl State {
@@ -394,12 +398,11 @@ impl State {
         };
         let created = if transparent {
             let reply = Tuple::new(backend, client, meta.proto);
-            self.flows
-                .insert(t, reply, state, generation, now_s)
-                .map_err(|e| match e {
-                    crate::flow::InsertError::Full => DropReason::FlowTableFull,
-                    crate::flow::InsertError::Exists => DropReason::NoFlow,
-                })
+            let (flows, snat) = (&mut self.flows, &mut self.snat);
+            admit(flows, snat, t, reply, state, generation, now_s).map_err(|e| match e {
+                crate::flow::InsertError::Full => DropReason::FlowTableFull,
+                crate::flow::InsertError::Exists => DropReason::NoFlow,
+            })
         } else {
             let Some(snat_ip) = self.fwd.config().addr_on(nh.port, backend.ip()) else {
                 return Verdict::Drop(DropReason::NoSnatAddress);
@@ -460,7 +463,8 @@ impl State {
             Some(_) => TcpState::Established,
             None => TcpState::UdpUnreplied,
         };
-        match self.flows.insert(t, t.reversed(), state, generation, now_s) {
+        let (flows, snat) = (&mut self.flows, &mut self.snat);
+        match admit(flows, snat, t, t.reversed(), state, generation, now_s) {
             Ok(_) => ctx.counters.event(Event::FlowCreated),
             Err(crate::flow::InsertError::Full) => return Verdict::Drop(DropReason::FlowTableFull),
             Err(crate::flow::InsertError::Exists) => {}

@@ -175,6 +175,7 @@ impl Balancer {
                 fwd,
                 macs,
                 splice: Splicer::new(cfg.splice.clone()),
+                early_drops_counted: 0,
             },
             snapshot,
             ahead: [Ahead::NONE; BURST],
@@ -317,6 +318,10 @@ impl Stage for Balancer {
         });
         ctx.counters.events[Event::FlowExpired as usize] += expired as u64;
         ctx.counters.events[Event::HalfOpenEvicted as usize] += self.state.snat.take_evicted();
+        let early = self.state.flows.stats().early_dropped;
+        ctx.counters.events[Event::FlowEarlyDrop as usize] +=
+            early - self.state.early_drops_counted;
+        self.state.early_drops_counted = early;
         ctx.counters.flows = self.state.flows.len() as u64;
     }
 }

@@ -40,6 +40,20 @@
 //!   (1.25 and 1.6 probes).
 //! - **Full**: [`FlowTable::insert`] fails with [`InsertError::Full`]; existing flows are
 //!   untouched (the caller drops the packet and counts it).
+//!   [`FlowTable::insert_evicting`] (what the pipeline uses) first tries *early drop*, as
+//!   Linux conntrack does: of [`EARLY_DROP_PROBES`] entries spread over the table from
+//!   where the new flow's hash points, a removed one awaiting the wheel is taken, else the
+//!   expired or never-answered flow (handshake not completed, datagram not replied) with
+//!   the oldest last packet is dropped for the new one; established and closing flows
+//!   never are. Bounded work (no scan), on the insert path only.
+//! - **Pressure**: from [`PRESSURE_PERCENT`] (90 %) of capacity in live flows, a
+//!   half-open TCP flow (SYN_SENT, SYN_RECV; not one the splice engine holds) silent for
+//!   [`PRESSURE_HALF_OPEN_S`] (5 s) expires instead of living its configured timeout
+//!   (120 s, 60 s), so a SYN flood's entries come back within seconds. The wheel does it:
+//!   under pressure it files such flows at their last packet plus 5 s (on insert and when
+//!   it re-files them), and expires them there if nothing came since. Timeouts and the hit
+//!   path are unchanged (a flow's last packet is still its expiry minus its state's
+//!   timeout).
 //! - **Timers**: a hashed timing wheel of one-second ticks with lazy re-arming: a packet
 //!   only writes its flow's `expires`; when the wheel reaches a flow whose `expires` moved
 //!   on, the flow is re-filed, otherwise it expires. Per packet that is one store in the
@@ -72,9 +86,9 @@ mod wheel;
 
 pub use entry::{Flow, FlowId, FlowRef, Splice};
 pub use sources::SourceRates;
-pub use table::{FlowStats, FlowTable, InsertError};
+pub use table::{FlowStats, FlowTable, InsertError, EARLY_DROP_PROBES, PRESSURE_PERCENT};
 pub use tcp::{TcpFlags, TcpState};
-pub use timeouts::Timeouts;
+pub use timeouts::{Timeouts, PRESSURE_HALF_OPEN_S};
 pub use tuple::{Dir, Tuple, Tuple4};
 
 #[cfg(test)]

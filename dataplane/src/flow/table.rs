@@ -1,8 +1,10 @@
 //! The table itself: its memory (entries, wide area, index, wheel, all allocated by
-//! [`FlowTable::new`]), admitting, re-keying and removing flows, and reading them by
-//! handle. Finding a flow by tuple is `index`'s; timers are `wheel`'s.
+//! [`FlowTable::new`]), admitting, re-keying and removing flows, reading them by handle,
+//! and what it does when it fills up: shorter half-open timeouts from
+//! [`PRESSURE_PERCENT`] full, early drop when full. Finding a flow by tuple is `index`'s;
+//! timers are `wheel`'s.
 
-use super::entry::{Flow, FlowId, FlowRef, WideAddrs, EMPTY_FLOW, LIVE, NIL};
+use super::entry::{Flow, FlowId, FlowRef, Splice, WideAddrs, EMPTY_FLOW, LIVE, NIL};
 use super::tcp::TcpState;
 use super::timeouts::Timeouts;
 use super::tuple::{Dir, Tuple};
@@ -28,7 +30,21 @@ pub struct FlowStats {
     pub removed: u64,
     /// Flows expired by the wheel.
     pub expired: u64,
+    /// Flows dropped early for a new one while the table was full
+    /// ([`FlowTable::insert_evicting`]).
+    pub early_dropped: u64,
 }
+
+/// From this share of its capacity (percent) of live flows the table is *under
+/// pressure*: a half-open TCP flow silent for
+/// [`PRESSURE_HALF_OPEN_S`](super::PRESSURE_HALF_OPEN_S) expires, whatever its configured
+/// timeout, until the table is below the mark again.
+pub const PRESSURE_PERCENT: usize = 90;
+
+/// Entries a new flow looks at, in a full table, for one to drop early
+/// ([`FlowTable::insert_evicting`]); Linux conntrack's `early_drop` looks at 8 hash
+/// buckets. Bounded work: a flood cannot make an insert scan the table.
+pub const EARLY_DROP_PROBES: usize = 8;
 
 /// Wheel slots (one-second ticks) of a table of at least 128 flows; smaller tables get
 /// the largest power of two up to one slot a flow, which keeps them within
@@ -60,6 +76,10 @@ pub struct FlowTable {
     pub(super) wheel_now: u32,
     pub(super) seed: u64,
     pub(super) timeouts: Timeouts,
+    /// Live flows from which the table is under pressure ([`PRESSURE_PERCENT`]).
+    pub(super) pressure_at: usize,
+    /// Whether the table is under pressure.
+    pub(super) pressured: bool,
     pub(super) len: usize,
     pub(super) stats: FlowStats,
 }
@@ -69,6 +89,7 @@ impl std::fmt::Debug for FlowTable {
         f.debug_struct("FlowTable")
             .field("capacity", &self.flows.len())
             .field("len", &self.len)
+            .field("pressured", &self.pressured)
             .field("stats", &self.stats)
             .finish()
     }
@@ -101,6 +122,8 @@ impl FlowTable {
             wheel_now: now,
             seed,
             timeouts,
+            pressure_at: (capacity * PRESSURE_PERCENT).div_ceil(100).max(1),
+            pressured: false,
             len: 0,
             stats: FlowStats::default(),
         }
@@ -121,9 +144,38 @@ impl FlowTable {
         self.flows.len()
     }
 
-    /// The connection-tracking timeouts.
+    /// The connection-tracking timeouts (under pressure, half-open flows may go sooner:
+    /// [`PRESSURE_PERCENT`]).
     pub fn timeouts(&self) -> &Timeouts {
         &self.timeouts
+    }
+
+    /// Whether the table is under pressure now ([`PRESSURE_PERCENT`]).
+    pub fn under_pressure(&self) -> bool {
+        self.pressured
+    }
+
+    /// Enters or leaves pressure by the number of live flows (on the insert path, removal
+    /// and the wheel's, never on a hit).
+    pub(super) fn update_pressure(&mut self) {
+        self.pressured = self.len >= self.pressure_at;
+    }
+
+    /// Under pressure, when the wheel must look at a flow in `state` whose last packet
+    /// was at `last` (whose configured timeout ends at `expires`): after
+    /// [`PRESSURE_HALF_OPEN_S`](super::PRESSURE_HALF_OPEN_S) of silence if it is a plain
+    /// half-open TCP flow (the splice engine's own timers bound the flows it holds), else
+    /// at `expires`.
+    #[inline]
+    pub(super) fn due(&self, state: TcpState, splice: Splice, last: u32, expires: u32) -> u32 {
+        if self.pressured
+            && matches!(state, TcpState::SynSent | TcpState::SynRecv)
+            && splice.phase == Splice::PLAIN
+        {
+            expires.min(last.saturating_add(super::PRESSURE_HALF_OPEN_S))
+        } else {
+            expires
+        }
     }
 
     /// Counters.
@@ -176,7 +228,9 @@ impl FlowTable {
 
     /// Admits a new flow in `state` (`SynSent` for TCP, `UdpUnreplied` otherwise) at
     /// time `now` (seconds). Fails when full (existing flows untouched) or when either
-    /// tuple is already tracked.
+    /// tuple is already tracked by a live flow; an expired flow still holding one is
+    /// reaped, unseen: where flows carry source NAT tuples, use
+    /// [`FlowTable::insert_evicting`], which shows it to their owner.
     pub fn insert(
         &mut self,
         orig: Tuple,
@@ -185,27 +239,92 @@ impl FlowTable {
         generation: u32,
         now: u32,
     ) -> Result<FlowId, InsertError> {
+        self.admit(
+            orig,
+            reply,
+            state,
+            generation,
+            now,
+            None::<fn(FlowRef<'_>) -> bool>,
+        )
+    }
+
+    /// [`FlowTable::insert`], and when the table is full, *early drop* as Linux
+    /// conntrack does: of [`EARLY_DROP_PROBES`] entries spread over the table from a
+    /// place the new flow's hash picks, the first that no live flow holds (removed,
+    /// awaiting the wheel) is taken, else the flow that expired or never became a
+    /// connection ([`TcpState::is_unanswered`]) whose last packet is oldest is dropped
+    /// and its entry serves the new flow. `on_drop` sees every flow the insert takes out
+    /// of the table before it goes, so that its owner can rest its source NAT tuple as
+    /// the wheel's expiry would: the one dropped early, and an expired flow that the wheel
+    /// has not reached yet (it files flows up to a minute ahead) still holding one of the
+    /// new tuples. For the latter it answers whether the new flow may have the tuple now;
+    /// `false` (the tuple rests) fails the insert with [`InsertError::Exists`], the
+    /// expired flow gone all the same. Established and closing flows, and flows the splice engine
+    /// holds (its own timers bound those), are never dropped; with none of the others
+    /// among the probes the insert fails with [`InsertError::Full`]. Counted in
+    /// [`FlowStats::early_dropped`].
+    pub fn insert_evicting(
+        &mut self,
+        orig: Tuple,
+        reply: Tuple,
+        state: TcpState,
+        generation: u32,
+        now: u32,
+        on_drop: impl FnMut(FlowRef<'_>) -> bool,
+    ) -> Result<FlowId, InsertError> {
+        self.admit(orig, reply, state, generation, now, Some(on_drop))
+    }
+
+    fn admit<F: FnMut(FlowRef<'_>) -> bool>(
+        &mut self,
+        orig: Tuple,
+        reply: Tuple,
+        state: TcpState,
+        generation: u32,
+        now: u32,
+        mut on_drop: Option<F>,
+    ) -> Result<FlowId, InsertError> {
         let (ho, hr) = (self.hash(&orig), self.hash(&reply));
         for (t, h) in [(&orig, ho), (&reply, hr)] {
             if let Some((id, _)) = self.find_hashed(t, h) {
                 if self.flows[id.0 as usize].expires > now {
                     return Err(InsertError::Exists);
                 }
-                self.reap(id); // expired, not yet reaped: its tuples may be reused now
+                // Expired, not yet reaped: its tuples may be reused now, if its owner agrees.
+                let reuse = on_drop.as_mut().is_none_or(|f| f(self.get(id)));
+                self.reap(id);
+                if !reuse {
+                    return Err(InsertError::Exists);
+                }
             }
         }
-        let id = self.free;
-        if id == NIL {
-            self.stats.full += 1;
-            return Err(InsertError::Full);
-        }
-        self.free = self.flows[id as usize].next();
+        // A free entry, or (full) one taken by early drop, which stays on the wheel list
+        // it is filed in: the wheel re-files or expires it by its new expiry when it gets
+        // there (lazy re-arming, as for any flow).
+        let (id, filed) = if self.free != NIL {
+            let id = self.free;
+            self.free = self.flows[id as usize].next();
+            (id, None)
+        } else {
+            match on_drop.and_then(|mut f| {
+                self.early_drop(ho, now, |v| {
+                    f(v);
+                })
+            }) {
+                Some(id) => (id, Some(self.flows[id as usize].next())),
+                None => {
+                    self.stats.full += 1;
+                    return Err(InsertError::Full);
+                }
+            }
+        };
         let expires = now.saturating_add(self.timeouts.for_state(state));
         let (keyed, w) = Flow::keyed(&orig, &reply);
         self.flows[id as usize] = Flow {
             generation,
             expires,
-            link: LIVE | NIL,
+            link: LIVE | filed.unwrap_or(NIL),
             state,
             ..keyed
         };
@@ -214,8 +333,11 @@ impl FlowTable {
         }
         self.index_insert(ho, id, Dir::Orig);
         self.index_insert(hr, id, Dir::Reply);
-        self.file(id, expires);
         self.len += 1;
+        self.update_pressure();
+        if filed.is_none() {
+            self.file(id, self.due(state, Splice::NONE, now, expires));
+        }
         self.stats.inserted += 1;
         Ok(FlowId(id))
     }
@@ -226,13 +348,16 @@ impl FlowTable {
     /// later. (Removing the flow and inserting another would leave the old entry unusable
     /// until the wheel reaches it, up to a minute later: one entry more per connection.)
     /// Fails with [`InsertError::Exists`], changing nothing, when another live flow tracks
-    /// `reply` or the flow is not live; an expired flow holding `reply` is reaped.
+    /// `reply` or the flow is not live; an expired flow holding `reply` is reaped, shown
+    /// to `on_drop` first, whose `false` fails the re-key with [`InsertError::Exists`]
+    /// (as in [`FlowTable::insert_evicting`]).
     pub fn rekey_reply(
         &mut self,
         id: FlowId,
         reply: Tuple,
         state: TcpState,
         now: u32,
+        on_drop: impl FnOnce(FlowRef<'_>) -> bool,
     ) -> Result<(), InsertError> {
         if !self.flows[id.0 as usize].live() {
             return Err(InsertError::Exists);
@@ -243,7 +368,11 @@ impl FlowTable {
             } else if other == id || self.flows[other.0 as usize].expires > now {
                 return Err(InsertError::Exists);
             } else {
+                let reuse = on_drop(self.get(other));
                 self.reap(other);
+                if !reuse {
+                    return Err(InsertError::Exists);
+                }
             }
         }
         let orig = self.get(id).orig();
@@ -266,7 +395,52 @@ impl FlowTable {
     pub fn remove(&mut self, id: FlowId) {
         if self.reap(id) {
             self.stats.removed += 1;
+            self.update_pressure();
         }
+    }
+
+    /// Early drop for a new flow of hash `h` at `now` in a full table (see
+    /// [`FlowTable::insert_evicting`]): the entry it frees, if any, still on its wheel
+    /// list.
+    #[cold]
+    fn early_drop(&mut self, h: u64, now: u32, on_drop: impl FnOnce(FlowRef<'_>)) -> Option<u32> {
+        let cap = self.flows.len();
+        let probes = EARLY_DROP_PROBES.min(cap);
+        let step = cap / probes;
+        // The index's home slot comes from the hash's high bits: start from its low ones.
+        let start = ((u128::from(h.rotate_left(32)) * cap as u128) >> 64) as usize;
+        // The candidate and the latest its last packet can have been.
+        let mut victim: Option<(usize, u32)> = None;
+        for k in 0..probes {
+            let mut i = start + k * step;
+            if i >= cap {
+                i -= cap;
+            }
+            let f = &self.flows[i];
+            if !f.live() {
+                // Removed, waiting for the wheel to recycle it: free for the taking.
+                return Some(i as u32);
+            }
+            if f.splice.phase != Splice::PLAIN {
+                continue;
+            }
+            let last = if f.expires <= now {
+                0
+            } else if f.state.is_unanswered() {
+                f.expires.saturating_sub(self.timeouts.for_state(f.state))
+            } else {
+                continue;
+            };
+            if victim.is_none_or(|(_, l)| last < l) {
+                victim = Some((i, last));
+            }
+        }
+        let (i, _) = victim?;
+        let id = FlowId(i as u32);
+        on_drop(self.get(id));
+        self.reap(id);
+        self.stats.early_dropped += 1;
+        Some(id.0)
     }
 
     /// Every live flow (for `sluice ctl flows` and tests).

@@ -71,6 +71,16 @@ impl TcpState {
         )
     }
 
+    /// Whether the flow never became a connection: a TCP handshake not completed
+    /// (SYN_SENT, SYN_RECV) or a datagram never answered. Linux conntrack calls such
+    /// entries not *assured*; early drop takes only these.
+    pub fn is_unanswered(self) -> bool {
+        matches!(
+            self,
+            TcpState::SynSent | TcpState::SynRecv | TcpState::UdpUnreplied
+        )
+    }
+
     /// The state after a TCP segment with `flags` travelling in `dir`.
     pub fn on_tcp(self, dir: Dir, flags: TcpFlags) -> TcpState {
         use TcpState::*;

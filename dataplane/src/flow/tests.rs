@@ -226,7 +226,7 @@ fn rekeying_moves_a_flow_between_the_narrow_and_the_wide_form() {
         .expect("insert");
     assert!(!t.get(id).is_wide());
     let v6 = Tuple::new(sa("[fd78::11]:8443"), sa("[fd78::2]:2000"), 6);
-    t.rekey_reply(id, v6, TcpState::SynSent, 1)
+    t.rekey_reply(id, v6, TcpState::SynSent, 1, |_| true)
         .expect("to wide");
     check(&t);
     assert!(t.get(id).is_wide());
@@ -236,7 +236,7 @@ fn rekeying_moves_a_flow_between_the_narrow_and_the_wide_form() {
     assert_eq!(t.lookup(&v6, 1), Some((id, Dir::Reply)));
     assert_eq!(t.lookup(&client.reversed(), 1), None);
     let v4 = Tuple::new(sa("10.78.0.11:8443"), sa("10.78.0.2:2000"), 6);
-    t.rekey_reply(id, v4, TcpState::SynSent, 2)
+    t.rekey_reply(id, v4, TcpState::SynSent, 2, |_| true)
         .expect("to narrow");
     check(&t);
     assert!(!t.get(id).is_wide());
@@ -498,7 +498,7 @@ fn rekeying_the_reply_keeps_the_entry() {
         "10.78.0.2:2000",
         6,
     );
-    t.rekey_reply(id, backend, TcpState::SynSent, 1)
+    t.rekey_reply(id, backend, TcpState::SynSent, 1, |_| true)
         .expect("rekey");
     check(&t);
     assert_eq!(t.len(), 1);
@@ -515,16 +515,16 @@ fn rekeying_the_reply_keeps_the_entry() {
         "10.78.0.2:2001",
         6,
     );
-    t.rekey_reply(id, other, TcpState::SynSent, 2)
+    t.rekey_reply(id, other, TcpState::SynSent, 2, |_| true)
         .expect("rekey");
-    t.rekey_reply(id, other, TcpState::SynSent, 2)
+    t.rekey_reply(id, other, TcpState::SynSent, 2, |_| true)
         .expect("same");
     check(&t);
     assert_eq!(t.lookup(&backend, 2), None);
     assert_eq!(t.lookup(&other, 2), Some((id, Dir::Reply)));
     // Its own original tuple, or a tuple another live flow holds: refused, unchanged.
     assert_eq!(
-        t.rekey_reply(id, client, TcpState::SynSent, 2),
+        t.rekey_reply(id, client, TcpState::SynSent, 2, |_| true),
         Err(InsertError::Exists)
     );
     let mut t2 = FlowTable::new(4, to, 0, 9);
@@ -534,13 +534,13 @@ fn rekeying_the_reply_keeps_the_entry() {
     let (bo, br) = flow_k(3);
     let b = t2.insert(bo, br, TcpState::SynSent, 1, 0).expect("b");
     assert_eq!(
-        t2.rekey_reply(a, br, TcpState::SynSent, 1),
+        t2.rekey_reply(a, br, TcpState::SynSent, 1, |_| true),
         Err(InsertError::Exists)
     );
     assert_eq!(t2.lookup(&client.reversed(), 1), Some((a, Dir::Reply)));
     // Once `b` has expired (not yet reaped by the wheel), its tuple can be taken.
     let late = 1 + to.tcp_syn_sent;
-    t2.rekey_reply(a, br, TcpState::SynSent, late)
+    t2.rekey_reply(a, br, TcpState::SynSent, late, |_| true)
         .expect("expired holder reaped");
     check(&t2);
     assert_eq!(t2.len(), 1);
@@ -907,4 +907,276 @@ proptest! {
     ) {
         run_model(cap, seed, (2 * cap + 3) as u16, ops, true)?;
     }
+}
+
+/// Flow `k` of a family of TCP FullNAT flows (client port and SNAT port from `k`).
+fn tcp_k(k: u16) -> (Tuple, Tuple) {
+    nat(
+        &format!("1.1.{}.{}:{}", k >> 8, k & 0xff, 1000 + k),
+        "2.2.2.2:80",
+        "3.3.3.3:80",
+        &format!("4.4.4.4:{}", 2000 + k),
+        6,
+    )
+}
+
+/// Inserts flow `k` at `now` and completes its handshake.
+fn established(t: &mut FlowTable, k: u16, now: u32) -> FlowId {
+    let (o, r) = tcp_k(k);
+    let id = t.insert(o, r, TcpState::SynSent, 1, now).expect("insert");
+    t.on_packet(id, Dir::Reply, Some(SYNACK), now);
+    t.on_packet(id, Dir::Orig, Some(ACK), now);
+    id
+}
+
+#[test]
+fn a_full_table_drops_the_oldest_half_open_flow_early_never_an_established_one() {
+    let to = Timeouts::default();
+    // At most 8 entries: the probes see every one.
+    let mut t = FlowTable::new(8, to, 0, 3);
+    let est: Vec<FlowId> = (0..4).map(|k| established(&mut t, k, 0)).collect();
+    // Half-open flows whose last packets were at 1..=4 s.
+    for k in 4..8u16 {
+        let (o, r) = tcp_k(k);
+        t.insert(o, r, TcpState::SynSent, 1, u32::from(k) - 3)
+            .expect("insert");
+    }
+    let (o, r) = tcp_k(100);
+    assert_eq!(
+        t.insert(o, r, TcpState::SynSent, 1, 10),
+        Err(InsertError::Full),
+        "plain insert never drops"
+    );
+    let mut dropped = Vec::new();
+    for k in 100..140u16 {
+        let (o, r) = tcp_k(k);
+        let now = 10 + u32::from(k - 100);
+        t.insert_evicting(o, r, TcpState::SynSent, 1, now, |f| {
+            dropped.push(f.orig());
+            true
+        })
+        .expect("a half-open flow gives way");
+        check(&t);
+        assert_eq!(t.len(), 8);
+    }
+    // The oldest went first: flows 4, 5, 6, 7, then the new ones in order.
+    let want: Vec<Tuple> = (4..8).chain(100..136).map(|k| tcp_k(k).0).collect();
+    assert_eq!(dropped, want);
+    assert_eq!(t.stats().early_dropped, 40);
+    for (k, id) in est.iter().enumerate() {
+        assert_eq!(t.lookup(&tcp_k(k as u16).0, 50), Some((*id, Dir::Orig)));
+    }
+    // Nothing but established flows: nothing to drop.
+    for k in 136..140u16 {
+        let id = t.lookup(&tcp_k(k).0, 50).expect("live").0;
+        t.on_packet(id, Dir::Reply, Some(SYNACK), 50);
+        t.on_packet(id, Dir::Orig, Some(ACK), 50);
+    }
+    let (o, r) = tcp_k(200);
+    assert_eq!(
+        t.insert_evicting(o, r, TcpState::SynSent, 1, 50, |_| -> bool {
+            panic!("dropped")
+        }),
+        Err(InsertError::Full)
+    );
+    assert_eq!(t.stats().full, 2);
+    // The reused entries stay on the wheel: they expire and recycle like any other.
+    let mut now = 50;
+    while now < 50 + to.tcp_established + 200 {
+        now += 3600;
+        t.expire(now, |_| {});
+        check(&t);
+    }
+    while !t.is_empty() {
+        t.expire(now, |_| {});
+    }
+    check(&t);
+    for k in 300..308u16 {
+        let (o, r) = tcp_k(k);
+        t.insert(o, r, TcpState::SynSent, 1, now)
+            .expect("every entry recycled");
+    }
+}
+
+#[test]
+fn early_drop_takes_removed_and_expired_entries_first() {
+    let to = Timeouts::default();
+    let mut t = FlowTable::new(8, to, 0, 4);
+    let half: Vec<FlowId> = (0..4u16)
+        .map(|k| {
+            let (o, r) = tcp_k(k);
+            t.insert(o, r, TcpState::SynSent, 1, 0).expect("insert")
+        })
+        .collect();
+    let est: Vec<FlowId> = (4..7).map(|k| established(&mut t, k, 0)).collect();
+    // A UDP flow whose timeout ran out without the wheel passing yet.
+    let (uo, ur) = nat("5.5.5.5:53", "2.2.2.2:53", "3.3.3.3:53", "4.4.4.4:53", 17);
+    t.insert(uo, ur, TcpState::UdpUnreplied, 1, 0).expect("udp");
+    // A removed flow's entry waits for the wheel: taken without dropping anything.
+    t.remove(est[2]);
+    let (o, r) = tcp_k(10);
+    t.insert_evicting(o, r, TcpState::SynSent, 1, 1, |_| -> bool {
+        panic!("nothing to drop")
+    })
+    .expect("the removed entry");
+    check(&t);
+    // The expired UDP flow goes before any half-open one (its SNAT owner sees it).
+    let late = to.udp_unreplied + 1;
+    let (o, r) = tcp_k(11);
+    let mut seen = Vec::new();
+    t.insert_evicting(o, r, TcpState::SynSent, 1, late, |f| {
+        seen.push(f.orig());
+        true
+    })
+    .expect("the expired flow's entry");
+    assert_eq!(seen, [uo]);
+    for id in &half {
+        assert!(
+            t.get(*id).live(),
+            "half-open flows kept while an expired one was there"
+        );
+    }
+    check(&t);
+}
+
+#[test]
+fn early_drop_looks_at_a_bounded_number_of_entries() {
+    let mut t = FlowTable::new(64, Timeouts::default(), 0, 5);
+    for k in 0..63 {
+        established(&mut t, k, 0);
+    }
+    let (o, r) = tcp_k(63);
+    t.insert(o, r, TcpState::SynSent, 1, 0)
+        .expect("one half-open flow");
+    let (mut taken, mut full) = (0, 0);
+    for k in 100..300u16 {
+        let (o, r) = tcp_k(k);
+        match t.insert_evicting(o, r, TcpState::SynSent, 1, 1, |_| true) {
+            Ok(_) => taken += 1,
+            Err(InsertError::Full) => full += 1,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    // 8 of 64 entries looked at: about one new flow in 8 finds the half-open one.
+    assert!(taken > 0 && full > 0, "taken {taken}, full {full}");
+    assert!(full > taken, "taken {taken}, full {full}");
+    assert_eq!(t.stats().early_dropped, taken);
+    check(&t);
+}
+
+#[test]
+fn under_pressure_silent_half_open_flows_expire_after_seconds() {
+    let to = Timeouts::default();
+    // 90 % of 10: pressure from 9 live flows.
+    let mut t = FlowTable::new(10, to, 0, 6);
+    for k in 0..7 {
+        established(&mut t, k, 0);
+    }
+    let (o, r) = tcp_k(7);
+    let calm = t.insert(o, r, TcpState::SynSent, 1, 0).expect("insert");
+    assert!(!t.under_pressure());
+    let (o, r) = tcp_k(8);
+    let silent = t.insert(o, r, TcpState::SynSent, 1, 1).expect("insert");
+    assert!(t.under_pressure());
+    let (o, r) = tcp_k(9);
+    let answered = t.insert(o, r, TcpState::SynSent, 1, 1).expect("insert");
+    // Timeouts are unchanged: lookups still see the flows' configured expiries.
+    assert_eq!(t.get(silent).expires(), 1 + to.tcp_syn_sent);
+    // The backend answers one (SYN_RECV at 3 s); the first one's client retransmits its
+    // SYN at 3 s (filed before the pressure, for its configured expiry).
+    t.on_packet(answered, Dir::Reply, Some(SYNACK), 3);
+    t.on_packet(calm, Dir::Orig, Some(SYN), 3);
+    let mut gone = Vec::new();
+    t.expire(1 + PRESSURE_HALF_OPEN_S, |f| gone.push(f.orig()));
+    assert_eq!(gone, [tcp_k(8).0], "silent for 5 s under pressure");
+    assert!(t.under_pressure(), "9 of 10 live");
+    gone.clear();
+    t.expire(3 + PRESSURE_HALF_OPEN_S, |f| gone.push(f.orig()));
+    gone.sort_by_key(|o| o.sport);
+    assert_eq!(
+        gone,
+        [tcp_k(7).0, tcp_k(9).0],
+        "5 s after their last packets"
+    );
+    assert!(!t.under_pressure(), "7 of 10 live");
+    check(&t);
+    // Out of pressure a half-open flow lives its configured timeout...
+    let now = 3 + PRESSURE_HALF_OPEN_S;
+    let (o, r) = tcp_k(10);
+    t.insert(o, r, TcpState::SynSent, 1, now).expect("insert");
+    assert_eq!(t.expire(now + 20, |_| {}), 0);
+    // ... until pressure comes (established flows here, which never go early): then the
+    // wheel catches it on its next round.
+    established(&mut t, 11, now + 20);
+    established(&mut t, 12, now + 20);
+    assert!(t.under_pressure());
+    gone.clear();
+    t.expire(now + 40, |f| gone.push(f.orig()));
+    assert_eq!(gone, [tcp_k(10).0]);
+    assert_eq!(t.len(), 9, "the established flows stay");
+    check(&t);
+}
+
+#[test]
+fn expired_flows_reaped_by_inserts_and_rekeys_are_shown_first() {
+    let to = Timeouts::default();
+    let mut t = FlowTable::new(8, to, 0, 7);
+    let (o, r) = tcp_k(1);
+    t.insert(o, r, TcpState::UdpUnreplied, 1, 0)
+        .expect("insert");
+    let late = to.udp_unreplied + 1;
+    // The same client tuple again, once the first flow has expired (the wheel has not
+    // run): the old flow is shown before it is reaped.
+    let (_, r2) = tcp_k(2);
+    let mut seen = Vec::new();
+    t.insert_evicting(o, r2, TcpState::SynSent, 1, late, |f| {
+        seen.push(f.reply());
+        true
+    })
+    .expect("insert over the expired flow");
+    assert_eq!(seen, [r]);
+    // Its owner may refuse the tuple (it rests): the insert fails, the flow is gone.
+    let (o3, r3) = tcp_k(3);
+    t.insert(o3, r3, TcpState::UdpUnreplied, 1, late)
+        .expect("insert");
+    let later = late + to.udp_unreplied + 1;
+    let (o4, _) = tcp_k(4);
+    assert_eq!(
+        t.insert_evicting(o4, r3, TcpState::SynSent, 1, later, |f| {
+            assert_eq!(f.orig(), o3);
+            false
+        }),
+        Err(InsertError::Exists)
+    );
+    assert_eq!(t.lookup(&r3, 0), None, "reaped all the same");
+    t.insert_evicting(o4, r3, TcpState::SynSent, 1, later, |_| -> bool {
+        panic!("nothing expired holds it now")
+    })
+    .expect("free now");
+    // A re-key onto an expired flow's reply tuple, likewise.
+    let (o5, r5) = tcp_k(5);
+    t.insert(o5, r5, TcpState::UdpUnreplied, 1, later)
+        .expect("insert");
+    let (o6, r6) = tcp_k(6);
+    let id = t
+        .insert(o6, r6, TcpState::SynRecv, 1, later)
+        .expect("insert");
+    let last = later + to.udp_unreplied + 1;
+    assert_eq!(
+        t.rekey_reply(id, r5, TcpState::SynSent, last, |_| false),
+        Err(InsertError::Exists)
+    );
+    assert_eq!(t.get(id).reply(), r6, "unchanged");
+    let (o7, r7) = tcp_k(7);
+    t.insert(o7, r7, TcpState::UdpUnreplied, 1, later)
+        .expect("insert");
+    seen.clear();
+    t.rekey_reply(id, r7, TcpState::SynSent, last, |f| {
+        seen.push(f.orig());
+        true
+    })
+    .expect("rekey over the expired flow");
+    assert_eq!(seen, [o7]);
+    assert_eq!(t.get(id).reply(), r7);
+    check(&t);
 }

@@ -1,7 +1,15 @@
 //! How long a flow lives without packets, per connection state (Linux conntrack's
-//! defaults).
+//! defaults), and how long a half-open one lives while its table is under pressure.
 
 use super::tcp::TcpState;
+
+/// How long a half-open TCP flow (SYN_SENT, SYN_RECV) may stay silent while its table is
+/// under pressure ([`PRESSURE_PERCENT`](super::PRESSURE_PERCENT) full), when its
+/// configured timeout is longer: a SYN flood's unanswered handshakes then give their
+/// entries back within seconds instead of holding them for the half-open lifetime (120 s).
+/// A real handshake completes within a round trip, and a client that retransmits its SYN
+/// (after 1 s, 3 s, 7 s on Linux) refreshes its flow each time.
+pub const PRESSURE_HALF_OPEN_S: u32 = 5;
 
 /// Timeouts in seconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

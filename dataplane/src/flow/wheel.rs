@@ -77,10 +77,13 @@ impl FlowTable {
             while id != NIL {
                 let f = self.flows[id as usize];
                 let next = f.next();
+                // Under pressure a silent half-open flow is due before its expiry.
+                let last = f.expires.saturating_sub(self.timeouts.for_state(f.state));
+                let due = self.due(f.state, f.splice, last, f.expires);
                 if !f.live() {
                     self.recycle(id); // removed earlier: recycle now
-                } else if f.expires > self.wheel_now {
-                    self.file(id, f.expires); // touched since filed: lazy re-arm
+                } else if due > self.wheel_now {
+                    self.file(id, due); // touched since filed: lazy re-arm
                 } else {
                     on_expire(self.get(FlowId(id)));
                     self.index_remove_flow(id);
@@ -92,6 +95,9 @@ impl FlowTable {
                 }
                 id = next;
             }
+        }
+        if expired > 0 {
+            self.update_pressure();
         }
         expired
     }

@@ -53,5 +53,5 @@ pub mod stage;
 pub use config::{ForwarderConfig, PortConf};
 pub use fib::{Fib, FibError, IfAddr, NextHop, Route};
 pub use forward::Forwarder;
-pub use neigh::{NeighConfig, Neighbour, NeighbourCache};
+pub use neigh::{NeighConfig, Neighbour, NeighbourCache, NeighbourEntry, NeighbourSource};
 pub use stage::{Ctx, Stage, StageIo, Verdict, EXTRA_TX};

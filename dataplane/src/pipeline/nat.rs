@@ -3,7 +3,9 @@
 //! long a closed one rests) are [`super::snat`]'s; re-exported here.
 
 use super::parse::{Meta, ETH};
-pub use super::snat::{forget, insert_snat, rekey_snat, SnatPorts, SNAT_ATTEMPTS, SNAT_SCAN};
+pub use super::snat::{
+    admit, forget, insert_snat, rekey_snat, SnatPorts, SNAT_ATTEMPTS, SNAT_SCAN,
+};
 use crate::flow::Tuple;
 use crate::port::Pkt;
 use crate::wire::{checksum, ip_proto, ipv4, ipv6};

@@ -110,6 +110,43 @@ impl Default for NeighConfig {
     }
 }
 
+/// Where a resolved neighbour entry came from ([`NeighbourCache::entries`]): what decides
+/// who may change it (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NeighbourSource {
+    /// Configured (`spec.neighbours`, [`NeighbourCache::set_static`]): never overwritten,
+    /// never stale, never probed.
+    Static,
+    /// An answer to sluice's own request or probe (or seeded by
+    /// [`NeighbourCache::learn`]): only another answer changes its MAC.
+    Resolved,
+    /// Taken from what the neighbour sent unasked (its own request, an unsolicited
+    /// advertisement).
+    Learned,
+}
+
+impl NeighbourSource {
+    /// The stable name (`sluice ctl neighbours`): `static`, `resolved` or `learned`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            NeighbourSource::Static => "static",
+            NeighbourSource::Resolved => "resolved",
+            NeighbourSource::Learned => "learned",
+        }
+    }
+}
+
+/// One resolved entry of the cache ([`NeighbourCache::entries`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NeighbourEntry {
+    /// The neighbour's address.
+    pub ip: IpAddr,
+    /// Its MAC.
+    pub mac: MacAddr,
+    /// Where the entry came from.
+    pub source: NeighbourSource,
+}
+
 /// What the cache knows about an address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Neighbour {
@@ -676,8 +713,9 @@ impl NeighbourCache {
         victim
     }
 
-    /// Every resolved entry (for `sluice ctl`; not for the hot path).
-    pub fn entries(&self) -> Vec<(IpAddr, MacAddr)> {
+    /// Every resolved entry with where it came from (for `sluice ctl neighbours`; not
+    /// for the hot path).
+    pub fn entries(&self) -> Vec<NeighbourEntry> {
         self.slots
             .iter()
             .filter_map(|s| s.read())
@@ -686,7 +724,18 @@ impl NeighbourCache {
                 let v6 =
                     std::net::Ipv6Addr::from((u128::from(r.key.0) << 64) | u128::from(r.key.1));
                 let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
-                (ip, bits_mac(r.mac))
+                let source = if r.mac & FLAG_STATIC != 0 {
+                    NeighbourSource::Static
+                } else if r.mac & FLAG_RESOLVED != 0 {
+                    NeighbourSource::Resolved
+                } else {
+                    NeighbourSource::Learned
+                };
+                NeighbourEntry {
+                    ip,
+                    mac: bits_mac(r.mac),
+                    source,
+                }
             })
             .collect()
     }
@@ -721,7 +770,35 @@ mod tests {
         let mut e = c.entries();
         e.sort();
         assert_eq!(e.len(), 2);
-        assert_eq!(e[0].0, a);
+        assert_eq!(e[0].ip, a);
+    }
+
+    #[test]
+    fn entries_say_where_they_came_from() {
+        let c = NeighbourCache::new(64);
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let mac = |b: u8| MacAddr([2, 0, 0, 0, 0, b]);
+        assert!(c.set_static(ip("10.0.0.1"), mac(1)));
+        // Asked for and answered.
+        assert!(c.mark_pending(ip("10.0.0.2"), 100));
+        assert_eq!(c.claim(ip("10.0.0.2"), mac(2), 150, true), Claim::Learned);
+        // Claimed unasked (the neighbour's own request).
+        assert_eq!(c.claim(ip("fd00::3"), mac(3), 150, false), Claim::Learned);
+        // A refused claim changes nothing.
+        assert_eq!(c.claim(ip("10.0.0.1"), mac(9), 200, true), Claim::Refused);
+        assert!(c.mark_pending(ip("10.0.0.4"), 100), "pending: not listed");
+        let mut e = c.entries();
+        e.sort();
+        let got: Vec<(IpAddr, MacAddr, &str)> =
+            e.iter().map(|e| (e.ip, e.mac, e.source.name())).collect();
+        assert_eq!(
+            got,
+            [
+                (ip("10.0.0.1"), mac(1), "static"),
+                (ip("10.0.0.2"), mac(2), "resolved"),
+                (ip("fd00::3"), mac(3), "learned"),
+            ]
+        );
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //! rest), on every path that
 //! source-NATs (L4 full NAT, delayed binding; TLS termination to come): a flow that
 //! leaves the table by expiry rests from its last packet ([`SnatPorts::rest_expired`]:
-//! an L4 flow that lingered in TIME_WAIT has rested already), one removed early (closed by
+//! an L4 flow that lingered in TIME_WAIT has rested already), whether the wheel expires
+//! it or a new flow finds it expired first and reaps it (the wheel files flows up to a
+//! minute ahead: [`admit`]; then a SNAT tuple is not handed out before its rest is
+//! over), one removed early (closed by
 //! the splice engine, revoked, replaced by a new SYN, rebound to another backend on
 //! failover) from now ([`forget`], [`rekey_snat`]). While a tuple is live the flow table
 //! itself keeps it unique.
@@ -202,10 +205,21 @@ impl SnatPorts {
     }
 
     /// Rests the SNAT tuple of `f`, a flow the table's wheel is expiring at `now`, from
-    /// its last packet (which its expiry and `timeouts` tell).
+    /// its last packet (which its expiry and `timeouts` tell; under pressure a half-open
+    /// flow goes before its expiry, its last packet is the same).
     pub fn rest_expired(&mut self, f: FlowRef<'_>, timeouts: &Timeouts, now: u32) {
         let last = f.expires().saturating_sub(timeouts.for_state(f.state));
         self.rest_flow(f, last, now);
+    }
+
+    /// Rests the SNAT tuple of `f`, a flow the table drops early at `now` for a new one
+    /// ([`admit`]): from its last packet if it had expired, else from now.
+    pub fn rest_dropped(&mut self, f: FlowRef<'_>, timeouts: &Timeouts, now: u32) {
+        if f.expires() <= now {
+            self.rest_expired(f, timeouts, now);
+        } else {
+            self.rest_flow(f, now, now);
+        }
     }
 }
 
@@ -222,6 +236,50 @@ pub fn forget(flows: &mut FlowTable, snat: &mut SnatPorts, id: FlowId, now: u32)
     };
     snat.rest_flow(f, since, now);
     flows.remove(id);
+}
+
+/// Admits flow `orig` <-> `reply` ([`FlowTable::insert_evicting`]): when the table is
+/// full, a flow that never became a connection gives way (early drop); that one, and an
+/// expired flow that the wheel has not reached yet still holding one of the tuples, rest
+/// their SNAT tuples ([`SnatPorts::rest_dropped`]) as if the wheel had expired them.
+/// Every new flow of the pipeline comes in here (with a SNAT tuple through
+/// [`insert_snat`]).
+pub fn admit(
+    flows: &mut FlowTable,
+    snat: &mut SnatPorts,
+    orig: Tuple,
+    reply: Tuple,
+    state: TcpState,
+    generation: u32,
+    now: u32,
+) -> Result<FlowId, InsertError> {
+    let timeouts = *flows.timeouts();
+    flows.insert_evicting(orig, reply, state, generation, now, |f| {
+        snat.rest_dropped(f, &timeouts, now);
+        true
+    })
+}
+
+/// [`admit`] of a flow whose `reply` is a SNAT tuple of `peer`: an expired flow found
+/// holding it rests it first, and the insert then fails ([`InsertError::Exists`]) unless
+/// that rest is over. (Without this, a connection whose flow outlived its timeout by less
+/// than the wheel's lag would hand its tuple out again unrested.)
+#[allow(clippy::too_many_arguments)]
+fn admit_snat(
+    flows: &mut FlowTable,
+    snat: &mut SnatPorts,
+    orig: Tuple,
+    reply: Tuple,
+    peer: u32,
+    state: TcpState,
+    generation: u32,
+    now: u32,
+) -> Result<FlowId, InsertError> {
+    let timeouts = *flows.timeouts();
+    flows.insert_evicting(orig, reply, state, generation, now, |f| {
+        snat.rest_dropped(f, &timeouts, now);
+        snat.is_free(reply.dport, peer, now)
+    })
 }
 
 /// A half-open flow this old (seconds since its last packet) may be dropped early.
@@ -277,7 +335,7 @@ pub fn insert_snat(
             .take(peer, now_s)
             .ok_or(DropReason::SnatPortsExhausted)?;
         let reply = Tuple::new(backend, SocketAddr::new(snat_ip, port), orig.proto);
-        match flows.insert(orig, reply, state, generation, now_s) {
+        match admit_snat(flows, snat, orig, reply, peer, state, generation, now_s) {
             Ok(id) => return Ok(id),
             Err(InsertError::Full) => return Err(DropReason::FlowTableFull),
             Err(InsertError::Exists) => {
@@ -288,7 +346,9 @@ pub fn insert_snat(
                 }
                 // The port's tuple is held: by a dead handshake, it is dropped.
                 if early_drop(flows, snat, &reply, now_s) {
-                    return match flows.insert(orig, reply, state, generation, now_s) {
+                    return match admit_snat(
+                        flows, snat, orig, reply, peer, state, generation, now_s,
+                    ) {
                         Ok(id) => Ok(id),
                         Err(InsertError::Full) => Err(DropReason::FlowTableFull),
                         Err(InsertError::Exists) => Err(DropReason::NoFlow),
@@ -321,13 +381,19 @@ pub fn rekey_snat(
             .take(peer, now_s)
             .ok_or(DropReason::SnatPortsExhausted)?;
         let reply = Tuple::new(backend, SocketAddr::new(snat_ip, port), ip_proto::TCP);
-        let mut done = flows
-            .rekey_reply(id, reply, TcpState::SynSent, now_s)
-            .is_ok();
+        let timeouts = *flows.timeouts();
+        let rekey = |flows: &mut FlowTable, snat: &mut SnatPorts| {
+            flows
+                .rekey_reply(id, reply, TcpState::SynSent, now_s, |f| {
+                    // An expired flow still holding the tuple rests it first.
+                    snat.rest_dropped(f, &timeouts, now_s);
+                    snat.is_free(reply.dport, peer, now_s)
+                })
+                .is_ok()
+        };
+        let mut done = rekey(flows, snat);
         if !done && early_drop(flows, snat, &reply, now_s) {
-            done = flows
-                .rekey_reply(id, reply, TcpState::SynSent, now_s)
-                .is_ok();
+            done = rekey(flows, snat);
         }
         if done {
             if had_snat && before != reply {

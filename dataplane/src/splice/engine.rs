@@ -21,7 +21,7 @@ use super::rewrite::rescale;
 use super::{options, Embryo, Embryos, Phase, Refused, SpliceConfig, REPLAY_TRIES};
 use crate::flow::{Dir, FlowId, FlowTable, InsertError, Splice, TcpFlags, TcpState, Tuple};
 use crate::pipeline::forward::Forwarder;
-use crate::pipeline::nat::{forget, rekey_snat, SnatPorts};
+use crate::pipeline::nat::{admit, forget, rekey_snat, SnatPorts};
 use crate::pipeline::parse::Meta;
 use crate::pipeline::reply::{write_seg, Seg};
 use crate::pipeline::stage::{Ctx, Verdict};
@@ -244,10 +244,16 @@ impl Engine<'_> {
                 None => return Verdict::Drop(DropReason::EmbryoTableFull),
             },
         };
-        let id = match self
-            .flows
-            .insert(t, t.reversed(), TcpState::SynRecv, generation, now_s)
-        {
+        let (flows, snat) = (&mut *self.flows, &mut *self.snat);
+        let id = match admit(
+            flows,
+            snat,
+            t,
+            t.reversed(),
+            TcpState::SynRecv,
+            generation,
+            now_s,
+        ) {
             Ok(id) => id,
             Err(e) => {
                 self.splice.embryos.close(idx);
@@ -267,13 +273,23 @@ impl Engine<'_> {
     }
 
     /// Every embryo slot is in use: the oldest embryo (idle connections hold slots
-    /// longest) is closed, its flow forgotten, and `e` takes the slot.
+    /// longest) is closed, its flow forgotten, and `e` takes the slot. Its client is told
+    /// with a RST, as when sluice resets a connection it accepted
+    /// ([`Engine::reset_client`], counted `splice_reset_sent`), in a buffer drawn from the
+    /// worker's pool (the packet at hand opens the new connection); without a free buffer
+    /// the embryo is closed silently.
     #[cold]
     fn evict_oldest_embryo(&mut self, e: Embryo, now_s: u32, ctx: &mut Ctx<'_>) -> Option<u32> {
         let old = self.splice.embryos.oldest()?;
         let client = self.splice.embryos.get(old).client;
         let id = self.flows.lookup(&client, now_s).map(|(id, _)| id);
-        self.embryo_close(old, id, ctx.now_ms);
+        match ctx.io.as_ref().and_then(|io| io.alloc()) {
+            Some(mut rst) => {
+                let v = self.reset_client(&mut rst, old, id, ctx);
+                dispatch(v, rst, ctx);
+            }
+            None => self.embryo_close(old, id, ctx.now_ms),
+        }
         ctx.counters.event(Event::EmbryoEvicted);
         self.splice.embryos.open(e).ok()
     }
@@ -494,12 +510,18 @@ impl Engine<'_> {
         // change (the burst looks each packet up just before deciding it, so later packets
         // of the burst see the new keys).
         let rekeyed = if transparent {
-            self.flows
+            let (flows, snat) = (&mut *self.flows, &mut *self.snat);
+            let timeouts = *flows.timeouts();
+            flows
                 .rekey_reply(
                     id,
                     Tuple::new(backend, client, ip_proto::TCP),
                     TcpState::SynSent,
                     now_s,
+                    |f| {
+                        snat.rest_dropped(f, &timeouts, now_s);
+                        true
+                    },
                 )
                 .map_err(|_| DropReason::NoFlow)
         } else {

@@ -12,6 +12,13 @@ Reads one command per line on stdin and answers each with one JSON line on stdou
 - `echo TIMEOUT`: every long-lived connection sends a fresh line and expects it back.
   A connection that failed once stays dead. Answers {"alive", "dead", "errors"}.
 - `close`: closes the long-lived connections. Answers {"closed"}.
+- `paced N RATE TIMEOUT HOST`: N connections started RATE per second (each at its own
+  time, whatever the others do), from ports the kernel picks, for an HTTP listener that
+  routes by Host (delayed binding): connect, send `GET / HTTP/1.1` with `Host: HOST`,
+  read the server's identify line and the echo of the request, close (the client closes
+  first). Each is timed from the start of its connect to its end, success or failure.
+  Answers {"ok", "errors": {kind: n}, "peers": {addr: n}, "max_ok_s", "max_failed_s",
+  "seconds"}.
 
 Every socket operation has a timeout, so every command answers. Exits at EOF.
 """
@@ -19,6 +26,7 @@ Every socket operation has a timeout, so every command answers. Exits at EOF.
 import json
 import socket
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 SRC, VIP, PORT = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -126,6 +134,58 @@ def ping(i, timeout):
         return str(e) if isinstance(e, Mismatch) else kind(e)
 
 
+def paced_one(start, host, timeout):
+    """One `paced` connection begun at `start` (monotonic): (result, seconds)."""
+    delay = start - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+    t0 = time.monotonic()
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        s.bind((SRC, 0))
+        s.connect((VIP, PORT))
+        req = f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+        s.sendall(req)
+        # The identify line and the echo may come in one segment.
+        buf = b""
+        while b"\n" not in buf:
+            d = s.recv(4096)
+            if not d:
+                raise Mismatch("eof")
+            buf += d
+        line, got = buf.split(b"\n", 1)
+        backend, peer = line.decode().split()
+        while len(got) < len(req):
+            d = s.recv(4096)
+            if not d:
+                raise Mismatch("eof")
+            got += d
+        if got != req:
+            raise Mismatch(f"echo {got!r} != {req!r}")
+        r = (backend, peer.rsplit(":", 1)[0])
+    except Exception as e:  # noqa: BLE001 - every failure is a result
+        r = str(e) if isinstance(e, Mismatch) else kind(e)
+    finally:
+        s.close()
+    return r, time.monotonic() - t0
+
+
+def paced(n, rate, timeout, host):
+    t0 = time.monotonic()
+    starts = [t0 + i / rate for i in range(n)]
+    # Enough threads that no connection waits for another's end to begin.
+    with ThreadPoolExecutor(max(1, min(n, int(rate * (timeout + 1)) + 1, 256))) as ex:
+        res = list(ex.map(lambda st: paced_one(st, host, timeout), starts))
+    out = tally([r for r, _ in res])
+    ok = [d for r, d in res if isinstance(r, tuple)]
+    failed = [d for r, d in res if not isinstance(r, tuple)]
+    out["max_ok_s"] = round(max(ok, default=0.0), 3)
+    out["max_failed_s"] = round(max(failed, default=0.0), 3)
+    out["seconds"] = round(time.monotonic() - t0, 3)
+    return out
+
+
 def ports(n):
     global next_port
     p = list(range(next_port, next_port + n))
@@ -166,6 +226,9 @@ def main():
                 "dead": sum(1 for r in res if r is not True),
                 "errors": errors,
             }
+        elif cmd[0] == "paced":
+            n, rate, timeout = int(cmd[1]), float(cmd[2]), float(cmd[3])
+            answer = paced(n, rate, timeout, cmd[4])
         elif cmd[0] == "close":
             n = sum(1 for s in live if s is not None)
             for s in live:
