@@ -93,6 +93,10 @@ Event {
     /// The SNAT port range was exhausted: a half-open flow (handshake never completed)
     /// holding the next port was dropped early for a new connection.
     HalfOpenEvicted => "half_open_evicted",
+    /// A gratuitous ARP or unsolicited neighbour advertisement was sent for a served
+    /// listener address that a new tables generation brought
+    /// ([`crate::pipeline::announce`]).
+    AddressAnnounced => "address_announced",
 }
 }
 
