@@ -30,6 +30,8 @@ pub struct Built {
     pub policy: PolicyReport,
     /// The tables the workers read.
     pub snapshot: Snapshot,
+    /// The listener addresses served on a port's network (also in `snapshot`).
+    pub addresses: Vec<super::addresses::ServedAddress>,
     /// The Appliance's run plan (or the embedded default's).
     pub plan: RunPlan,
     /// The warnings (a built configuration has no errors).
@@ -80,7 +82,7 @@ pub fn build(mut loaded: Loaded) -> Result<Built, Diagnostics> {
     let Some(policy) = compile_policy(&ir, &loaded.items, &mut out) else {
         return reject(out);
     };
-    let snapshot = match super::snapshot::build(&ir, policy.tables) {
+    let mut snapshot = match super::snapshot::build(&ir, policy.tables) {
         Ok(s) => s,
         Err(e) => {
             out.push(Diagnostics::config_level(Severity::Error, e.to_string()));
@@ -90,6 +92,11 @@ pub fn build(mut loaded: Loaded) -> Result<Built, Diagnostics> {
     let Some(plan) = run_plan(&ir, &loaded.items, &mut out) else {
         return reject(out);
     };
+    let addresses = super::addresses::check(&loaded.items, &plan, &mut out);
+    if out.iter().any(Diagnostic::is_error) {
+        return reject(out);
+    }
+    snapshot.addresses = super::addresses::table(&addresses);
     Ok(Built {
         documents: loaded.documents,
         items: loaded.items,
@@ -99,6 +106,7 @@ pub fn build(mut loaded: Loaded) -> Result<Built, Diagnostics> {
             info: policy.info,
         },
         snapshot,
+        addresses,
         plan,
         diagnostics: out,
     })
