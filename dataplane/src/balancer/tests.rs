@@ -354,6 +354,63 @@ fn new_served_addresses_are_announced_three_times() {
     assert_eq!(other.c.events_of(Event::AddressAnnounced), 0);
 }
 
+/// A reload during an announcement: the new address gets its own three announcements
+/// on its own schedule; the ones under way are neither repeated nor delayed.
+#[test]
+fn a_reload_during_an_announcement_announces_only_the_new_address() {
+    let mut h = H::new(0, snapshot(&[("10.77.0.30", 0), ("fd77::30", 0)]));
+    assert_eq!(h.maintain(0).len(), 2);
+    h.publish(snapshot(&[
+        ("10.77.0.30", 0),
+        ("10.77.0.31", 0),
+        ("fd77::30", 0),
+    ]));
+    let mut garp_31 = GARP_30;
+    garp_31[31] = 31;
+    garp_31[41] = 31;
+    let first = vec![(0, GARP_30.to_vec()), (0, NA_30.to_vec())];
+    let new = vec![(0, garp_31.to_vec())];
+    let sent: Vec<(u64, Vec<(u32, Vec<u8>)>)> = [500, 1000, 1500, 2000, 2500, 3000, 3500]
+        .into_iter()
+        .map(|now| (now, h.maintain(now)))
+        .collect();
+    assert_eq!(
+        sent,
+        vec![
+            (500, new.clone()),
+            (1000, first.clone()),
+            (1500, new.clone()),
+            (2000, first),
+            (2500, new),
+            (3000, vec![]),
+            (3500, vec![]),
+        ]
+    );
+}
+
+/// More reloads bringing addresses in a few seconds than announcements can run side by
+/// side (16): every address is still announced at least three times, those of the first
+/// 15 reloads exactly three times.
+#[test]
+fn many_reloads_in_a_row_announce_every_address() {
+    let names: Vec<String> = (40..60).map(|i| format!("10.77.0.{i}")).collect();
+    let mut h = H::new(0, snapshot(&[]));
+    let mut sent = Vec::new();
+    for (i, _) in names.iter().enumerate() {
+        let list: Vec<(&str, u16)> = names[..=i].iter().map(|a| (a.as_str(), 0)).collect();
+        h.publish(snapshot(&list));
+        sent.extend(h.maintain(i as u64 * 10));
+    }
+    for now in (1..10).map(|s| s * 1000) {
+        sent.extend(h.maintain(now));
+    }
+    for i in 40..60u8 {
+        let n = sent.iter().filter(|(_, f)| f[41] == i).count();
+        assert!(n >= 3, "10.77.0.{i} announced {n} times");
+        assert!(i >= 55 || n == 3, "10.77.0.{i} announced {n} times");
+    }
+}
+
 /// With no room in [`StageIo`], the pass waits and resumes where it stopped.
 #[test]
 fn announcements_wait_for_room() {

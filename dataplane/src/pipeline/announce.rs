@@ -11,10 +11,12 @@
 //! Each announcement is sent [`ANNOUNCE_COUNT`] times, [`ANNOUNCE_INTERVAL_MS`] apart, the
 //! first at once (RFC 5227 sends two, 2 s apart; keepalived, MetalLB and others a few, a
 //! second or so apart: three, one second apart, survives a lost frame or two and is done in
-//! two seconds). Counted as `address_announced`, one per frame sent.
+//! two seconds). The addresses each generation brings are announced on their own schedule
+//! (up to 16 generations side by side), so a reload during an announcement neither repeats
+//! nor delays the others. Counted as `address_announced`, one per frame sent.
 //!
 //! [`Announcer::maintain`] runs at the worker's quiescent point, after the bursts: it
-//! costs two compares when nothing is due. Frames are built in pool buffers from
+//! costs two compares when nothing is due (the table's epoch, the next pass's time). Frames are built in pool buffers from
 //! [`StageIo`](super::StageIo); when it has no room or no buffer, the rest waits for the
 //! next round. Nothing is allocated on the heap and nothing here panics.
 
@@ -30,15 +32,19 @@ use std::net::{IpAddr, Ipv6Addr};
 pub const ANNOUNCE_COUNT: u8 = 3;
 /// Milliseconds between two announcements of the same address.
 pub const ANNOUNCE_INTERVAL_MS: u64 = 1000;
+/// Announcements under way at once, one per generation that brought addresses. A
+/// generation that brings some while all are busy (more than this many such reloads
+/// within two seconds) joins the newest, which starts over: its addresses may then be
+/// announced more than [`ANNOUNCE_COUNT`] times, never fewer.
+const COHORTS: usize = 16;
 
-/// Where a worker is in announcing the served addresses (see the [module docs](self)).
-#[derive(Debug, Clone, Default)]
-pub struct Announcer {
-    /// The epoch of the last [`Addresses`] seen (0: none yet).
-    seen: u64,
-    /// Entries served since after this epoch are being announced.
-    from: u64,
-    /// Passes over them still to make.
+/// The addresses one generation brought ([`Served::since`] in `after + 1 ..= upto`) and
+/// where their announcement is.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cohort {
+    after: u64,
+    upto: u64,
+    /// Passes still to make (0: this slot is free).
     left: u8,
     /// When the next pass is due (ms on the worker's clock).
     due_ms: u64,
@@ -46,37 +52,77 @@ pub struct Announcer {
     cursor: usize,
 }
 
+/// Where a worker is in announcing the served addresses (see the [module docs](self)):
+/// the epoch of the last table seen, and the announcements under way, each of the
+/// addresses one generation brought, on its own schedule, so that a reload during an
+/// announcement neither repeats the addresses already announced nor delays the new ones.
+#[derive(Debug, Clone)]
+pub struct Announcer {
+    /// The epoch of the last [`Addresses`] seen (0: none yet).
+    seen: u64,
+    /// The earliest pass due (`u64::MAX`: none).
+    next_due: u64,
+    cohorts: [Cohort; COHORTS],
+}
+
+impl Default for Announcer {
+    fn default() -> Self {
+        Announcer::new()
+    }
+}
+
 impl Announcer {
     /// Nothing seen, nothing to announce.
     pub fn new() -> Announcer {
-        Announcer::default()
+        Announcer {
+            seen: 0,
+            next_due: u64::MAX,
+            cohorts: [Cohort::default(); COHORTS],
+        }
     }
 
     /// Whether announcements are still to be sent.
     pub fn pending(&self) -> bool {
-        self.left > 0
+        self.next_due != u64::MAX
     }
 
     /// Sends what is due: on a new epoch of `addrs`, starts announcing its entries that
-    /// are newer than the epoch seen before (the first table seen: all of them), keeping
-    /// those of an announcement still under way; then, when a pass is due, sends one frame
-    /// per such entry on its port through `ctx`'s [`StageIo`](super::StageIo), as far as
-    /// it has room and buffers.
+    /// are newer than the epoch seen before (the first table seen: all of them); then,
+    /// for each announcement whose pass is due, sends one frame per such entry on its
+    /// port through `ctx`'s [`StageIo`](super::StageIo), as far as it has room and
+    /// buffers (the rest waits for the next call).
     pub fn maintain(&mut self, conf: &ForwarderConfig, addrs: &Addresses, ctx: &mut Ctx<'_>) {
         let now = ctx.now_ms;
-        if addrs.epoch() != self.seen {
-            // An announcement under way keeps its older entries (they get a few more).
-            self.from = if self.left > 0 {
-                self.from.min(self.seen)
-            } else {
-                self.seen
-            };
-            self.seen = addrs.epoch();
-            self.left = ANNOUNCE_COUNT;
-            self.due_ms = now;
-            self.cursor = 0;
+        let epoch = addrs.epoch();
+        // (A generation that brings nothing new takes no slot.)
+        if epoch != self.seen && addrs.entries().iter().all(|e| e.since <= self.seen) {
+            self.seen = epoch;
         }
-        if self.left == 0 || now < self.due_ms {
+        if epoch != self.seen {
+            let fresh = Cohort {
+                after: self.seen,
+                upto: epoch,
+                left: ANNOUNCE_COUNT,
+                due_ms: now,
+                cursor: 0,
+            };
+            match self.cohorts.iter_mut().find(|c| c.left == 0) {
+                Some(free) => *free = fresh,
+                None => {
+                    // Every slot busy (many reloads within a few seconds): the newest
+                    // announcement takes this generation's addresses too, from the start.
+                    if let Some(newest) = self.cohorts.iter_mut().max_by_key(|c| c.upto) {
+                        *newest = Cohort {
+                            after: newest.after,
+                            ..fresh
+                        };
+                    }
+                }
+            }
+            self.seen = epoch;
+            self.next_due = now;
+        }
+        if now < self.next_due {
             return;
         }
         let Ctx { counters, io, .. } = ctx;
@@ -84,30 +130,43 @@ impl Announcer {
             return;
         };
         let entries = addrs.entries();
-        while let Some(e) = entries.get(self.cursor) {
-            if e.since > self.from {
-                let Some(mac) = conf.ports.get(usize::from(e.port)).map(|p| p.mac) else {
-                    self.cursor += 1;
-                    continue;
-                };
-                if io.room() == 0 {
-                    return;
-                }
-                let Some(mut pkt) = io.alloc() else {
-                    return;
-                };
-                if announcement(e, mac, &mut pkt) {
-                    if io.send(usize::from(e.port), pkt).is_err() {
+        for c in self
+            .cohorts
+            .iter_mut()
+            .filter(|c| c.left > 0 && now >= c.due_ms)
+        {
+            while let Some(e) = entries.get(c.cursor) {
+                if e.since > c.after && e.since <= c.upto {
+                    let Some(mac) = conf.ports.get(usize::from(e.port)).map(|p| p.mac) else {
+                        c.cursor += 1;
+                        continue;
+                    };
+                    if io.room() == 0 {
                         return;
                     }
-                    counters.event(Event::AddressAnnounced);
+                    let Some(mut pkt) = io.alloc() else {
+                        return;
+                    };
+                    if announcement(e, mac, &mut pkt) {
+                        if io.send(usize::from(e.port), pkt).is_err() {
+                            return;
+                        }
+                        counters.event(Event::AddressAnnounced);
+                    }
                 }
+                c.cursor += 1;
             }
-            self.cursor += 1;
+            c.cursor = 0;
+            c.left -= 1;
+            c.due_ms = now.saturating_add(ANNOUNCE_INTERVAL_MS);
         }
-        self.cursor = 0;
-        self.left -= 1;
-        self.due_ms = now.saturating_add(ANNOUNCE_INTERVAL_MS);
+        self.next_due = self
+            .cohorts
+            .iter()
+            .filter(|c| c.left > 0)
+            .map(|c| c.due_ms)
+            .min()
+            .unwrap_or(u64::MAX);
     }
 }
 
