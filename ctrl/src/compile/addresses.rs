@@ -85,10 +85,11 @@ fn reserved_in(a: &IfAddr, ip: IpAddr) -> Option<&'static str> {
     }
 }
 
-/// Checks every Gateway address against the plan's ports and virtual addresses and
-/// returns those sluice serves, one per (address, port) in address order. An address in
-/// no port's network (or a network's own or broadcast address) that is neither a port's
-/// address nor a virtual address is an error, `AddressNotUsable`, reported through the
+/// Checks every Gateway address against the plan's ports, virtual addresses and static
+/// neighbours and returns those sluice serves, one per (address, port) in address order.
+/// An address in no port's network (or a network's own or broadcast address, or a static
+/// neighbour's) that is neither a port's address nor a virtual address is an error,
+/// `AddressNotUsable`, reported through the
 /// Gateway's reporter at its field (`spec.addresses[i].value`, `spec.servers[i].bind`).
 /// (Reported here and nowhere else, so its severity is decided in one place.)
 pub fn check(items: &[Item], plan: &RunPlan, diags: &mut Vec<Diagnostic>) -> Vec<ServedAddress> {
@@ -101,6 +102,16 @@ pub fn check(items: &[Item], plan: &RunPlan, diags: &mut Vec<Diagnostic>) -> Vec
                     .iter()
                     .any(|p| p.addrs.iter().any(|a| a.addr == ip));
             if own {
+                continue;
+            }
+            if plan.neighbours.iter().any(|n| n.ip == ip) {
+                it.reporter(diags).error(
+                    &it.path(&field),
+                    format!(
+                        "AddressNotUsable: {ip} is a static neighbour of the Appliance \
+                         (spec.neighbours), another host's address"
+                    ),
+                );
                 continue;
             }
             let mut holders = 0;
@@ -196,6 +207,7 @@ spec:
   - {name: edge, tap: {name: t0}, addresses: [10.97.0.2/24, \"fd97::2/64\"]}
   - {name: core, tap: {name: t1}, addresses: [10.98.0.2/24]}
   virtualAddresses: [10.99.0.10]
+  neighbours: [{ip: 10.97.0.99, mac: \"02:00:00:00:00:99\"}]
 ---
 ";
 
@@ -306,6 +318,7 @@ spec:
   addresses:
   - {type: IPAddress, value: 10.97.0.20}
   - {type: IPAddress, value: 192.0.2.1} #<-
+  - {type: IPAddress, value: 10.97.0.99} #<-
   listeners: [{name: tcp, port: 7000, protocol: TCP}]
 ---
 apiVersion: networking.istio.io/v1
@@ -335,7 +348,7 @@ spec:
             .filter(|e| e.severity == Severity::Error)
             .collect();
         let lines = marked(text);
-        assert_eq!(errors.len(), 3, "{errors:#?}");
+        assert_eq!(errors.len(), 4, "{errors:#?}");
         let at: Vec<(usize, Option<&str>, Option<&str>)> = errors
             .iter()
             .map(|e| (e.pos.line, e.object.as_deref(), e.path.as_deref()))
@@ -350,11 +363,16 @@ spec:
                 ),
                 (
                     lines[1],
+                    Some("Gateway web/gw"),
+                    Some("spec.addresses[2].value")
+                ),
+                (
+                    lines[2],
                     Some("Gateway.networking.istio.io mesh/igw"),
                     Some("spec.servers[1].bind")
                 ),
                 (
-                    lines[2],
+                    lines[3],
                     Some("Gateway.networking.istio.io mesh/igw"),
                     Some("spec.servers[2].bind")
                 ),
@@ -370,11 +388,18 @@ spec:
             errors[0]
         );
         assert!(
-            errors[2]
+            errors[1]
+                .message
+                .contains("10.97.0.99 is a static neighbour"),
+            "{}",
+            errors[1]
+        );
+        assert!(
+            errors[3]
                 .message
                 .contains("10.98.0.255 is the broadcast address of port core's network"),
             "{}",
-            errors[2]
+            errors[3]
         );
     }
 }
