@@ -66,6 +66,9 @@ fn snapshot(addrs: &[(&str, u16)]) -> Snapshot {
     }
 }
 
+/// Frames a stage sent through [`StageIo`], with their ports.
+type Sent = Vec<(u32, Vec<u8>)>;
+
 /// A balancer (worker `worker`) over [`conf`], its snapshot publisher, a pool and the
 /// worker's [`StageIo`].
 struct H {
@@ -113,7 +116,7 @@ impl H {
     }
 
     /// `maintain` at `now`, and what it sent.
-    fn maintain(&mut self, now: u64) -> Vec<(u32, Vec<u8>)> {
+    fn maintain(&mut self, now: u64) -> Sent {
         self.b
             .maintain(&mut Ctx::with_io(now, &mut self.c, &mut self.io));
         self.io
@@ -370,7 +373,7 @@ fn a_reload_during_an_announcement_announces_only_the_new_address() {
     garp_31[41] = 31;
     let first = vec![(0, GARP_30.to_vec()), (0, NA_30.to_vec())];
     let new = vec![(0, garp_31.to_vec())];
-    let sent: Vec<(u64, Vec<(u32, Vec<u8>)>)> = [500, 1000, 1500, 2000, 2500, 3000, 3500]
+    let sent: Vec<(u64, Sent)> = [500, 1000, 1500, 2000, 2500, 3000, 3500]
         .into_iter()
         .map(|now| (now, h.maintain(now)))
         .collect();

@@ -155,8 +155,8 @@ impl Addresses {
         self.entries.is_empty()
     }
 
-    /// The IPv4 filter: the [`filter_bit_v4`] of every served IPv4 address. An address
-    /// whose bit is clear is not served.
+    /// The IPv4 filter: one bit (the top six bits of a multiplicative hash) per served
+    /// IPv4 address. An address whose bit is clear is not served.
     #[inline(always)]
     pub fn filter_v4(&self) -> u64 {
         self.filter_v4
