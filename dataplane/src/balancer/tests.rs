@@ -205,6 +205,21 @@ const SERVED: [u8; 4] = [10, 77, 0, 30];
 #[test]
 fn served_addresses_are_answered_while_the_tables_serve_them() {
     let mut h = H::new(1, snapshot(&[("10.77.0.30", 0), ("fd77::30", 0)]));
+    let served = snapshot(&[("10.77.0.30", 0), ("fd77::30", 0)]).addresses;
+    let conf = h.b.forwarder().config();
+    for (a, ours) in [
+        ("10.77.0.2", true),
+        ("10.78.0.2", true),
+        ("fd77::2", true),
+        ("10.77.0.30", true),
+        ("fd77::30", true),
+        ("10.77.0.255", false),
+        ("10.77.0.31", false),
+        ("fd77::31", false),
+    ] {
+        assert_eq!(conf.is_ours(ip(a), &served), ours, "{a}");
+        assert!(!conf.is_ours(ip(a), &crate::tables::addresses::NONE) || !a.ends_with("30"));
+    }
     let bcast = MacAddr::BROADCAST;
     let request = arp(bcast, 1, [10, 77, 0, 1], SERVED);
     let (v, out) = h.rx(0, &request);

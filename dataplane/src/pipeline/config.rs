@@ -117,14 +117,25 @@ impl ForwarderConfig {
     }
 
     /// Whether `ip` is one of sluice's addresses (a port's, a virtual one, or one of the
-    /// `served` listener addresses of the tables in use).
+    /// `served` listener addresses of the tables in use). IPv4 goes through the fast
+    /// path's filter and words (one filter test for most addresses), IPv6 through the
+    /// lists.
     pub fn is_ours(&self, ip: IpAddr, served: &Addresses) -> bool {
-        served.has(ip)
-            || self.virtual_addrs.contains(&ip)
-            || self
-                .ports
-                .iter()
-                .any(|p| p.addrs.iter().any(|a| a.addr == ip))
+        match ip {
+            IpAddr::V4(v) => {
+                let a = u32::from(v);
+                (self.special_v4 | served.filter_v4()) & filter_bit_v4(a) != 0
+                    && (listed(&self.local_v4, a) || served.has_v4(a))
+            }
+            IpAddr::V6(_) => {
+                self.virtual_addrs.contains(&ip)
+                    || self
+                        .ports
+                        .iter()
+                        .any(|p| p.addrs.iter().any(|a| a.addr == ip))
+                    || served.has(ip)
+            }
+        }
     }
 
     /// Whether `ip` is sluice's on `port` (its own address there, a virtual one, or one
@@ -177,7 +188,7 @@ impl ForwarderConfig {
             && ((self.special_v4 | served.filter_v4()) & filter_bit_v4(dst) == 0
                 || !(listed(&self.local_v4, dst)
                     || listed(&self.bcast_v4, dst)
-                    || served.has_v4(dst)))
+                    || served.lists_v4(dst)))
     }
 }
 
