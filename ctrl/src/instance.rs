@@ -281,5 +281,6 @@ pub fn status_json(r: &Running) -> Value {
         "flows": workers.iter().map(|(_, _, c)| c.flows).sum::<u64>(),
         "uptime_s": r.started.elapsed().as_secs_f64(),
         "admin": {"refused": r.admin_refused.load(std::sync::atomic::Ordering::Relaxed)},
+        "addresses": st.addresses,
     })
 }

@@ -13,7 +13,9 @@
 //!   stays;
 //! - otherwise the new tables are published (a new generation, even when nothing
 //!   changed: an explicit reload always takes effect, and flows re-check their policy
-//!   against it). Old generations are freed on the control thread once every worker has
+//!   against it). Gateway listener addresses served on a port's network
+//!   ([`crate::compile::addresses`]) are in the tables, so adding or removing one is
+//!   live: the first worker announces the new ones. Old generations are freed on the control thread once every worker has
 //!   moved past them ([`Reloader::reclaim`]).
 
 use std::path::PathBuf;
@@ -23,6 +25,7 @@ use serde_json::{json, Value};
 use sluice_dataplane::rcu::{Publisher, Reader};
 use sluice_dataplane::tables::snapshot::Snapshot as Tables;
 
+use crate::compile::addresses::ServedAddress;
 use crate::compile::{build_paths, Built};
 use crate::model::appliance::ApplianceSpec;
 use crate::sources::Trigger;
@@ -143,6 +146,8 @@ pub struct ReloadStatus {
     pub not_served: Vec<String>,
     /// The Gateway API status of the serving configuration's Gateways and routes.
     pub objects: Value,
+    /// The listener addresses the serving generation answers ARP/ND for.
+    pub addresses: Vec<ServedAddress>,
 }
 
 /// Reloads the configuration and publishes its tables; see the module docs.
@@ -151,6 +156,8 @@ pub struct Reloader {
     paths: Vec<PathBuf>,
     appliance: Option<ApplianceSpec>,
     publisher: Publisher<Tables>,
+    /// The serving generation's served listener addresses, with their owners.
+    addresses: Vec<ServedAddress>,
     last: Option<ReloadOutcome>,
     succeeded: u64,
     failed: u64,
@@ -167,6 +174,7 @@ impl Reloader {
             not_served: first.not_served().map(ToString::to_string).collect(),
             status: first.status_json(),
             appliance: first.ir.appliance,
+            addresses: first.addresses,
             publisher: Publisher::new(first.snapshot, readers),
             last: None,
             succeeded: 0,
@@ -210,6 +218,7 @@ impl Reloader {
             failed: self.failed,
             not_served: self.not_served.clone(),
             objects: self.status.clone(),
+            addresses: self.addresses.clone(),
         }
     }
 
@@ -221,11 +230,17 @@ impl Reloader {
         let ok = result.is_ok();
         let mut not_served = Vec::new();
         let errors = match result {
-            Ok(next) => {
+            Ok(mut next) => {
                 not_served = next.not_served().map(ToString::to_string).collect();
                 self.not_served = not_served.clone();
                 self.status = next.status_json();
                 self.appliance = next.ir.appliance;
+                // Served addresses carry the epoch since which each is served, so the
+                // first worker announces exactly the new ones.
+                next.snapshot
+                    .addresses
+                    .follow(&self.publisher.current().addresses);
+                self.addresses = next.addresses;
                 self.publisher.publish(next.snapshot);
                 self.succeeded += 1;
                 Vec::new()
@@ -463,6 +478,79 @@ mod tests {
             "{:?}",
             o.errors
         );
+    }
+
+    /// A Gateway's addresses are in the tables: adding, moving and removing one is a
+    /// live reload (with the epoch since which each is served carried over, for the
+    /// workers' announcements); one no port can serve is rejected at its field.
+    #[test]
+    fn gateway_addresses_change_live() {
+        let d = demo_copy();
+        let mut r = reloader(&d);
+        assert!(
+            r.current().addresses.is_empty(),
+            "the demo uses virtualAddresses"
+        );
+        let gateway = |addrs: &str| {
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: served, namespace: demo}}
+spec:
+  gatewayClassName: sluice
+  addresses: [{addrs}]
+  listeners: [{{name: tcp, port: 9000, protocol: TCP}}]
+"
+            )
+        };
+        let served = d.0.join("served.yaml");
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().expect("ip");
+        std::fs::write(&served, gateway("{value: 10.77.0.40}")).expect("write");
+        let o = r.reload(Trigger::File);
+        assert!(o.ok, "{:?}", o.errors);
+        let t = &r.current().addresses;
+        assert!(t.on(0, ip("10.77.0.40")), "on port outside");
+        assert_eq!((t.epoch(), t.entries()[0].since), (2, 2));
+        let s = r.status();
+        assert_eq!(s.addresses.len(), 1);
+        assert_eq!(s.addresses[0].port, "outside");
+        assert_eq!(s.addresses[0].owners, ["Gateway demo/served"]);
+
+        std::fs::write(&served, gateway("{value: 10.77.0.40}, {value: 10.78.0.41}"))
+            .expect("write");
+        let o = r.reload(Trigger::Ctl);
+        assert!(o.ok, "{:?}", o.errors);
+        let t = &r.current().addresses;
+        let since: Vec<(std::net::IpAddr, u16, u64)> = t
+            .entries()
+            .iter()
+            .map(|e| (e.addr, e.port, e.since))
+            .collect();
+        assert_eq!(
+            since,
+            [(ip("10.77.0.40"), 0, 2), (ip("10.78.0.41"), 1, 3)],
+            "the kept one keeps its epoch, the new one is new"
+        );
+
+        // An address sluice cannot answer for: that Gateway is left out (reported), the
+        // rest is published, and its address is no longer served.
+        std::fs::write(&served, gateway("{value: 203.0.113.9}")).expect("write");
+        let o = r.reload(Trigger::Ctl);
+        assert!(o.ok, "{:?}", o.errors);
+        assert_eq!(o.generation, 4);
+        assert!(
+            o.not_served[0].contains("not served (AddressNotUsable): ")
+                && o.not_served[0].contains("served.yaml:6:")
+                && o.not_served[0].contains("spec.addresses[0].value"),
+            "{:?}",
+            o.not_served
+        );
+        assert!(r.current().addresses.is_empty());
+
+        std::fs::remove_file(&served).expect("rm");
+        let o = r.reload(Trigger::File);
+        assert!(o.ok, "{:?}", o.errors);
+        assert!(r.current().addresses.is_empty() && r.status().addresses.is_empty());
     }
 
     #[test]

@@ -190,7 +190,7 @@ fn explain_udp_route_names_the_route_and_backend() {
             "--src",
             &format!("198.51.100.9:{port}"),
             "--dst",
-            "192.0.2.10:53",
+            "10.77.0.30:53",
         ])
     };
     let mut seen = std::collections::BTreeSet::new();
@@ -379,7 +379,7 @@ kind: Gateway
 metadata: {name: g, namespace: default}
 spec:
   gatewayClassName: sluice
-  addresses: [{value: 192.0.2.1}]
+  addresses: [{value: 10.77.0.11}]
   listeners: [{name: t, port: 9000, protocol: TCP}]
 ---
 apiVersion: gateway.networking.k8s.io/v1alpha2
@@ -412,7 +412,7 @@ status: {podIP: 10.0.0.9}
             "--src",
             &format!("198.51.100.1:{port}"),
             "--dst",
-            "192.0.2.1:9000",
+            "10.77.0.11:9000",
         ]);
         match v["verdict"].as_str() {
             Some("reject") => {
@@ -437,7 +437,7 @@ metadata: {name: east-west, namespace: istio-system}
 spec:
   servers:
   - port: {number: 15443, name: tls, protocol: TLS}
-    bind: 192.0.2.50
+    bind: 10.77.0.50
     hosts: ["*.local"]
     tls: {mode: AUTO_PASSTHROUGH}
 ---
@@ -474,7 +474,7 @@ status: {podIP: 10.0.1.2}
             "--src",
             "198.51.100.1:1234",
             "--dst",
-            "192.0.2.50:15443",
+            "10.77.0.50:15443",
             "--sni",
             sni,
         ])

@@ -17,7 +17,7 @@ kind: Gateway
 metadata: {name: g, namespace: default}
 spec:
   gatewayClassName: sluice
-  addresses: [{value: 192.0.2.1}]
+  addresses: [{value: 10.77.0.11}]
   listeners:
   - {name: exact, port: 443, protocol: TLS, hostname: foo.example.com, tls: {mode: Passthrough}}
   - {name: wild, port: 443, protocol: TLS, hostname: "*.example.com", tls: {mode: Passthrough}}
@@ -137,7 +137,7 @@ fn the_name_selects_the_listener_then_its_route() {
     let entry = b
         .snapshot
         .listeners
-        .lookup("192.0.2.1".parse().expect("ip"), 443, proto::TCP)
+        .lookup("10.77.0.11".parse().expect("ip"), 443, proto::TCP)
         .expect("one listener for the four");
     let names = [
         "foo.example.com",
@@ -211,11 +211,11 @@ metadata: {name: ig, namespace: default}
 spec:
   servers:
   - port: {number: 443, name: a, protocol: TLS}
-    bind: 192.0.2.2
+    bind: 10.77.0.12
     hosts: [a.example.com]
     tls: {mode: PASSTHROUGH}
   - port: {number: 443, name: wild, protocol: TLS}
-    bind: 192.0.2.2
+    bind: 10.77.0.12
     hosts: ["*.example.com"]
     tls: {mode: PASSTHROUGH}
 ---
@@ -241,7 +241,7 @@ spec: {selector: {app: a}, ports: [{port: 443}]}
     let entry = b
         .snapshot
         .listeners
-        .lookup("192.0.2.2".parse().expect("ip"), 443, proto::TCP)
+        .lookup("10.77.0.12".parse().expect("ip"), 443, proto::TCP)
         .expect("one listener for both servers");
     let route = |n: &str| {
         entry
@@ -274,7 +274,7 @@ fn explain_names_the_selected_listener() {
             "--src",
             "198.51.100.1:40000",
             "--dst",
-            "192.0.2.1:443",
+            "10.77.0.11:443",
             "--sni",
             "bar.example.com",
         ])

@@ -281,7 +281,7 @@ kind: Gateway
 metadata: {name: g, namespace: default}
 spec:
   gatewayClassName: sluice
-  addresses: [{value: 192.0.2.1}]
+  addresses: [{value: 10.77.0.11}]
   listeners:
   - {name: pass, port: 443, protocol: TLS, tls: {mode: Passthrough}}
   - {name: term, port: 8443, protocol: TLS, tls: {mode: Terminate, certificateRefs: [{name: cert}]}}
@@ -341,14 +341,19 @@ fn explain_says_why_traffic_for_what_is_not_served_gets_nowhere() {
         );
         serde_json::from_slice(&out.stdout).expect("JSON")
     };
-    let v = explain(&["--dst", "192.0.2.10:443", "--sni", "uk.bookinfo.com"]);
+    let v = explain(&["--dst", "10.77.0.110:443", "--sni", "uk.bookinfo.com"]);
     assert_eq!(v["verdict"], "drop");
     let reason = v["reason"].as_str().expect("reason");
     assert!(
         reason.contains("spec.servers[1].tls.mode is not served: TLS termination"),
         "{reason}"
     );
-    let v = explain(&["--dst", "192.0.2.10:9080", "--http-host", "uk.bookinfo.com"]);
+    let v = explain(&[
+        "--dst",
+        "10.77.0.110:9080",
+        "--http-host",
+        "uk.bookinfo.com",
+    ]);
     assert_eq!(v["verdict"], "reject");
     assert!(
         v["not_served"][0]

@@ -107,7 +107,7 @@ metadata: {name: gw, namespace: edge}
 spec:
   servers:
   - port: {number: 5432, name: tcp-pg, protocol: TCP}
-    bind: 192.0.2.10
+    bind: 10.77.0.10
     hosts: ["*"]
 ---
 apiVersion: networking.istio.io/v1
@@ -144,11 +144,11 @@ spec:
 #[test]
 fn explain_checks_client_to_picked_backend() {
     let cfg = temp_file("gw.yaml", GATEWAY).display().to_string();
-    let v = explain(&cfg, "tcp", "198.51.100.7:40000", "192.0.2.10:5432");
+    let v = explain(&cfg, "tcp", "198.51.100.7:40000", "10.77.0.10:5432");
     assert_eq!(v["backend"], "10.9.0.5:5432", "{v:#}");
     assert_eq!(v["verdict"], "forward", "{v:#}");
     assert_eq!(v["policy"]["ingress"]["policy"], "db/pg-from-office");
-    let v = explain(&cfg, "tcp", "203.0.113.7:40000", "192.0.2.10:5432");
+    let v = explain(&cfg, "tcp", "203.0.113.7:40000", "10.77.0.10:5432");
     assert_eq!(v["backend"], "10.9.0.5:5432", "{v:#}");
     assert_eq!(v["verdict"], "drop", "{v:#}");
     assert_eq!(v["policy"]["verdict"], "deny");

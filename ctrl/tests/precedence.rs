@@ -11,7 +11,7 @@ kind: Gateway
 metadata: {name: g, namespace: default}
 spec:
   gatewayClassName: sluice
-  addresses: [{value: 192.0.2.1}]
+  addresses: [{value: 10.77.0.11}]
   listeners:
   - {name: tls, port: 443, protocol: TLS, tls: {mode: Passthrough}}
 ---
@@ -169,7 +169,7 @@ metadata: {name: ig, namespace: default}
 spec:
   servers:
   - port: {number: 443, name: tls, protocol: TLS}
-    bind: 192.0.2.3
+    bind: 10.77.0.13
     hosts: ["*.example.com"]
     tls: {mode: PASSTHROUGH}
 "#

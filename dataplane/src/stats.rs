@@ -98,6 +98,10 @@ Event {
     /// unreplied UDP) or had expired was dropped early for a new one
     /// (`FlowTable::insert_evicting`).
     FlowEarlyDrop => "flow_early_drop",
+    /// A gratuitous ARP or unsolicited neighbour advertisement was sent for a served
+    /// listener address that a new tables generation brought
+    /// ([`crate::pipeline::announce`]).
+    AddressAnnounced => "address_announced",
 }
 }
 

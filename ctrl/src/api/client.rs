@@ -195,6 +195,25 @@ pub fn human_status(v: &Value) -> String {
             let _ = writeln!(s, "  {}", e.as_str().unwrap_or_default());
         }
     }
+    let served = v["addresses"].as_array().map_or(&[][..], Vec::as_slice);
+    if !served.is_empty() {
+        let _ = writeln!(s, "served addresses: {}", served.len());
+        for a in served {
+            let owners: Vec<&str> = a["owners"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let _ = writeln!(
+                s,
+                "  {} on {} ({})",
+                a["address"].as_str().unwrap_or("?"),
+                a["port"].as_str().unwrap_or("?"),
+                owners.join(", ")
+            );
+        }
+    }
     let _ = writeln!(s, "flows: {}", v["flows"]);
     for w in v["workers"].as_array().into_iter().flatten() {
         let _ = writeln!(

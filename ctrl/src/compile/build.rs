@@ -14,7 +14,8 @@ use super::served::Exclusions;
 use crate::diag::{Diagnostic, Diagnostics, Severity};
 use crate::load::{self, Item, Loaded};
 use crate::machine::Machine;
-use crate::model::Kind;
+use crate::model::appliance::ApplianceSpec;
+use crate::model::{Kind, Object};
 use crate::plan::RunPlan;
 use crate::validate;
 
@@ -31,6 +32,8 @@ pub struct Built {
     pub policy: PolicyReport,
     /// The tables the workers read.
     pub snapshot: Snapshot,
+    /// The listener addresses served on a port's network (also in `snapshot`).
+    pub addresses: Vec<super::addresses::ServedAddress>,
     /// The Appliance's run plan (or the embedded default's).
     pub plan: RunPlan,
     /// What is not served and the warnings (a built configuration has no errors).
@@ -104,6 +107,20 @@ pub fn build(mut loaded: Loaded) -> Result<Built, Diagnostics> {
     if out.iter().any(Diagnostic::is_error) {
         return reject(out);
     }
+    let appliance = loaded.items.iter().find_map(|it| match &it.object {
+        Object::Appliance(a) => Some(&a.spec),
+        _ => None,
+    });
+    // The run plan's errors are reported after the tables' (as `run` meets them).
+    let mut plan_diags = Vec::new();
+    let plan = run_plan(appliance, &loaded.items, &mut plan_diags);
+    // Gateway addresses sluice cannot answer for leave their Gateway (or Istio server)
+    // out, before the tables are built.
+    let excluded = Exclusions::from_diagnostics(&loaded.items, &out);
+    let addresses = match &plan {
+        Some(plan) => super::addresses::check(&loaded.items, plan, &excluded, &mut out),
+        None => Vec::new(),
+    };
     let mut excluded = Exclusions::from_diagnostics(&loaded.items, &out);
     let (mut ir, _) = super::to_ir::build_ir_with_stats(&loaded.items, &excluded, &mut out);
     super::merge::merge_listeners(&mut ir, &loaded.items, &mut excluded, &mut out);
@@ -114,16 +131,18 @@ pub fn build(mut loaded: Loaded) -> Result<Built, Diagnostics> {
     let Some(policy) = compile_policy(&ir, &loaded.items, &mut out) else {
         return reject(out);
     };
-    let snapshot = match super::snapshot::build(&ir, policy.tables) {
+    let mut snapshot = match super::snapshot::build(&ir, policy.tables) {
         Ok(s) => s,
         Err(e) => {
             out.push(Diagnostics::config_level(Severity::Error, e.to_string()));
             return reject(out);
         }
     };
-    let Some(plan) = run_plan(&ir, &loaded.items, &mut out) else {
+    out.extend(plan_diags);
+    let Some(plan) = plan else {
         return reject(out);
     };
+    snapshot.addresses = super::addresses::table(&addresses);
     in_file_order(&mut out);
     Ok(Built {
         documents: loaded.documents,
@@ -134,6 +153,7 @@ pub fn build(mut loaded: Loaded) -> Result<Built, Diagnostics> {
             info: policy.info,
         },
         snapshot,
+        addresses,
         plan,
         diagnostics: out,
         excluded,
@@ -172,8 +192,12 @@ pub fn check_machine(built: &Built, machine: &Machine) -> Result<(), Diagnostics
 
 /// The run plan of the configuration's Appliance (or of the embedded default); an
 /// error is located at the Appliance field it is about.
-fn run_plan(ir: &Ir, items: &[Item], out: &mut Vec<Diagnostic>) -> Option<RunPlan> {
-    let plan = match &ir.appliance {
+fn run_plan(
+    appliance: Option<&ApplianceSpec>,
+    items: &[Item],
+    out: &mut Vec<Diagnostic>,
+) -> Option<RunPlan> {
+    let plan = match appliance {
         Some(spec) => RunPlan::from_appliance(spec, false),
         None => RunPlan::embedded_default(),
     };

@@ -339,7 +339,7 @@ kind: Gateway
 metadata: {name: g, namespace: default}
 spec:
   gatewayClassName: sluice
-  addresses: [{value: 192.0.2.1}]
+  addresses: [{value: 10.77.0.11}]
   listeners:
   - {name: dns-udp, port: 53, protocol: UDP}
   - {name: dns-tcp, port: 53, protocol: TCP}
@@ -412,7 +412,7 @@ status: {podIP: 10.0.0.53}
         let t = tables::listener_table(&ir).expect("table");
         use sluice_dataplane::tables::listeners::proto;
         let l = t
-            .lookup("192.0.2.1".parse().expect("ip"), 53, proto::UDP)
+            .lookup("10.77.0.11".parse().expect("ip"), 53, proto::UDP)
             .expect("UDP listener");
         let r = t.route(l.route(b"").expect("route")).expect("route");
         assert_eq!(&*r.name, "UDPRoute default/u");
@@ -420,7 +420,7 @@ status: {podIP: 10.0.0.53}
             .map(|p| {
                 r.pick(
                     format!("198.51.100.1:{p}").parse().expect("src"),
-                    "192.0.2.1:53".parse().expect("dst"),
+                    "10.77.0.11:53".parse().expect("dst"),
                     17,
                 )
             })

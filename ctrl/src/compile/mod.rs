@@ -20,6 +20,7 @@
 //! `resolve` turns a Service reference into endpoints, `istio` binds VirtualServices to
 //! Istio Gateway servers, `gateway_api` attaches routes to Gateway API listeners.
 
+pub mod addresses;
 pub mod backends;
 pub mod build;
 mod ctx;

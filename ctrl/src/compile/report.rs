@@ -44,6 +44,14 @@ impl Built {
             .collect();
         let _ = writeln!(s, "objects: {}", kinds.join(", "));
         listeners_summary(&self.ir, &mut s);
+        if !self.addresses.is_empty() {
+            let served: Vec<String> = self
+                .addresses
+                .iter()
+                .map(|a| format!("{} on {}", a.address, a.port))
+                .collect();
+            let _ = writeln!(s, "served addresses: {}", served.join(", "));
+        }
         let st = &self.policy.stats;
         let _ = writeln!(
             s,
@@ -65,7 +73,8 @@ impl Built {
         s
     }
 
-    /// JSON for `sluice tables`: listeners and routes; with a route name, that route's
+    /// JSON for `sluice tables`: the served listener addresses (address, port, owners),
+    /// listeners and routes; with a route name, that route's
     /// Maglev table as the workers hold it, a list of `ip:port` or `"reject"` per slot
     /// (`{"ipv4": [...], "ipv6": [...]}` for a route with backends of both families; for
     /// an HTTP route, one per rule). `None` when no route has that name.
@@ -82,6 +91,7 @@ impl Built {
                 Some(route_json(r))
             }
             None => Some(json!({
+                "addresses": self.addresses,
                 "listeners": ir.listeners,
                 "routes": ir.routes,
                 "workloads": ir.workloads,

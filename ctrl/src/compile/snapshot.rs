@@ -1,6 +1,7 @@
 //! IR -> [`Snapshot`]: the listener/route tables and the policy tables of one
 //! configuration, built off the hot path and published whole.
 
+use sluice_dataplane::tables::addresses::Addresses;
 use sluice_dataplane::tables::policy::PolicyTables;
 use sluice_dataplane::tables::snapshot::Snapshot;
 
@@ -10,11 +11,14 @@ use super::tables::{listener_table, TableError};
 
 /// Builds the snapshot of a compiled configuration from its IR and its policy tables
 /// (compiled once, by [`super::build()`]); an error says what could not be built (a table
-/// over its cap, a Maglev size, ...), in which case the running tables stay.
+/// over its cap, a Maglev size, ...), in which case the running tables stay. Its served
+/// addresses are empty; [`super::build()`] sets them from the run plan
+/// ([`super::addresses`]).
 pub fn build(ir: &Ir, policy: PolicyTables) -> Result<Snapshot, TableError> {
     Ok(Snapshot {
         listeners: listener_table(ir)?,
         policy,
+        addresses: Addresses::default(),
     })
 }
 

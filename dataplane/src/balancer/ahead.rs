@@ -90,7 +90,10 @@ impl PolicyAhead {
             // `miss`: their backends are few and cached, and with one end of the lookup
             // in cache the burst's stages cost more than they overlap (measured with
             // `bench_balance_policy`: `perf/NOTES.md`).
-            if !a.is_transport() || e.is_some() || st.fwd.config().is_ours(a.meta.dst()) {
+            if !a.is_transport()
+                || e.is_some()
+                || st.fwd.config().is_ours(a.meta.dst(), &snap.addresses)
+            {
                 continue;
             }
             *target = st.target(&a.meta, snap);

@@ -121,7 +121,7 @@ impl State {
         match meta.found {
             Found::OtherIp => {
                 let (src, dst) = (meta.src(), meta.dst());
-                let ours = self.fwd.config().is_ours(dst);
+                let ours = self.fwd.config().is_ours(dst, &snap.addresses);
                 if !ours && !snap.policy.verdict(src, dst, meta.proto, 0).is_allow() {
                     return Verdict::Drop(DropReason::PolicyDenied);
                 }
@@ -252,7 +252,7 @@ impl State {
         if meta.tcp_flags().is_some_and(TcpFlags::is_bad_syn) {
             return Target::Drop(DropReason::TcpBadFlags);
         }
-        let ours = self.fwd.config().is_ours(meta.dst());
+        let ours = self.fwd.config().is_ours(meta.dst(), &snap.addresses);
         let listener = if ours {
             snap.listeners.lookup(meta.dst(), meta.dport(), meta.proto)
         } else {

@@ -51,6 +51,11 @@
 //! has no flow for it. Use one worker, or SNAT, for transparent listeners until rte_flow
 //! steering lands.
 //!
+//! The listener addresses a generation serves on a port's network (the snapshot's
+//! [`Addresses`](crate::tables::addresses::Addresses)) count as sluice's own for the
+//! burst: the forwarder reads them from [`Ctx::served`], and worker 0 announces the new ones
+//! at its quiescent point ([`crate::pipeline::announce`]).
+//!
 //! Nothing here allocates after [`Balancer::new`], takes a lock, or panics on input; every
 //! packet that does not go out is counted under a [`DropReason`].
 //!
@@ -63,8 +68,11 @@
 
 mod ahead;
 mod flows;
+#[cfg(test)]
+mod tests;
 
 use crate::flow::{FlowTable, SourceRates, Splice, Timeouts};
+use crate::pipeline::announce::Announcer;
 use crate::pipeline::forward::Forwarder;
 use crate::pipeline::nat::SnatPorts;
 use crate::pipeline::parse::{mac_word, parse, Found};
@@ -141,6 +149,9 @@ pub struct Balancer {
     checks: PolicyAhead,
     /// [`BalancerConfig::policy_bursts_from`].
     policy_bursts_from: usize,
+    /// The first worker's announcements of new served addresses (`None` on the others:
+    /// worker 0 owns queue 0 of every port).
+    announcer: Option<Announcer>,
 }
 
 impl std::fmt::Debug for Balancer {
@@ -181,6 +192,7 @@ impl Balancer {
             ahead: [Ahead::NONE; BURST],
             checks: PolicyAhead::new(),
             policy_bursts_from: cfg.policy_bursts_from,
+            announcer: (cfg.worker == 0).then(Announcer::new),
         }
     }
 
@@ -216,6 +228,8 @@ impl Stage for Balancer {
     ) {
         let (generation, snap) = self.snapshot.read();
         let generation = generation as u32;
+        // The forwarder reads the generation's served addresses from the context.
+        let ctx = &mut ctx.serving(&snap.addresses);
         let now_s = (ctx.now_ms / 1000) as u32;
         let st = &mut self.state;
         let n = pkts.len().min(verdicts.len()).min(BURST);
@@ -295,6 +309,11 @@ impl Stage for Balancer {
         // The quiescent point: an idle worker still moves to the newest snapshot, so the
         // control thread can free the older ones (one load and one store).
         let (generation, snap) = self.snapshot.read();
+        let ctx = &mut ctx.serving(&snap.addresses);
+        // The first worker announces the addresses this generation newly serves.
+        if let Some(a) = &mut self.announcer {
+            a.maintain(self.state.fwd.config(), &snap.addresses, ctx);
+        }
         // The forwarder's neighbour timers: parked packets, retries, failures.
         self.state.fwd.maintain(ctx);
         self.state

@@ -1,7 +1,10 @@
 //! The forwarder's configuration: sluice's ports (MAC, addresses), its virtual addresses
-//! and the FIB, with the per-packet "is it ours?" sets precomputed once.
+//! and the FIB, with the per-packet "is it ours?" sets precomputed once. These are fixed
+//! for a run; the listener addresses a reload may change are the snapshot's
+//! [`Addresses`], which every "is it ours?" question here takes besides.
 
 use super::fib::{Fib, FibError, IfAddr, Route};
+use crate::tables::addresses::{filter_bit_v4, Addresses};
 use crate::wire::MacAddr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -35,8 +38,8 @@ pub struct ForwarderConfig {
     pub ports: Vec<PortConf>,
     /// Forwarding table.
     pub fib: Fib,
-    /// Virtual addresses (listener addresses): sluice answers ARP/ND and echo for them on
-    /// every port, and they count as its own.
+    /// Virtual addresses (listener addresses fixed at start): sluice answers ARP/ND and
+    /// echo for them on every port, and they count as its own.
     pub virtual_addrs: Vec<IpAddr>,
     /// Every IPv4 address of sluice, and every directed broadcast of its networks, as
     /// words (the per-packet "is it ours?" checks).
@@ -46,13 +49,6 @@ pub struct ForwarderConfig {
     /// destination whose bit is clear is in neither list (one test instead of two scans,
     /// however many virtual addresses there are).
     pub(super) special_v4: u64,
-}
-
-/// The bit of [`ForwarderConfig`]'s local-or-broadcast filter that an IPv4 address sets:
-/// the top six bits of a multiplicative hash.
-#[inline(always)]
-fn filter_bit_v4(a: u32) -> u64 {
-    1 << (a.wrapping_mul(0x9e37_79b1) >> 26)
 }
 
 impl ForwarderConfig {
@@ -120,22 +116,37 @@ impl ForwarderConfig {
             })
     }
 
-    /// Whether `ip` is one of sluice's addresses (a port's, or a virtual one).
-    pub fn is_ours(&self, ip: IpAddr) -> bool {
-        self.virtual_addrs.contains(&ip)
-            || self
-                .ports
-                .iter()
-                .any(|p| p.addrs.iter().any(|a| a.addr == ip))
+    /// Whether `ip` is one of sluice's addresses (a port's, a virtual one, or one of the
+    /// `served` listener addresses of the tables in use). IPv4 goes through the fast
+    /// path's filter and words (one filter test for most addresses), IPv6 through the
+    /// lists.
+    pub fn is_ours(&self, ip: IpAddr, served: &Addresses) -> bool {
+        match ip {
+            IpAddr::V4(v) => {
+                let a = u32::from(v);
+                (self.special_v4 | served.filter_v4()) & filter_bit_v4(a) != 0
+                    && (listed(&self.local_v4, a) || served.has_v4(a))
+            }
+            IpAddr::V6(_) => {
+                self.virtual_addrs.contains(&ip)
+                    || self
+                        .ports
+                        .iter()
+                        .any(|p| p.addrs.iter().any(|a| a.addr == ip))
+                    || served.has(ip)
+            }
+        }
     }
 
-    /// Whether `ip` is sluice's on `port` (its own address there, or a virtual one).
-    pub(super) fn is_ours_on(&self, port: usize, ip: IpAddr) -> bool {
+    /// Whether `ip` is sluice's on `port` (its own address there, a virtual one, or one
+    /// `served` there).
+    pub(super) fn is_ours_on(&self, port: usize, ip: IpAddr, served: &Addresses) -> bool {
         self.virtual_addrs.contains(&ip)
             || self
                 .ports
                 .get(port)
                 .is_some_and(|p| p.addrs.iter().any(|a| a.addr == ip))
+            || served.on(port, ip)
     }
 
     /// Which ports may teach sluice where `ip` is: [`Link::On`] if a connected network of
@@ -143,8 +154,8 @@ impl ForwarderConfig {
     /// only another port's networks hold it (a claim to refuse), [`Link::Nowhere`] if no
     /// port's network holds it (never a next hop: nothing to learn, nothing to refuse).
     /// Not the hot path: ARP and NDP only.
-    pub(super) fn link_of(&self, port: usize, ip: IpAddr) -> Link {
-        if self.is_ours(ip) {
+    pub(super) fn link_of(&self, port: usize, ip: IpAddr, served: &Addresses) -> Link {
+        if self.is_ours(ip, served) {
             return Link::Elsewhere;
         }
         let holds = |p: &PortConf| p.addrs.iter().any(|a| a.holds(ip));
@@ -167,15 +178,17 @@ impl ForwarderConfig {
     }
 
     /// Whether an IPv4 destination is one the fast paths forward: unicast, and neither
-    /// one of sluice's addresses nor a directed broadcast of its subnets (those take the
-    /// general path).
+    /// one of sluice's addresses (`served` ones included) nor a directed broadcast of its
+    /// subnets (those take the general path). One filter test for both sets.
     #[inline(always)]
-    pub(super) fn passes_through_v4(&self, dst: u32) -> bool {
+    pub(super) fn passes_through_v4(&self, dst: u32, served: &Addresses) -> bool {
         dst != u32::MAX
             && dst >> 28 != 0xe
             && dst != 0
-            && (self.special_v4 & filter_bit_v4(dst) == 0
-                || !(listed(&self.local_v4, dst) || listed(&self.bcast_v4, dst)))
+            && ((self.special_v4 | served.filter_v4()) & filter_bit_v4(dst) == 0
+                || !(listed(&self.local_v4, dst)
+                    || listed(&self.bcast_v4, dst)
+                    || served.lists_v4(dst)))
     }
 }
 

@@ -1,7 +1,9 @@
 //! The [`Forwarder`], the first stage: a small router.
 //!
-//! - answers ARP requests and IPv6 neighbour solicitations for the port's addresses, and
-//!   learns neighbours from ARP and NDP into the shared [`NeighbourCache`];
+//! - answers ARP requests and IPv6 neighbour solicitations for the port's addresses (its
+//!   own, the virtual ones and the listener addresses the tables in use serve there,
+//!   [`Ctx::served`]), and learns neighbours from ARP and NDP into the shared
+//!   [`NeighbourCache`];
 //! - answers ICMP and ICMPv6 echo requests to any of its addresses;
 //! - forwards other IP packets by the [`Fib`](super::Fib) (connected networks + static
 //!   routes): next hop resolved from the neighbour cache, TTL / hop limit decremented
@@ -24,6 +26,10 @@
 //! whichever way it came in. Why: the common case in one pass, and never parsed twice.
 //! Measured with `bench_forward` and `bench_forward_pipeline` (`perf/NOTES.md`).
 //!
+//! The listener addresses of the tables in use come with each burst in [`Ctx::served`]
+//! (set by the balancer from its snapshot); a forwarder run as a stage of its own has no
+//! snapshot and serves only its ports' own and the virtual addresses.
+//!
 //! Packets a stage makes up or sends late (requests, released packets) go out through the
 //! worker's [`StageIo`](super::StageIo) in [`Ctx::io`]; without one (a caller that offers
 //! no buffers) the forwarder falls back to turning the unresolved packet into the request
@@ -42,6 +48,7 @@ use super::resolve::{self, Resolver};
 use super::stage::{Ctx, Stage, Verdict};
 use crate::port::Pkt;
 use crate::stats::DropReason;
+use crate::tables::addresses::Addresses;
 use crate::wire::{checksum, ethernet, ip_proto, ipv4, ipv6, EtherType, MacAddr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -260,7 +267,7 @@ impl Forwarder {
             let d = pkt.data_mut();
             let mut meta = Meta::EMPTY;
             if parse_ip(d, mac, &mut meta) {
-                if let Some(r) = self.fast_v4(&meta, || d, ctx.now_ms) {
+                if let Some(r) = self.fast_v4(&meta, || d, ctx.now_ms, ctx.served) {
                     return finish(pkt, &meta, r);
                 }
             }
@@ -283,7 +290,7 @@ impl Forwarder {
         meta: &Meta,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
-        if let Some(r) = self.fast_v4(meta, || pkt.data_mut(), ctx.now_ms) {
+        if let Some(r) = self.fast_v4(meta, || pkt.data_mut(), ctx.now_ms, ctx.served) {
             return finish(pkt, meta, r);
         }
         self.slow(in_port, pkt, ctx)
@@ -296,19 +303,21 @@ impl Forwarder {
     /// so does a memo miss while packets are parked (they must leave before newer ones).
     ///
     /// `bytes` gives the packet's bytes for the rewrite: asked only once the route is
-    /// known (a caller that has them already passes them in).
+    /// known (a caller that has them already passes them in); `served`: the tables'
+    /// served addresses ([`Ctx::served`]), which are sluice's own.
     #[inline(always)]
     fn fast_v4<'d>(
         &mut self,
         meta: &Meta,
         bytes: impl FnOnce() -> &'d mut [u8],
         now: u64,
+        served: &Addresses,
     ) -> Option<Rewritten> {
         if !meta.plain_v4 || meta.ttl <= 1 {
             return None;
         }
         let (total, dst) = (usize::from(meta.total), meta.dst[3]);
-        if !self.conf.passes_through_v4(dst) {
+        if !self.conf.passes_through_v4(dst, served) {
             return None;
         }
         let (out, nh) = self.conf.fib.lookup_v4_word(dst)?;
@@ -367,7 +376,7 @@ impl Forwarder {
         if !meta.plain_v4 {
             return self.slow(in_port, pkt, ctx);
         }
-        match self.checked_v4(meta, || pkt.data_mut(), ctx.now_ms) {
+        match self.checked_v4(meta, || pkt.data_mut(), ctx.now_ms, ctx.served) {
             Some(r) => finish(pkt, meta, r),
             None => self.process_parsed(in_port, pkt, meta, ctx),
         }
@@ -382,12 +391,13 @@ impl Forwarder {
         meta: &Meta,
         bytes: impl FnOnce() -> &'d mut [u8],
         now: u64,
+        served: &Addresses,
     ) -> Option<Rewritten> {
         if meta.ttl <= 1 {
             return None;
         }
         let (total, dst) = (usize::from(meta.total), meta.dst[3]);
-        if !self.conf.passes_through_v4(dst) {
+        if !self.conf.passes_through_v4(dst, served) {
             return None;
         }
         let slot = dst as usize & (HOPS4 - 1);
@@ -470,7 +480,7 @@ impl Forwarder {
         // Drop link padding so replies and forwarded packets carry only the datagram.
         let _ = pkt.set_len(ETH + total);
         let d32 = u32::from(dst);
-        if self.conf.local_v4.contains(&d32) {
+        if self.conf.local_v4.contains(&d32) || ctx.served.has_v4(d32) {
             if proto != ip_proto::ICMP || frag {
                 return Verdict::Drop(DropReason::LocalUnhandled);
             }
@@ -516,7 +526,8 @@ impl Forwarder {
                 .ports
                 .get(in_port)
                 .is_some_and(|p| p.addrs.iter().any(|a| solicited(&a.addr)))
-                || self.conf.virtual_addrs.iter().any(solicited);
+                || self.conf.virtual_addrs.iter().any(solicited)
+                || ctx.served.solicits_on(in_port, dst);
             if next == ip_proto::ICMPV6
                 && (ours || dst == Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1))
             {
@@ -526,7 +537,7 @@ impl Forwarder {
             }
             return Verdict::Drop(DropReason::IpMulticast);
         }
-        if self.conf.is_ours(IpAddr::V6(dst)) {
+        if self.conf.is_ours(IpAddr::V6(dst), ctx.served) {
             if next != ip_proto::ICMPV6 {
                 return Verdict::Drop(DropReason::LocalUnhandled);
             }

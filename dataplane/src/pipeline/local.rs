@@ -1,5 +1,6 @@
 //! What sluice answers itself, in the received buffer: ARP requests and IPv6 neighbour
-//! solicitations for its addresses (learning neighbours from ARP and NDP into the shared
+//! solicitations for its addresses (its ports' own, the virtual ones, and the listener
+//! addresses the tables in use serve on the port, [`Ctx::served`]) (learning neighbours from ARP and NDP into the shared
 //! [`NeighbourCache`], only on the port whose networks hold them, never sluice's own,
 //! spoofed claims refused and counted as `arp_spoofed`), ICMP and ICMPv6 echo requests, and the ICMP errors the forwarder
 //! sends (time exceeded, unreachable next hop). No allocation, no copy beyond the quoted
@@ -11,6 +12,7 @@ use super::reply::{ICMPV6_QUOTE_MAX, REPLY_TTL};
 use super::stage::{Ctx, Verdict};
 use crate::port::Pkt;
 use crate::stats::DropReason;
+use crate::tables::addresses::Addresses;
 use crate::wire::{
     arp, checksum, ethernet, icmpv4, icmpv6, ip_proto, ipv4, ipv6, EtherType, MacAddr,
 };
@@ -40,8 +42,16 @@ impl Responder<'_> {
     /// answers a request): learned, ignored (an address in no port's network), or
     /// refused (`false`: sluice's own address, one that lives behind another port, or
     /// a change the cache refuses; see [`neigh`](super::neigh)).
-    fn claim(&self, in_port: usize, ip: IpAddr, mac: MacAddr, answer: bool, now: u64) -> bool {
-        match self.conf.link_of(in_port, ip) {
+    fn claim(
+        &self,
+        in_port: usize,
+        ip: IpAddr,
+        mac: MacAddr,
+        answer: bool,
+        now: u64,
+        served: &Addresses,
+    ) -> bool {
+        match self.conf.link_of(in_port, ip, served) {
             Link::On => self.neigh.claim(ip, mac, now, answer) == Claim::Learned,
             Link::Nowhere => true,
             Link::Elsewhere => false,
@@ -59,9 +69,9 @@ impl Responder<'_> {
                 Ok(r) => r,
                 Err(_) => return Verdict::Drop(DropReason::ArpMalformed),
             };
-        let target_ours = self
-            .conf
-            .is_ours_on(in_port, IpAddr::V4(repr.target_protocol_addr));
+        let target_ours =
+            self.conf
+                .is_ours_on(in_port, IpAddr::V4(repr.target_protocol_addr), ctx.served);
         let sender = repr.source_protocol_addr;
         let sender_ok = !sender.is_unspecified()
             && !sender.is_broadcast()
@@ -77,6 +87,7 @@ impl Responder<'_> {
                 repr.source_hardware_addr,
                 answer,
                 ctx.now_ms,
+                ctx.served,
             );
         match repr.operation {
             arp::Operation::Request if target_ours => {
@@ -294,13 +305,17 @@ impl Responder<'_> {
             }
             icmpv6::Repr::NeighborSolicit { target, source_ll } => {
                 // RFC 4861 §7.1.1: hop limit 255, target ours.
-                if hop != 255 || !self.conf.is_ours_on(in_port, IpAddr::V6(target)) {
+                if hop != 255
+                    || !self
+                        .conf
+                        .is_ours_on(in_port, IpAddr::V6(target), ctx.served)
+                {
                     return Verdict::Drop(DropReason::NdNotForUs);
                 }
                 let dad = src.is_unspecified();
                 if let (false, Some(mac)) = (dad, source_ll) {
                     if mac.is_unicast()
-                        && !self.claim(in_port, IpAddr::V6(src), mac, false, ctx.now_ms)
+                        && !self.claim(in_port, IpAddr::V6(src), mac, false, ctx.now_ms, ctx.served)
                     {
                         // Answered all the same (to the asker), counted.
                         ctx.counters.drop(DropReason::ArpSpoofed);
@@ -364,7 +379,14 @@ impl Responder<'_> {
                 if let Some(mac) = target_ll.filter(|m| m.is_unicast()) {
                     if !target.is_multicast()
                         && !target.is_unspecified()
-                        && !self.claim(in_port, IpAddr::V6(target), mac, answer, ctx.now_ms)
+                        && !self.claim(
+                            in_port,
+                            IpAddr::V6(target),
+                            mac,
+                            answer,
+                            ctx.now_ms,
+                            ctx.served,
+                        )
                     {
                         return Verdict::Drop(DropReason::ArpSpoofed);
                     }

@@ -17,6 +17,8 @@
 //! - [`nat`] and [`reply`]: what the balancer ([`crate::balancer`]) and the splice engine
 //!   ([`crate::splice::engine`]) both write into packets (full NAT with incremental
 //!   checksums; RSTs, ICMP errors, TCP segments).
+//! - [`announce`]: gratuitous ARP / unsolicited neighbour advertisements for the listener
+//!   addresses a new tables generation serves ([`Ctx::served`]), sent by the first worker.
 //! - [`snat`]: a worker's source NAT ports: which tuple a new connection gets, and the
 //!   rest a closed connection's tuple takes before it is handed out again (every path
 //!   that source-NATs allocates and returns its tuples here).
@@ -38,6 +40,7 @@
 //! Nothing here imports this file: it only names the rooms and re-exports what the rest of
 //! the workspace uses, so the modules below form a graph without cycles.
 
+pub mod announce;
 mod config;
 pub mod fib;
 pub mod forward;

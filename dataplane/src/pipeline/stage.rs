@@ -7,6 +7,7 @@
 
 use crate::port::{Allocator, Pkt, BURST};
 use crate::stats::{Counters, DropReason};
+use crate::tables::addresses::{self, Addresses};
 
 /// What to do with one packet. Eight bytes, so it comes back from a stage in a register.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +36,10 @@ impl Verdict {
 /// What a stage may use besides the packets.
 #[derive(Debug)]
 pub struct Ctx<'a> {
+    /// The listener addresses sluice serves in the tables generation being used (the
+    /// snapshot's [`Addresses`]; none unless a stage that reads a snapshot sets them with
+    /// [`Ctx::serving`]): the forwarder treats them as its own.
+    pub served: &'a Addresses,
     /// Milliseconds on the worker's clock (real or virtual).
     pub now_ms: u64,
     /// The worker's counters (for packets replaced by a reply: the original is counted as
@@ -49,6 +54,7 @@ impl<'a> Ctx<'a> {
     /// A context without [`StageIo`].
     pub fn new(now_ms: u64, counters: &'a mut Counters) -> Ctx<'a> {
         Ctx {
+            served: &addresses::NONE,
             now_ms,
             counters,
             io: None,
@@ -58,9 +64,22 @@ impl<'a> Ctx<'a> {
     /// A context with the worker's [`StageIo`].
     pub fn with_io(now_ms: u64, counters: &'a mut Counters, io: &'a mut StageIo) -> Ctx<'a> {
         Ctx {
+            served: &addresses::NONE,
             now_ms,
             counters,
             io: Some(io),
+        }
+    }
+
+    /// This context with `served` as the served addresses, for the length of one burst
+    /// (or `maintain`) of the tables generation they belong to.
+    #[inline]
+    pub fn serving<'b>(&'b mut self, served: &'b Addresses) -> Ctx<'b> {
+        Ctx {
+            served,
+            now_ms: self.now_ms,
+            counters: &mut *self.counters,
+            io: self.io.as_deref_mut(),
         }
     }
 }

@@ -448,7 +448,10 @@ impl Engine<'_> {
         if end.is_none() && have < e.need as usize {
             return Verdict::Drop(DropReason::SpliceConsumed);
         }
-        let ours = self.fwd.config().is_ours(e.client.destination().ip());
+        let ours = self
+            .fwd
+            .config()
+            .is_ours(e.client.destination().ip(), &snap.addresses);
         let plan = decide(
             &mut self.splice.embryos,
             &e,
@@ -811,7 +814,10 @@ impl Engine<'_> {
         if e.tries >= self.splice.cfg.backend_tries {
             return self.reset_client(pkt, idx, Some(id), ctx);
         }
-        let ours = self.fwd.config().is_ours(e.client.destination().ip());
+        let ours = self
+            .fwd
+            .config()
+            .is_ours(e.client.destination().ip(), &snap.addresses);
         let end = Some(Event::FirstBytesTimeout);
         match decide(
             &mut self.splice.embryos,

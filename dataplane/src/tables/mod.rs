@@ -1,5 +1,6 @@
 //! Compiled, immutable tables and their lookups. Built by `sluice-ctrl`, read here.
 
+pub mod addresses;
 pub mod hosts;
 pub mod ipcache;
 pub mod listeners;

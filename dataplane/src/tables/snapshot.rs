@@ -3,6 +3,7 @@
 //! snapshot for every accepted configuration; nothing in it changes afterwards, so a
 //! worker sees either the old tables or the new ones, never a mix.
 
+use super::addresses::Addresses;
 use super::listeners::ListenerTable;
 use super::policy::PolicyTables;
 
@@ -13,4 +14,7 @@ pub struct Snapshot {
     pub listeners: ListenerTable,
     /// NetworkPolicy: ipcache and per-direction identity tables.
     pub policy: PolicyTables,
+    /// Listener addresses sluice answers ARP/ND for on the port whose network holds them
+    /// (besides its ports' own and the fixed virtual addresses).
+    pub addresses: Addresses,
 }

@@ -70,12 +70,14 @@ const VIP_PORT: u16 = 7000;
 /// addresses).
 const VIP_BACKENDS: usize = 64;
 
-/// The manifests of the `vip` series: a Gateway on [`VIP`] with a TCPRoute to a Service
-/// of [`VIP_BACKENDS`] pods, whose ingress admits the cluster's pods (10.0.0.0/8) on its
+/// The manifests of the `vip` series: a Gateway on [`VIP`] (one of the Appliance's
+/// virtual addresses, as the forwarder here has it) with a TCPRoute to a Service of
+/// [`VIP_BACKENDS`] pods, whose ingress admits the cluster's pods (10.0.0.0/8) on its
 /// port; merged into the generated cluster's IR.
 fn vip_manifests() -> String {
     let mut y = format!(
-        "{namespace}{service}{policy}{gateway}",
+        "{appliance}{namespace}{service}{policy}{gateway}",
+        appliance = docs::bench_appliance(VIP, None),
         namespace = docs::namespace("vip"),
         policy = docs::allow_from("vip", "from-cluster", "10.0.0.0/8", &[VIP_PORT]),
         gateway = docs::tcp_gateway("vip", "pool", VIP, VIP_PORT, "pool"),

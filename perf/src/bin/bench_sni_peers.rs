@@ -147,12 +147,14 @@ fn opts() -> Opts {
     }
 }
 
-/// sluice's manifests: a Gateway on the lane VIP with a TLS Passthrough listener on the
-/// front port and a TLSRoute per name of [`sni_load::SNI_ROUTES`] to its backend's
-/// Service (one pod on the lane's address of that backend).
+/// sluice's manifests: a Gateway on the lane VIP (one of the Appliance's virtual
+/// addresses, as the forwarder here has it) with a TLS Passthrough listener on the front
+/// port and a TLSRoute per name of [`sni_load::SNI_ROUTES`] to its backend's Service (one
+/// pod on the lane's address of that backend).
 fn sni_manifests() -> String {
     let mut y = format!(
-        r#"apiVersion: v1
+        r#"{appliance}---
+apiVersion: v1
 kind: Namespace
 metadata: {{name: sni-bench}}
 ---
@@ -164,6 +166,7 @@ spec:
   addresses: [{{type: IPAddress, value: {vip}}}]
   listeners: [{{name: tls, port: {front}, protocol: TLS, tls: {{mode: Passthrough}}}}]
 "#,
+        appliance = sluice_testkit::manifests::bench_appliance(net::LANE_VIP, None),
         vip = net::LANE_VIP,
         front = net::FRONT_PORT,
     );
