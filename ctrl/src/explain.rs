@@ -310,6 +310,11 @@ impl Trace<'_> {
             return self.end("drop", format!("route {index} is not in the tables"));
         };
         self.set("route", json!(&*route.name));
+        let losers = lost_to(self.built, &route.name, name.as_deref());
+        if !losers.is_empty() {
+            // Routes that wanted this name too and lost it by precedence.
+            self.set("precedence_losers", json!(losers));
+        }
         if !route.applies_to(q.dst.ip()) {
             let why = format!("{} is outside the route's destinationSubnets", q.dst.ip());
             return self.end("reject", why);
@@ -414,6 +419,32 @@ fn selected_member<'l>(l: &'l Listener, name: &str) -> Option<&'l Member> {
         .min_by_key(|(h, _)| specificity(h))
         .map(|(_, m)| m)
         .or_else(|| l.members.iter().find(|m| m.hostnames.is_empty()))
+}
+
+/// The objects that lost a host matching `name` to the object of route `route` by
+/// precedence (the build's warnings name each loser and its winner).
+fn lost_to(built: &Built, route: &str, name: Option<&str>) -> Vec<String> {
+    let Some(winner) = built
+        .items
+        .iter()
+        .map(|it| it.object.label())
+        .find(|l| route == l || route.starts_with(&format!("{l} ")))
+    else {
+        return Vec::new();
+    };
+    built
+        .warnings()
+        .filter(|d| {
+            d.message.contains(&format!("already taken by {winner},"))
+                || d.message.contains(&format!("already bound by {winner},"))
+        })
+        .filter(|d| {
+            // The host is quoted first in the message: `host `x` on ...`.
+            let host = d.message.split('`').nth(1).unwrap_or("");
+            name.is_none_or(|n| pattern_matches(host, n))
+        })
+        .filter_map(|d| d.object.clone())
+        .collect()
 }
 
 /// The routes left out of the tables whose hostnames match `name`, each as `Kind ns/name

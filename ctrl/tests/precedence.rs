@@ -221,3 +221,43 @@ spec:
         assert_eq!(lost, ["VirtualService default/young"]);
     }
 }
+
+/// `sluice explain` names the route that serves a name and the ones that lost it.
+#[test]
+fn explain_shows_the_winner_and_the_losers() {
+    let dir = std::env::temp_dir().join(format!("sluice-prec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let files = [
+        GATEWAY.to_string(),
+        route("zeta", Some("2024-01-01T00:00:00Z"), "a"),
+        route("alpha", Some("2024-06-01T00:00:00Z"), "b"),
+    ];
+    for (i, f) in files.iter().enumerate() {
+        std::fs::write(dir.join(format!("{i}.yaml")), f).expect("write");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["explain", "-c"])
+        .arg(&dir)
+        .args([
+            "--src",
+            "198.51.100.1:40000",
+            "--dst",
+            "10.77.0.11:443",
+            "--sni",
+            "shop.example.com",
+        ])
+        .output()
+        .expect("sluice");
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["route"], "TLSRoute default/zeta");
+    assert_eq!(
+        v["precedence_losers"],
+        serde_json::json!(["TLSRoute default/alpha"])
+    );
+}

@@ -61,7 +61,7 @@ pub struct TlsTerminate {
 }
 
 /// A [`Binding::route`] that means "no route": the names of a more specific listener
-/// sharing the port, for which it has no route ([`super::merge`]).
+/// sharing the port, for which it has no route (see `compile/merge.rs`).
 pub const NO_ROUTE: usize = usize::MAX;
 
 /// A host pattern bound to a route on a listener: exact, `*.suffix`, or `*`.
