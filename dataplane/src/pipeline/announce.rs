@@ -25,7 +25,7 @@ use super::stage::Ctx;
 use crate::port::Pkt;
 use crate::stats::Event;
 use crate::tables::addresses::{Addresses, Served};
-use crate::wire::{arp, ethernet, icmpv6, ip_proto, ipv6, EtherType, MacAddr};
+use crate::wire::{arp, ethernet, icmpv6, EtherType, MacAddr};
 use std::net::{IpAddr, Ipv6Addr};
 
 /// How many times each new address is announced.
@@ -209,37 +209,12 @@ pub fn gratuitous_arp(mac: MacAddr, addr: std::net::Ipv4Addr, pkt: &mut Pkt) -> 
 /// `addr` to all-nodes `ff02::1`, hop limit 255, Override set, with the target link-layer
 /// address option; `false` if the buffer is too small.
 pub fn unsolicited_na(mac: MacAddr, addr: Ipv6Addr, pkt: &mut Pkt) -> bool {
-    const ETH: usize = ethernet::HEADER_LEN;
     let all = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
     let na = icmpv6::Repr::NeighborAdvert {
         flags: icmpv6::na_flags::OVERRIDE,
         target: addr,
         target_ll: Some(mac),
     };
-    let l4 = na.buffer_len();
-    if !pkt.set_len(ETH + ipv6::HEADER_LEN + l4) {
-        return false;
-    }
-    let d = pkt.data_mut();
-    ethernet::Repr {
-        src_addr: mac,
-        dst_addr: MacAddr::ipv6_multicast(all),
-        ethertype: EtherType::Ipv6,
-    }
-    .emit(&mut ethernet::Frame::new_unchecked(&mut d[..]));
-    let mut ip = ipv6::Packet::new_unchecked(&mut d[ETH..]);
-    ipv6::Repr {
-        src_addr: addr,
-        dst_addr: all,
-        next_header: ip_proto::ICMPV6,
-        payload_len: l4,
-        hop_limit: 255,
-    }
-    .emit(&mut ip);
-    na.emit(
-        &mut icmpv6::Packet::new_unchecked(ip.payload_mut()),
-        addr,
-        all,
-    );
-    true
+    let eth = (mac, MacAddr::ipv6_multicast(all));
+    super::local::write_na(pkt, eth, (addr, all), &na)
 }

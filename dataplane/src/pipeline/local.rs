@@ -20,6 +20,43 @@ use std::net::{IpAddr, Ipv6Addr};
 
 const ETH: usize = ethernet::HEADER_LEN;
 
+/// Writes a neighbour advertisement `na` into `pkt`: Ethernet `eth` (source, destination
+/// MAC), IPv6 `ip` (source, destination) with hop limit 255; `false` if the buffer is too
+/// small. The solicited answer and the unsolicited announcement share it.
+pub(super) fn write_na(
+    pkt: &mut Pkt,
+    eth: (MacAddr, MacAddr),
+    ip: (Ipv6Addr, Ipv6Addr),
+    na: &icmpv6::Repr,
+) -> bool {
+    let l4 = na.buffer_len();
+    if !pkt.set_len(ETH + ipv6::HEADER_LEN + l4) {
+        return false;
+    }
+    let d = pkt.data_mut();
+    ethernet::Repr {
+        src_addr: eth.0,
+        dst_addr: eth.1,
+        ethertype: EtherType::Ipv6,
+    }
+    .emit(&mut ethernet::Frame::new_unchecked(&mut d[..]));
+    let mut packet = ipv6::Packet::new_unchecked(&mut d[ETH..]);
+    ipv6::Repr {
+        src_addr: ip.0,
+        dst_addr: ip.1,
+        next_header: ip_proto::ICMPV6,
+        payload_len: l4,
+        hop_limit: 255,
+    }
+    .emit(&mut packet);
+    na.emit(
+        &mut icmpv6::Packet::new_unchecked(packet.payload_mut()),
+        ip.0,
+        ip.1,
+    );
+    true
+}
+
 /// The ICMP errors the forwarder sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum IcmpError {
@@ -340,31 +377,9 @@ impl Responder<'_> {
                     target,
                     target_ll: Some(port_mac),
                 };
-                let l4 = na.buffer_len();
-                if !pkt.set_len(ETH + ipv6::HEADER_LEN + l4) {
+                if !write_na(pkt, (port_mac, reply_mac), (target, reply_dst), &na) {
                     return Verdict::Drop(DropReason::NoRoom);
                 }
-                let d = pkt.data_mut();
-                ethernet::Repr {
-                    src_addr: port_mac,
-                    dst_addr: reply_mac,
-                    ethertype: EtherType::Ipv6,
-                }
-                .emit(&mut ethernet::Frame::new_unchecked(&mut d[..]));
-                let mut ip = ipv6::Packet::new_unchecked(&mut d[ETH..]);
-                ipv6::Repr {
-                    src_addr: target,
-                    dst_addr: reply_dst,
-                    next_header: ip_proto::ICMPV6,
-                    payload_len: l4,
-                    hop_limit: 255,
-                }
-                .emit(&mut ip);
-                na.emit(
-                    &mut icmpv6::Packet::new_unchecked(ip.payload_mut()),
-                    target,
-                    reply_dst,
-                );
                 Verdict::tx(in_port)
             }
             icmpv6::Repr::NeighborAdvert {
