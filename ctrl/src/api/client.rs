@@ -151,12 +151,7 @@ pub fn human_status(v: &Value) -> String {
         v["pending_snapshots"],
         v["uptime_s"].as_f64().unwrap_or(0.0)
     );
-    let paths: Vec<&str> = v["config"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let paths = strings(&v["config"]);
     let _ = writeln!(
         s,
         "config: {}{}",
@@ -199,12 +194,7 @@ pub fn human_status(v: &Value) -> String {
     if !served.is_empty() {
         let _ = writeln!(s, "served addresses: {}", served.len());
         for a in served {
-            let owners: Vec<&str> = a["owners"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
+            let owners = strings(&a["owners"]);
             let _ = writeln!(
                 s,
                 "  {} on {} ({})",
@@ -212,6 +202,13 @@ pub fn human_status(v: &Value) -> String {
                 a["port"].as_str().unwrap_or("?"),
                 owners.join(", ")
             );
+        }
+    }
+    let not_served = strings(&v["not_served"]);
+    if !not_served.is_empty() {
+        let _ = writeln!(s, "not served: {}", not_served.len());
+        for n in not_served {
+            let _ = writeln!(s, "  {n}");
         }
     }
     let _ = writeln!(s, "flows: {}", v["flows"]);
@@ -223,6 +220,15 @@ pub fn human_status(v: &Value) -> String {
         );
     }
     s
+}
+
+/// The strings of a JSON array (nothing for anything else).
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
 }
 
 /// The human form of a `stats` document.
@@ -283,4 +289,24 @@ pub fn human_stats(v: &Value) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_lists_what_is_not_served() {
+        let v = serde_json::json!({
+            "generation": 3, "pending_snapshots": 0, "uptime_s": 1.0,
+            "config": ["a.yaml"], "flows": 0, "workers": [],
+            "not_served": ["not served (NoMatchingParent): a.yaml:3:1: TLSRoute x/y: spec.parentRefs[0]: ..."],
+        });
+        let s = human_status(&v);
+        assert!(s.contains("config: a.yaml"), "{s}");
+        assert!(
+            s.contains("not served: 1\n  not served (NoMatchingParent): a.yaml:3:1: TLSRoute x/y"),
+            "{s}"
+        );
+    }
 }
