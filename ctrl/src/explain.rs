@@ -422,28 +422,15 @@ fn selected_member<'l>(l: &'l Listener, name: &str) -> Option<&'l Member> {
 }
 
 /// The objects that lost a host matching `name` to the object of route `route` by
-/// precedence (the build's warnings name each loser and its winner).
+/// precedence.
 fn lost_to(built: &Built, route: &str, name: Option<&str>) -> Vec<String> {
-    let Some(winner) = built
-        .items
-        .iter()
-        .map(|it| it.object.label())
-        .find(|l| route == l || route.starts_with(&format!("{l} ")))
-    else {
-        return Vec::new();
-    };
     built
-        .warnings()
-        .filter(|d| {
-            d.message.contains(&format!("already taken by {winner},"))
-                || d.message.contains(&format!("already bound by {winner},"))
-        })
-        .filter(|d| {
-            // The host is quoted first in the message: `host `x` on ...`.
-            let host = d.message.split('`').nth(1).unwrap_or("");
-            name.is_none_or(|n| pattern_matches(host, n))
-        })
-        .filter_map(|d| d.object.clone())
+        .ir
+        .shadowed
+        .iter()
+        .filter(|s| route == s.winner || route.starts_with(&format!("{} ", s.winner)))
+        .filter(|s| name.is_none_or(|n| pattern_matches(&s.host, n)))
+        .map(|s| s.loser.clone())
         .collect()
 }
 

@@ -71,9 +71,6 @@ pub(super) struct Lookups<'a> {
     pub(super) routes: HashMap<(&'a str, &'a str), ParentRefs<'a>>,
     /// VirtualServices (indices into the items) by the Istio Gateway they name.
     pub(super) virtual_services: HashMap<(&'a str, &'a str), PortRefs>,
-    /// Each object's place in precedence order ([`crate::model::meta::Precedence`]):
-    /// where routes or VirtualServices compete, the one with the smaller rank wins.
-    pub(super) rank: Vec<usize>,
 }
 
 /// Routes naming one Gateway, split by what their parentRef selects: the listener called
@@ -100,10 +97,11 @@ pub(super) fn push_once(v: &mut Vec<usize>, i: usize) {
     }
 }
 
-/// The union of index lists, in precedence order (`rank[i]` is object `i`'s place).
-pub(super) fn union(lists: &[&[usize]], rank: &[usize]) -> Vec<usize> {
+/// The ascending union of sorted index lists: precedence order, since
+/// [`super::build`] sorts the objects into it.
+pub(super) fn union(lists: &[&[usize]]) -> Vec<usize> {
     let mut all: Vec<usize> = lists.iter().flat_map(|l| l.iter().copied()).collect();
-    all.sort_unstable_by_key(|&i| rank[i]);
+    all.sort_unstable();
     all.dedup();
     all
 }
@@ -111,12 +109,6 @@ pub(super) fn union(lists: &[&[usize]], rank: &[usize]) -> Vec<usize> {
 impl<'a> Lookups<'a> {
     pub(super) fn new(items: &'a [Item], excluded: &Exclusions) -> Self {
         let mut by = Lookups::default();
-        let mut order: Vec<usize> = (0..items.len()).collect();
-        order.sort_by_cached_key(|&i| (items[i].object.meta().precedence(), i));
-        by.rank = vec![0; items.len()];
-        for (place, &i) in order.iter().enumerate() {
-            by.rank[i] = place;
-        }
         for (i, it) in items.iter().enumerate() {
             if excluded.item(i) {
                 continue;
@@ -226,16 +218,13 @@ impl<'a> Lookups<'a> {
             return Vec::new();
         };
         let none: &[usize] = &[];
-        union(
-            &[
-                refs.by_section
-                    .get(l.name.as_str())
-                    .map_or(none, Vec::as_slice),
-                refs.by_port.get(&l.port).map_or(none, Vec::as_slice),
-                &refs.any,
-            ],
-            &self.rank,
-        )
+        union(&[
+            refs.by_section
+                .get(l.name.as_str())
+                .map_or(none, Vec::as_slice),
+            refs.by_port.get(&l.port).map_or(none, Vec::as_slice),
+            &refs.any,
+        ])
     }
 
     /// The VirtualServices (item indices, in precedence order) naming Istio Gateway `gns/gname`
@@ -245,13 +234,10 @@ impl<'a> Lookups<'a> {
             return Vec::new();
         };
         let none: &[usize] = &[];
-        union(
-            &[
-                refs.by_port.get(&port).map_or(none, Vec::as_slice),
-                &refs.any,
-            ],
-            &self.rank,
-        )
+        union(&[
+            refs.by_port.get(&port).map_or(none, Vec::as_slice),
+            &refs.any,
+        ])
     }
 }
 

@@ -157,6 +157,11 @@ impl Ctx<'_> {
                 for h in hosts {
                     if let Some(winner) = bound.get(&h) {
                         c.item.reporter(diags).warn(&c.item.path("spec"), format!("host `{h}` on listener `{}` is already taken by {winner}, which precedes this route (oldest creationTimestamp, then namespace/name); this one is not attached for it", l.name));
+                        ir.shadowed.push(Shadowed {
+                            host: h,
+                            winner: winner.clone(),
+                            loser: label.clone(),
+                        });
                         continue;
                     }
                     bound.insert(h.clone(), label.clone());

@@ -289,4 +289,17 @@ pub struct Ir {
     pub appliance: Option<ApplianceSpec>,
     /// What the Gateway API routes attached to (for their status).
     pub attachment: super::status::Attachment,
+    /// Hosts an object did not get because an object that precedes it holds them.
+    pub shadowed: Vec<Shadowed>,
+}
+
+/// A host on a listener that one object wanted and another, preceding it, holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shadowed {
+    /// The host pattern.
+    pub host: String,
+    /// `Kind ns/name` of the object that holds it.
+    pub winner: String,
+    /// `Kind ns/name` of the object that does not get it.
+    pub loser: String,
 }

@@ -276,12 +276,18 @@ impl Ctx<'_> {
                     _ => {}
                 }
                 let server_name = to.listener.name.clone();
+                let loser = to.by;
                 for (host, winner) in to.lost {
                     let it = &items[vi];
                     it.reporter(diags).warn(
                         &it.path("spec.hosts"),
                         format!("host `{host}` on {server_name} is already bound by {winner}, which precedes this VirtualService (oldest creationTimestamp, then namespace/name); this one is not bound for it"),
                     );
+                    ir.shadowed.push(Shadowed {
+                        host,
+                        winner,
+                        loser: loser.clone(),
+                    });
                 }
             }
             ir.listeners.push(listener);

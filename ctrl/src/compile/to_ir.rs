@@ -13,8 +13,9 @@ use crate::validate::Index;
 use super::ctx::{BuildStats, Ctx, Lookups, DEFAULT_MAGLEV_TABLE_SIZE};
 use super::served::Exclusions;
 
-/// Builds the IR from validated items. Warnings (routes not attached, ...) are appended
-/// to `diags`.
+/// Builds the IR from validated items, in precedence order (as [`super::build`] sorts
+/// them: where objects compete, the earlier wins). Warnings (routes not attached, ...)
+/// are appended to `diags`.
 pub fn build_ir(items: &[Item], diags: &mut Vec<Diagnostic>) -> Ir {
     build_ir_with_stats(items, &Exclusions::default(), diags).0
 }
