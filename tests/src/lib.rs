@@ -3,6 +3,7 @@
 //! - [`sim`]: the simulation harness: smoltcp hosts on in-memory wires (a `phy::Device`
 //!   over the in-memory port), a virtual clock, a seeded fault injector (drop, duplicate,
 //!   reorder, corrupt), and sluice's worker stepped on the same clock.
+//! - [`ctl`]: `sluice ctl` against a running `sluice run`.
 //! - [`fixtures`]: what several tests build alike: the simulated appliance's manifest,
 //!   links and addresses, and hand-made ARP and ICMP frames.
 //! - [`hello`]: TLS ClientHellos with a chosen SNI, in one record or several.
@@ -26,6 +27,7 @@
 //!   a SYN flooder) and client bytes read from pcaps.
 
 pub mod apps;
+pub mod ctl;
 pub mod fixtures;
 pub mod hello;
 pub mod kernel;

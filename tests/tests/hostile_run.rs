@@ -83,12 +83,7 @@ impl Sluice {
     }
 
     fn ctl(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .args(["ctl", "--socket"])
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("run sluice ctl")
+        sluice_tests::ctl::ctl(BIN, &self.socket, args)
     }
 
     fn status(&self) -> Value {

@@ -128,23 +128,11 @@ struct Sluice {
 
 impl Sluice {
     fn ctl(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .args(["ctl", "--socket"])
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("run sluice ctl")
+        sluice_tests::ctl::ctl(BIN, &self.socket, args)
     }
 
     fn json(&self, args: &[&str]) -> Value {
-        let o = self.ctl(args);
-        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-            panic!(
-                "ctl {args:?} prints JSON ({e}): {} {}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            )
-        })
+        sluice_tests::ctl::ctl_json(BIN, &self.socket, args)
     }
 
     fn announced(&self) -> u64 {
