@@ -98,7 +98,7 @@ pub(super) fn push_once(v: &mut Vec<usize>, i: usize) {
 }
 
 /// The ascending union of sorted index lists: precedence order, since
-/// [`super::build`] sorts the objects into it.
+/// [`super::build()`] sorts the objects into it.
 pub(super) fn union(lists: &[&[usize]]) -> Vec<usize> {
     let mut all: Vec<usize> = lists.iter().flat_map(|l| l.iter().copied()).collect();
     all.sort_unstable();

@@ -13,7 +13,7 @@ use crate::validate::Index;
 use super::ctx::{BuildStats, Ctx, Lookups, DEFAULT_MAGLEV_TABLE_SIZE};
 use super::served::Exclusions;
 
-/// Builds the IR from validated items, in precedence order (as [`super::build`] sorts
+/// Builds the IR from validated items, in precedence order (as [`super::build()`] sorts
 /// them: where objects compete, the earlier wins). Warnings (routes not attached, ...)
 /// are appended to `diags`.
 pub fn build_ir(items: &[Item], diags: &mut Vec<Diagnostic>) -> Ir {
