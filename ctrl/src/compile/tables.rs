@@ -117,6 +117,8 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, TableError> {
                 .collect(),
             https_redirect: l.https_redirect,
             transparent: l.transparent,
+            // Filled by the certificate compiler (TLS termination, issue #31).
+            tls: None,
         })
         .collect();
     Ok(ListenerTable::build(specs, routes)?)

@@ -10,9 +10,11 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use super::hosts::{BuildError as HostBuildError, HostMatcher};
 use super::maglev::{flow_hash, MaglevTable, Pick};
+use super::tls::TlsListener;
 
 /// What a listener does with a new connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,6 +171,8 @@ pub struct ListenerEntry {
     /// Transparent: forward without source NAT (sluice is the backends' gateway), so the
     /// backend sees the client's address.
     pub transparent: bool,
+    /// TLS termination settings ([`ListenerKind::TlsTerminate`] only).
+    pub tls: Option<Arc<TlsListener>>,
 }
 
 /// A binding's route index that means "no route": the name belongs to a listener with no
@@ -212,6 +216,8 @@ pub struct ListenerSpec {
     pub https_redirect: bool,
     /// No source NAT (see [`ListenerEntry::transparent`]).
     pub transparent: bool,
+    /// TLS termination settings (see [`ListenerEntry::tls`]).
+    pub tls: Option<Arc<TlsListener>>,
 }
 
 /// Why the listener table could not be built.
@@ -310,6 +316,7 @@ impl ListenerTable {
                 hosts,
                 https_redirect: spec.https_redirect,
                 transparent: spec.transparent,
+                tls: spec.tls,
             });
         }
         Ok(t)
@@ -395,6 +402,7 @@ mod tests {
                     bindings: vec![("*.example.com".into(), 0), ("a.example.com".into(), 1)],
                     https_redirect: false,
                     transparent: false,
+                    tls: None,
                 },
                 ListenerSpec {
                     name: "vip".into(),
@@ -405,6 +413,7 @@ mod tests {
                     bindings: vec![("*".into(), 2)],
                     https_redirect: false,
                     transparent: false,
+                    tls: None,
                 },
             ],
             vec![
@@ -450,6 +459,7 @@ mod tests {
             bindings: vec![("*".into(), 0)],
             https_redirect: false,
             transparent: false,
+            tls: None,
         };
         assert!(matches!(
             ListenerTable::build(vec![spec(1), spec(1)], vec![route("r", "10.0.0.1:1")]),

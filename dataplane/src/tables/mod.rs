@@ -8,6 +8,7 @@ pub mod lpm;
 pub mod maglev;
 pub mod policy;
 pub mod snapshot;
+pub mod tls;
 
 use crate::mem::HugeSlice;
 
