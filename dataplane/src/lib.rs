@@ -16,6 +16,9 @@
 //!   rewrites (full NAT, replies) the stages above it share.
 //! - [`splice`]: delayed binding for SNI/Host routing: SYN cookies, first bytes, and the
 //!   engine that binds a backend and splices the two connections.
+//! - [`terminate`]: TLS termination: a TCP endpoint per worker (smoltcp sockets in
+//!   shards) with rustls on the decrypted side and a backend connection from sluice's
+//!   own address.
 //! - [`balancer`]: the L4 load-balancing stage in front of the forwarder (flows, Maglev,
 //!   policy, full NAT); it hands SNI/Host listeners to the splice engine.
 //! - [`worker`]: pinned run-to-completion loops: burst rx, the pipeline, per-port tx
@@ -47,5 +50,6 @@ pub mod rcu;
 pub mod splice;
 pub mod stats;
 pub mod tables;
+pub mod terminate;
 pub mod wire;
 pub mod worker;

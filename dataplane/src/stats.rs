@@ -102,6 +102,33 @@ Event {
     /// listener address that a new tables generation brought
     /// ([`crate::pipeline::announce`]).
     AddressAnnounced => "address_announced",
+    /// A SYN to a terminating listener opened a terminated connection.
+    TerminateAccepted => "terminate_accepted",
+    /// A SYN to a terminating listener was refused with RST: the worker holds its cap.
+    TerminateRefused => "terminate_refused",
+    /// A TLS handshake completed (full or resumed).
+    TerminateHandshake => "terminate_handshake",
+    /// A TLS handshake completed by resumption (a session ticket).
+    TerminateResumed => "terminate_resumed",
+    /// A TLS handshake or record failed (no certificate for the name, a protocol error,
+    /// a bad record): the alert was sent, then FIN.
+    TerminateTlsFailed => "terminate_tls_failed",
+    /// A handshake (or the first request head) did not complete before its deadline:
+    /// the client was reset.
+    TerminateHandshakeTimeout => "terminate_handshake_timeout",
+    /// No route for the connection's SNI or Host: the client was reset.
+    TerminateNoRoute => "terminate_no_route",
+    /// A terminated connection's backend accepted it.
+    TerminateBackendConnected => "terminate_backend_connected",
+    /// No backend accepted a terminated connection (reject slot, or every try failed):
+    /// the client was reset.
+    TerminateBackendFailed => "terminate_backend_failed",
+    /// A reset on one side of a terminated connection was passed to the other.
+    TerminateReset => "terminate_reset",
+    /// A terminated connection idle for `idle_ms` was closed.
+    TerminateIdleClosed => "terminate_idle_closed",
+    /// A terminated connection ended (both sides closed or reset).
+    TerminateClosed => "terminate_closed",
 }
 }
 
@@ -192,8 +219,12 @@ DropReason {
     /// The per-worker parking lot for unresolved next hops was full: the oldest packet of
     /// the next hop's queue (or the new packet, when no next hop slot was free) was dropped.
     NeighbourQueueFull => "neighbour_queue_full",
-    /// A connection to a TLS-terminating listener (termination is not built yet).
-    TlsTerminateUnsupported => "tls_terminate_unsupported",
+    /// A segment delivered to the terminate engine's TCP endpoint ([`crate::terminate`]):
+    /// it goes no further as a packet.
+    TerminateConsumed => "terminate_consumed",
+    /// A SYN to a terminating listener while the worker holds its cap of terminated
+    /// connections (`limits.terminate`): answered with RST (`terminate_refused`).
+    TerminateFull => "terminate_full",
     /// A client segment taken by delayed binding (handshake, first bytes, close of an
     /// answer sluice gave itself): it goes no further.
     SpliceConsumed => "splice_consumed",

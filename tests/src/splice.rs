@@ -222,7 +222,17 @@ pub fn sim_links(
     inside: Faults,
     cfg: BalancerConfig,
 ) -> (Sim<Balancer>, Publisher<Snapshot>) {
-    let publisher = Publisher::new(snapshot(), 1);
+    sim_snapshot(snapshot(), outside, inside, cfg)
+}
+
+/// [`sim_links`] over the tables `snap` (in [`SIM_APPLIANCE`]'s addressing).
+pub fn sim_snapshot(
+    snap: Snapshot,
+    outside: Faults,
+    inside: Faults,
+    cfg: BalancerConfig,
+) -> (Sim<Balancer>, Publisher<Snapshot>) {
+    let publisher = Publisher::new(snap, 1);
     let reader = publisher.reader().expect("reader");
     let hosts = vec![
         vec![cidr(CLIENT, 24), cidr("fd77::1", 64)],

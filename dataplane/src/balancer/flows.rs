@@ -18,6 +18,7 @@ use crate::tables::listeners::ListenerKind;
 use crate::tables::maglev::Pick;
 use crate::tables::policy::{self, Conn};
 use crate::tables::snapshot::Snapshot;
+use crate::terminate::{self, Terminator};
 use crate::wire::{ethernet, ip_proto};
 use std::net::SocketAddr;
 
@@ -85,6 +86,8 @@ pub(super) struct State {
     pub(super) sources: SourceRates,
     pub(super) macs: Box<[[u8; 6]]>,
     pub(super) splice: Splicer,
+    /// Terminated connections ([`crate::terminate`]).
+    pub(super) terminate: Terminator,
     /// The flow table's early drops already counted as `flow_early_drop`.
     pub(super) early_drops_counted: u64,
 }
@@ -97,6 +100,21 @@ impl State {
         Engine::new(
             &mut self.splice,
             Shared {
+                fwd: &mut self.fwd,
+                flows: &mut self.flows,
+                snat: &mut self.snat,
+                macs: &self.macs,
+            },
+        )
+    }
+
+    /// The terminate engine over this worker's terminated connections and the shared
+    /// parts.
+    #[inline]
+    pub(super) fn terminator(&mut self) -> terminate::Engine<'_> {
+        terminate::Engine::new(
+            &mut self.terminate,
+            terminate::Shared {
                 fwd: &mut self.fwd,
                 flows: &mut self.flows,
                 snat: &mut self.snat,
@@ -149,6 +167,12 @@ impl State {
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
         let f = self.flows.entry(id);
+        if f.splice.phase == Splice::TERMINATED {
+            let idx = f.splice.value;
+            return self
+                .terminator()
+                .packet(pkt, meta, (id, dir), idx, snap, generation, ctx);
+        }
         if dir == Dir::Orig
             && matches!(f.state, TcpState::TimeWait | TcpState::Close)
             && meta.tcp_flags().is_some_and(TcpFlags::is_syn_only)
@@ -351,7 +375,19 @@ impl State {
             }
             Target::ByName(kind) => {
                 if kind == ListenerKind::TlsTerminate {
-                    return Verdict::Drop(DropReason::TlsTerminateUnsupported);
+                    if meta.proto != ip_proto::TCP {
+                        return Verdict::Drop(DropReason::NoRouteMatch);
+                    }
+                    if !meta.tcp_flags().is_some_and(TcpFlags::is_syn_only) {
+                        return Verdict::Drop(DropReason::NoFlow);
+                    }
+                    if !self.sources.admit(meta.src(), now_s) {
+                        return Verdict::Drop(DropReason::SourceRateLimited);
+                    }
+                    let ours = self.fwd.config().is_ours(meta.dst(), &snap.addresses);
+                    return self
+                        .terminator()
+                        .syn(in_port, pkt, meta, snap, ours, generation, ctx);
                 }
                 if meta.proto != ip_proto::TCP {
                     return Verdict::Drop(DropReason::NoRouteMatch);

@@ -84,6 +84,7 @@ use crate::splice::SpliceConfig;
 use crate::stats::{DropReason, Event};
 use crate::tables::policy;
 use crate::tables::snapshot::Snapshot;
+use crate::terminate::{TerminateConfig, Terminator};
 use ahead::{Ahead, PolicyAhead};
 use flows::State;
 
@@ -110,6 +111,8 @@ pub struct BalancerConfig {
     pub seed: u64,
     /// Delayed binding (SNI/Host listeners): embryos, buffers, timers, cookie secret.
     pub splice: SpliceConfig,
+    /// TLS termination: connection and memory caps, buffers, timeouts.
+    pub terminate: TerminateConfig,
     /// Policy tables of this many bytes and up check a burst's new connections with one
     /// burst lookup ([`policy::PolicyTables::prefers_bursts`]); smaller ones, one
     /// lookup per connection. Default [`policy::BURST_MIN`].
@@ -128,6 +131,7 @@ impl Default for BalancerConfig {
             new_flows_per_second_per_source: 1000,
             seed: 0x5eed_5eed,
             splice: SpliceConfig::default(),
+            terminate: TerminateConfig::default(),
             policy_bursts_from: policy::BURST_MIN,
         }
     }
@@ -186,6 +190,7 @@ impl Balancer {
                 fwd,
                 macs,
                 splice: Splicer::new(cfg.splice.clone()),
+                terminate: Terminator::new(cfg.terminate.clone()),
                 early_drops_counted: 0,
             },
             snapshot,
@@ -205,6 +210,11 @@ impl Balancer {
     /// or sluice's own answer).
     pub fn embryos(&self) -> usize {
         self.state.splice.embryos().len()
+    }
+
+    /// Terminated connections open now (and the cap: [`Terminator::capacity`]).
+    pub fn terminator(&self) -> &Terminator {
+        &self.state.terminate
     }
 
     /// The forwarder behind the balancer.
@@ -319,8 +329,10 @@ impl Stage for Balancer {
         self.state
             .engine()
             .splice_timers(snap, generation as u32, ctx);
+        self.state.terminator().timers(snap, ctx);
         let now_s = (ctx.now_ms / 1000) as u32;
         let embryos = self.state.splice.embryos_mut();
+        let terminate = &mut self.state.terminate;
         let snat = &mut self.state.snat;
         let timeouts = *self.state.flows.timeouts();
         let expired = self.state.flows.expire(now_s, |f| {
@@ -331,6 +343,9 @@ impl Stage for Balancer {
                 && embryos.get(f.splice.value).client == f.orig()
             {
                 embryos.close(f.splice.value);
+            }
+            if f.splice.phase == Splice::TERMINATED {
+                terminate.flow_expired(f.splice.value, f.orig());
             }
             // A SNAT tuple rests from its connection's last packet.
             snat.rest_expired(f, &timeouts, now_s);

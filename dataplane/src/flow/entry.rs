@@ -72,8 +72,8 @@ pub(super) struct WideAddrs(pub(super) [u32; 8]);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[repr(C, packed(2))]
 pub struct Splice {
-    /// [`Splice::PLAIN`], [`Splice::EMBRYO`], [`Splice::SPLICED`] or
-    /// [`Splice::REPLAYING`] (low nibble; spliced: the high nibble is the shift applied to
+    /// [`Splice::PLAIN`], [`Splice::EMBRYO`], [`Splice::SPLICED`],
+    /// [`Splice::REPLAYING`] or [`Splice::TERMINATED`] (low nibble; spliced: the high nibble is the shift applied to
     /// the client's windows when the backend declined window scaling).
     pub phase: u8,
     /// Spliced: the backend's window scale (high nibble) and the scale sluice announced
@@ -94,6 +94,8 @@ impl Splice {
     /// Spliced, but the backend has not yet acknowledged every byte sluice replayed:
     /// `value` is the embryo holding them (and the final splice state).
     pub const REPLAYING: u8 = 3;
+    /// Terminated by sluice ([`crate::terminate`]): `value` is the connection's slot.
+    pub const TERMINATED: u8 = 4;
     /// A plain flow's value.
     pub const NONE: Splice = Splice {
         phase: Splice::PLAIN,

@@ -51,6 +51,16 @@ impl FlowTable {
         state
     }
 
+    /// Pushes a flow's expiry out from `now` by its state's timeout, leaving the state
+    /// as it is (flows whose connection sluice ends itself: [`crate::terminate`]).
+    pub fn touch(&mut self, id: FlowId, now: u32) {
+        let f = &mut self.flows[id.0 as usize];
+        let expires = now.saturating_add(self.timeouts.for_state(f.state));
+        if f.expires != expires {
+            f.expires = expires;
+        }
+    }
+
     /// Unindexes a live flow and marks it dead; the wheel recycles the entry.
     pub(super) fn reap(&mut self, id: FlowId) -> bool {
         if !self.flows[id.0 as usize].live() {

@@ -71,7 +71,7 @@ pub mod cookie;
 pub mod engine;
 pub mod first_bytes;
 pub mod options;
-mod plan;
+pub(crate) mod plan;
 pub mod rewrite;
 
 use crate::inspect::name::HostName;

@@ -113,7 +113,7 @@ fn splice_listener(snap: &Snapshot, vip: SocketAddr, ours: bool) -> Option<&List
 }
 
 /// What to do with an embryo.
-pub(super) enum Plan {
+pub(crate) enum Plan {
     /// Wait for this many bytes.
     Wait(usize),
     /// Reset the client.
@@ -129,7 +129,7 @@ pub(super) enum Plan {
 
 /// The route's pick for attempt `tries` (0: the flow's own hash, as an L4 flow would get;
 /// later attempts perturb it and skip the backend that just failed).
-fn pick_backend(
+pub(crate) fn pick_backend(
     table: &MaglevTable,
     client: SocketAddr,
     vip: SocketAddr,
@@ -167,7 +167,7 @@ fn pick_backend(
 }
 
 /// The request target of an HTTP head held in `bytes` (between the first two spaces).
-fn http_target(bytes: &[u8]) -> &str {
+pub(crate) fn http_target(bytes: &[u8]) -> &str {
     let line = bytes.split(|&b| b == b'\n').next().unwrap_or(&[]);
     let mut parts = line.split(|&b| b == b' ');
     let _method = parts.next();
@@ -176,7 +176,7 @@ fn http_target(bytes: &[u8]) -> &str {
 
 /// Writes a rule redirect's answer: `Location: <scheme or http>://<authority or host><path
 /// or the request's target>`.
-fn location(out: &mut [u8], r: &Redirect, host: &str, target: &str) -> Option<usize> {
+pub(crate) fn location(out: &mut [u8], r: &Redirect, host: &str, target: &str) -> Option<usize> {
     let scheme = r.scheme.as_deref().unwrap_or("http");
     let authority = r.authority.as_deref().unwrap_or(host);
     let path = r.path.as_deref().unwrap_or(target);

@@ -1,0 +1,1196 @@
+//! TLS termination: connections sluice ends itself, on a TCP endpoint inside the worker
+//! (smoltcp's TCP socket) with rustls on the decrypted side, and a second TCP connection
+//! from sluice's own address to the backend.
+//!
+//! ```text
+//! client                         sluice (this worker)                        backend
+//!   SYN ──────────────▶ flow (client tuple) -> conn; front socket listens, SYN-ACK
+//!   ClientHello ──────▶ rustls: certificate by SNI (the listener's resolver) … Finished
+//!   request ──────────▶ decrypted; route by SNI (TLS) or by Host and path (HTTPS);
+//!                       Maglev pick, policy client -> backend, flow re-keyed to a SNAT
+//!                       tuple; back socket connects ─────────────────────▶ SYN
+//!                                                                   ◀──── SYN-ACK
+//!                       plaintext ───────────────────────────────────────▶
+//!   ◀──────────────── encrypted records ◀───────── backend bytes ◀────────
+//! ```
+//!
+//! - **Packets**: the flow table hands the engine exactly the packets of its flows
+//!   (one flow per connection: the client tuple one way, the backend's SNAT tuple the
+//!   other, [`Splice::TERMINATED`] naming the connection's slot). Nothing walks every
+//!   connection per packet: connections live in **shards** of
+//!   [`TerminateConfig::shard_connections`], each a smoltcp `Interface` (`Medium::Ip`,
+//!   AnyIP) with its own socket set, and a packet polls only its connection's shard
+//!   (smoltcp walks the sockets of a set on every poll; a shard keeps that walk short).
+//!   Shards whose timers are due (retransmission, delayed ACK, keep-alive) are polled at
+//!   the worker's quiescent point.
+//! - **Out**: smoltcp writes IP packets into fresh buffers of the worker's pool; the
+//!   forwarder routes them (FIB, neighbours, MACs) as any packet sluice writes.
+//! - **TLS**: rustls 0.23 (ring); the listener's `ServerConfig` is taken from the
+//!   snapshot when the SYN arrives and kept by the connection, so a reload changes the
+//!   certificate of new handshakes only.
+//! - **Backpressure**: ciphertext is read from the client only while rustls holds no
+//!   undelivered plaintext, and plaintext is sent to the backend only as its send buffer
+//!   has room; the other way, backend bytes are encrypted only as the client's send
+//!   buffer has room. Every buffer is bounded; full buffers close TCP windows.
+//! - **Close**: `close_notify` or FIN from the client -> FIN to the backend once every
+//!   byte is delivered; FIN from the backend -> `close_notify` and FIN to the client. A
+//!   reset on either side resets the other. Handshakes have a deadline
+//!   ([`TerminateConfig::handshake_ms`], against slowloris clients), connections an idle
+//!   timeout ([`TerminateConfig::idle_ms`]).
+//! - **Limits**: at most [`TerminateConfig::capacity`] connections per worker (from the
+//!   connection cap and the memory cap); a SYN beyond it is answered with RST and
+//!   counted (`terminate_refused`); established connections continue.
+
+mod device;
+mod route;
+
+use crate::flow::{Dir, FlowId, FlowTable, Splice, TcpState, Tuple};
+use crate::pipeline::forward::Forwarder;
+use crate::pipeline::nat::{admit, forget, rekey_snat, SnatPorts};
+use crate::pipeline::parse::Meta;
+use crate::pipeline::reply::tcp_reset;
+use crate::pipeline::stage::{Ctx, Verdict};
+use crate::port::Pkt;
+use crate::stats::{DropReason, Event};
+use crate::tables::snapshot::Snapshot;
+use crate::wire::ip_proto;
+use device::{Wire, L2};
+use route::Decision;
+use rustls::server::ServerConnection;
+use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::socket::{tcp, AnySocket};
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint};
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+
+/// Termination settings of a worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TerminateConfig {
+    /// Terminated connections a worker holds at once.
+    pub max_connections: usize,
+    /// Memory a worker may spend on terminated connections (TCP buffers and TLS state,
+    /// as [`TerminateConfig::connection_bytes`] estimates them).
+    pub memory_bytes: usize,
+    /// Receive and send buffer of the client's TCP connection, each.
+    pub client_buffer: usize,
+    /// Receive and send buffer of the backend's TCP connection, each.
+    pub backend_buffer: usize,
+    /// Time from the SYN to the end of the TLS handshake (and, for HTTPS, the first
+    /// request head).
+    pub handshake_ms: u64,
+    /// A connection with no packet either way for this long is closed.
+    pub idle_ms: u64,
+    /// Time a backend has to accept the connection before the next one is tried.
+    pub connect_ms: u64,
+    /// Backends tried for one connection.
+    pub backend_tries: u8,
+    /// TCP keep-alive towards the client and the backend (0: off).
+    pub keep_alive_ms: u64,
+    /// The largest HTTP request head read before routing (HTTPS listeners).
+    pub head_bytes: usize,
+    /// Connections per shard (one smoltcp interface and socket set).
+    pub shard_connections: usize,
+    /// IP MTU of the packets sluice writes.
+    pub mtu: usize,
+    /// Seeds the TCP initial sequence numbers (mixed with the clock).
+    pub seed: u64,
+}
+
+/// Memory rustls keeps for an established connection, as the cap counts it (measured
+/// with `bench_tls_memory`: the figure is in `perf/NOTES.md`).
+pub const TLS_STATE_BYTES: usize = 12 * 1024;
+
+impl Default for TerminateConfig {
+    fn default() -> Self {
+        TerminateConfig {
+            max_connections: 16 * 1024,
+            memory_bytes: 512 << 20,
+            client_buffer: 8 * 1024,
+            backend_buffer: 8 * 1024,
+            handshake_ms: 10_000,
+            idle_ms: 300_000,
+            connect_ms: 3_000,
+            backend_tries: 3,
+            keep_alive_ms: 60_000,
+            head_bytes: 16 * 1024,
+            shard_connections: 16,
+            mtu: 1500,
+            seed: 0x7e4d_5eed,
+        }
+    }
+}
+
+impl TerminateConfig {
+    /// Memory one connection is counted for: four TCP buffers and the TLS state.
+    pub fn connection_bytes(&self) -> usize {
+        2 * self.client_buffer + 2 * self.backend_buffer + TLS_STATE_BYTES
+    }
+
+    /// Connections a worker holds at once: the connection cap or what the memory cap
+    /// pays for, whichever is lower.
+    pub fn capacity(&self) -> usize {
+        self.max_connections
+            .min(self.memory_bytes / self.connection_bytes().max(1))
+    }
+}
+
+/// Where a terminated connection is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// TCP and TLS handshakes.
+    Handshake,
+    /// Handshake done; reading the first request head (HTTPS).
+    Routing,
+    /// Connecting the backend.
+    Connecting,
+    /// Both connections open: bytes flow.
+    Open,
+    /// Closing: waiting for both sockets to finish.
+    Closing,
+}
+
+/// A terminated connection.
+struct Conn {
+    flow: FlowId,
+    /// The client's tuple as it sent it.
+    client: Tuple,
+    front: SocketHandle,
+    back: Option<SocketHandle>,
+    tls: ServerConnection,
+    phase: Phase,
+    backend: Option<SocketAddr>,
+    tries: u8,
+    /// Handshake or connect deadline.
+    deadline_ms: u64,
+    last_ms: u64,
+    /// The HTTPS request head read for routing, sent to the backend first.
+    head: Vec<u8>,
+    head_sent: usize,
+    /// The client will send no more (close_notify or FIN).
+    client_done: bool,
+    /// FIN sent to the backend.
+    back_closed: bool,
+    /// The backend will send no more (FIN).
+    backend_done: bool,
+    /// close_notify queued and FIN asked of the client socket.
+    front_closed: bool,
+}
+
+/// One smoltcp interface and its sockets.
+struct Shard {
+    iface: Interface,
+    sockets: SocketSet<'static>,
+    /// When smoltcp wants to be polled next (ms; `u64::MAX`: not until a packet).
+    next_ms: u64,
+    live: u32,
+}
+
+/// A worker's terminated connections.
+pub struct Terminator {
+    cfg: TerminateConfig,
+    capacity: usize,
+    conns: Vec<Option<Box<Conn>>>,
+    free: Vec<u32>,
+    shards: Vec<Option<Shard>>,
+    /// Packets smoltcp wrote in the current poll.
+    out: Vec<Pkt>,
+    lost: u64,
+    lost_counted: u64,
+    next_scan_ms: u64,
+}
+
+impl std::fmt::Debug for Terminator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Terminator")
+            .field("capacity", &self.capacity)
+            .field("open", &self.open())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How often connection deadlines are checked.
+const SCAN_MS: u64 = 50;
+/// An address of every shard interface, never a peer's: AnyIP accepts a destination only
+/// if a route to it points at one of the interface's own addresses.
+const SELF_V4: [u8; 4] = [169, 254, 0, 1];
+const SELF_V6: [u16; 8] = [0xfe80, 0, 0, 0, 0, 0, 0, 1];
+
+impl Terminator {
+    /// The state for `cfg`: the connection slots (not their buffers) allocated here.
+    pub fn new(cfg: TerminateConfig) -> Terminator {
+        let capacity = cfg.capacity();
+        let shard = cfg.shard_connections.max(1);
+        let shards = capacity.div_ceil(shard);
+        Terminator {
+            conns: (0..capacity).map(|_| None).collect(),
+            free: (0..capacity as u32).rev().collect(),
+            shards: (0..shards).map(|_| None).collect(),
+            out: Vec::with_capacity(crate::pipeline::stage::EXTRA_TX),
+            lost: 0,
+            lost_counted: 0,
+            next_scan_ms: 0,
+            capacity,
+            cfg,
+        }
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.capacity - self.free.len()
+    }
+
+    /// The connection cap in force.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn shard_of(&self, idx: u32) -> usize {
+        idx as usize / self.cfg.shard_connections.max(1)
+    }
+
+    /// The flow of connection `idx` expired in the flow table (`orig`: its client tuple):
+    /// the connection goes without a word (its peers have been silent for the flow's
+    /// whole timeout).
+    pub fn flow_expired(&mut self, idx: u32, orig: Tuple) {
+        let mine = self
+            .conns
+            .get(idx as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|c| c.client == orig);
+        if mine {
+            self.release(idx);
+        }
+    }
+
+    /// Frees connection `idx`'s sockets and slot (its flow is the caller's).
+    fn release(&mut self, idx: u32) {
+        let si = self.shard_of(idx);
+        let Some(c) = self.conns.get_mut(idx as usize).and_then(Option::take) else {
+            return;
+        };
+        if let Some(Some(shard)) = self.shards.get_mut(si) {
+            shard.sockets.remove(c.front);
+            if let Some(b) = c.back {
+                shard.sockets.remove(b);
+            }
+            shard.live = shard.live.saturating_sub(1);
+        }
+        self.free.push(idx);
+    }
+}
+
+/// The parts of a worker's L4 state the engine shares with the balancer, for one call.
+pub struct Shared<'a> {
+    /// Routes the packets sluice writes.
+    pub fwd: &'a mut Forwarder,
+    /// The worker's flow table.
+    pub flows: &'a mut FlowTable,
+    /// The worker's SNAT ports.
+    pub snat: &'a mut SnatPorts,
+    /// sluice's MAC per port.
+    pub macs: &'a [[u8; 6]],
+}
+
+/// The engine at work for one packet or one timer round.
+pub struct Engine<'a> {
+    t: &'a mut Terminator,
+    fwd: &'a mut Forwarder,
+    flows: &'a mut FlowTable,
+    snat: &'a mut SnatPorts,
+    macs: &'a [[u8; 6]],
+}
+
+impl<'a> Engine<'a> {
+    /// The engine over `t` and the shared parts.
+    pub fn new(t: &'a mut Terminator, shared: Shared<'a>) -> Engine<'a> {
+        Engine {
+            t,
+            fwd: shared.fwd,
+            flows: shared.flows,
+            snat: shared.snat,
+            macs: shared.macs,
+        }
+    }
+}
+
+fn now(ms: u64) -> Instant {
+    Instant::from_millis(ms as i64)
+}
+
+fn endpoint(a: SocketAddr) -> IpEndpoint {
+    IpEndpoint::new(IpAddress::from(a.ip()), a.port())
+}
+
+/// The IP packet of a parsed frame (after the Ethernet header, through the TCP payload).
+fn ip_bytes<'p>(pkt: &'p Pkt, meta: &Meta) -> &'p [u8] {
+    let d = pkt.data();
+    let hl = d.get(meta.l4 + 12).map_or(0, |b| usize::from(b >> 4) * 4);
+    let end = (meta.l4 + hl + meta.payload as usize).min(d.len());
+    d.get(L2..end).unwrap_or(&[])
+}
+
+/// `io::Write` into a TCP socket's send buffer (`WouldBlock` when full).
+struct SendTo<'a, 'b>(&'a mut tcp::Socket<'b>);
+
+impl Write for SendTo<'_, '_> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self.0.send_slice(b) {
+            Ok(0) => Err(io::ErrorKind::WouldBlock.into()),
+            Ok(n) => Ok(n),
+            Err(_) => Err(io::ErrorKind::BrokenPipe.into()),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Engine<'_> {
+    /// A SYN to a terminating listener (`meta` parsed; the listener's TLS settings
+    /// looked up from `snap`): a connection slot, a flow, a listening socket that
+    /// answers it. Refused with RST when the worker is at its cap.
+    #[allow(clippy::too_many_arguments)]
+    pub fn syn(
+        &mut self,
+        in_port: usize,
+        pkt: &mut Pkt,
+        meta: &Meta,
+        snap: &Snapshot,
+        ours: bool,
+        generation: u32,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        let vip = SocketAddr::new(meta.dst(), meta.dport());
+        let Some(tls) = route::listener(snap, vip, ours).and_then(|l| l.tls.clone()) else {
+            return Verdict::Drop(DropReason::NoRouteMatch);
+        };
+        let Some(&port_mac) = self.macs.get(in_port) else {
+            return Verdict::Drop(DropReason::BadPort);
+        };
+        let src_mac: [u8; 6] = pkt.data()[6..12].try_into().unwrap_or([0; 6]);
+        if src_mac[0] & 1 != 0 || meta.src().is_multicast() || meta.src().is_unspecified() {
+            return Verdict::Drop(DropReason::NoFlow);
+        }
+        let Some(idx) = self.t.free.pop() else {
+            ctx.counters.event(Event::TerminateRefused);
+            ctx.counters.drop(DropReason::TerminateFull);
+            return tcp_reset(pkt, meta, src_mac, port_mac, in_port);
+        };
+        let now_s = (ctx.now_ms / 1000) as u32;
+        let t = meta.tuple();
+        let flow = match admit(
+            self.flows,
+            self.snat,
+            t,
+            t.reversed(),
+            TcpState::Established,
+            generation,
+            now_s,
+        ) {
+            Ok(id) => id,
+            Err(e) => {
+                self.t.free.push(idx);
+                return Verdict::Drop(match e {
+                    crate::flow::InsertError::Full => DropReason::FlowTableFull,
+                    crate::flow::InsertError::Exists => DropReason::NoFlow,
+                });
+            }
+        };
+        let tls = match ServerConnection::new(tls.config.clone()) {
+            Ok(c) => c,
+            Err(_) => {
+                self.flows.remove(flow);
+                self.t.free.push(idx);
+                return Verdict::Drop(DropReason::TerminateFull);
+            }
+        };
+        self.flows.get_mut(flow).splice = Splice {
+            phase: Splice::TERMINATED,
+            scales: 0,
+            value: idx,
+        };
+        let front = {
+            let cfg = &self.t.cfg;
+            let mut s = new_socket(cfg.client_buffer, cfg.keep_alive_ms);
+            let ep = IpListenEndpoint {
+                addr: Some(IpAddress::from(vip.ip())),
+                port: vip.port(),
+            };
+            if s.listen(ep).is_err() {
+                self.flows.remove(flow);
+                self.t.free.push(idx);
+                return Verdict::Drop(DropReason::NoFlow);
+            }
+            let si = self.t.shard_of(idx);
+            let shard = self.shard(si, ctx.now_ms);
+            shard.live += 1;
+            shard.sockets.add(s)
+        };
+        self.t.conns[idx as usize] = Some(Box::new(Conn {
+            flow,
+            client: t,
+            front,
+            back: None,
+            tls,
+            phase: Phase::Handshake,
+            backend: None,
+            tries: 0,
+            deadline_ms: ctx.now_ms + self.t.cfg.handshake_ms,
+            last_ms: ctx.now_ms,
+            head: Vec::new(),
+            head_sent: 0,
+            client_done: false,
+            back_closed: false,
+            backend_done: false,
+            front_closed: false,
+        }));
+        ctx.counters.event(Event::TerminateAccepted);
+        self.ingest(idx, ip_bytes(pkt, meta), snap, ctx);
+        // A SYN smoltcp did not take (a bad checksum): nothing stays.
+        let listening = self
+            .conn_socket(idx, |c| Some(c.front))
+            .is_some_and(|s| s.state() == tcp::State::Listen);
+        if listening {
+            self.finish(idx, ctx, false);
+            return Verdict::Drop(DropReason::TcpChecksum);
+        }
+        Verdict::Drop(DropReason::TerminateConsumed)
+    }
+
+    /// A packet of a terminated connection's flow (either direction).
+    #[allow(clippy::too_many_arguments)]
+    pub fn packet(
+        &mut self,
+        pkt: &Pkt,
+        meta: &Meta,
+        (id, _dir): (FlowId, Dir),
+        idx: u32,
+        snap: &Snapshot,
+        generation: u32,
+        ctx: &mut Ctx<'_>,
+    ) -> Verdict {
+        let Some(c) = self.t.conns.get(idx as usize).and_then(Option::as_ref) else {
+            return Verdict::Drop(DropReason::NoFlow);
+        };
+        if c.flow != id {
+            return Verdict::Drop(DropReason::NoFlow);
+        }
+        let now_s = (ctx.now_ms / 1000) as u32;
+        if self.flows.entry(id).generation != generation {
+            ctx.counters.event(Event::PolicyRechecked);
+            if let Some(b) = c.backend {
+                let src = c.client.source().ip();
+                if !snap
+                    .policy
+                    .verdict(src, b.ip(), ip_proto::TCP, b.port())
+                    .is_allow()
+                {
+                    // Revoked: both connections reset.
+                    ctx.counters.event(Event::FlowRevoked);
+                    self.abort(idx, ctx);
+                    return Verdict::Drop(DropReason::PolicyRevoked);
+                }
+            }
+            self.flows.get_mut(id).generation = generation;
+        }
+        self.flows.touch(id, now_s);
+        self.ingest(idx, ip_bytes(pkt, meta), snap, ctx);
+        Verdict::Drop(DropReason::TerminateConsumed)
+    }
+
+    /// The quiescent point's work: shards whose timers are due are polled, deadlines
+    /// checked.
+    pub fn timers(&mut self, snap: &Snapshot, ctx: &mut Ctx<'_>) {
+        let now_ms = ctx.now_ms;
+        for si in 0..self.t.shards.len() {
+            let due = matches!(&self.t.shards[si], Some(s) if s.live > 0 && s.next_ms <= now_ms);
+            if due {
+                self.poll_shard(si, snap, ctx);
+            }
+        }
+        if now_ms >= self.t.next_scan_ms {
+            self.t.next_scan_ms = now_ms + SCAN_MS;
+            for idx in 0..self.t.conns.len() as u32 {
+                let Some(c) = self.t.conns[idx as usize].as_ref() else {
+                    continue;
+                };
+                let waiting = matches!(c.phase, Phase::Handshake | Phase::Routing);
+                if waiting && now_ms >= c.deadline_ms {
+                    ctx.counters.event(Event::TerminateHandshakeTimeout);
+                    self.abort(idx, ctx);
+                } else if c.phase == Phase::Connecting && now_ms >= c.deadline_ms {
+                    self.backend_failed(idx, snap, ctx);
+                    self.flush_shard(self.t.shard_of(idx), ctx);
+                } else if now_ms.saturating_sub(c.last_ms) >= self.t.cfg.idle_ms
+                    && c.phase != Phase::Closing
+                {
+                    ctx.counters.event(Event::TerminateIdleClosed);
+                    self.close_both(idx);
+                    self.flush_shard(self.t.shard_of(idx), ctx);
+                }
+            }
+        }
+        let lost = self.t.lost - self.t.lost_counted;
+        if lost > 0 {
+            ctx.counters.drop_n(DropReason::NoRoom, lost);
+            self.t.lost_counted = self.t.lost;
+        }
+    }
+
+    fn shard(&mut self, si: usize, now_ms: u64) -> &mut Shard {
+        let cfg = &self.t.cfg;
+        let slot = &mut self.t.shards[si];
+        slot.get_or_insert_with(|| {
+            let mut cfg_i = Config::new(HardwareAddress::Ip);
+            cfg_i.random_seed = cfg.seed ^ (si as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ now_ms;
+            let mut out = Vec::new();
+            let mut lost = 0;
+            let mut wire = Wire {
+                rx: None,
+                io: None,
+                out: &mut out,
+                room: 0,
+                lost: &mut lost,
+                mtu: cfg.mtu,
+            };
+            let mut iface = Interface::new(cfg_i, &mut wire, now(now_ms));
+            iface.set_any_ip(true);
+            let v4 = smoltcp::wire::Ipv4Address::from(SELF_V4);
+            let [a, b, c, d, e, f, g, h] = SELF_V6;
+            let v6 = smoltcp::wire::Ipv6Address::new(a, b, c, d, e, f, g, h);
+            iface.update_ip_addrs(|addrs| {
+                let _ = addrs.push(IpCidr::new(IpAddress::Ipv4(v4), 32));
+                let _ = addrs.push(IpCidr::new(IpAddress::Ipv6(v6), 128));
+            });
+            let _ = iface.routes_mut().add_default_ipv4_route(v4);
+            let _ = iface.routes_mut().add_default_ipv6_route(v6);
+            Shard {
+                iface,
+                sockets: SocketSet::new(Vec::new()),
+                next_ms: u64::MAX,
+                live: 0,
+            }
+        })
+    }
+
+    fn conn_socket(
+        &mut self,
+        idx: u32,
+        which: impl FnOnce(&Conn) -> Option<SocketHandle>,
+    ) -> Option<&mut tcp::Socket<'static>> {
+        let si = self.t.shard_of(idx);
+        let c = self.t.conns.get(idx as usize)?.as_ref()?;
+        let h = which(c)?;
+        let shard = self.t.shards.get_mut(si)?.as_mut()?;
+        Some(shard.sockets.get_mut::<tcp::Socket>(h))
+    }
+
+    /// Delivers one IP packet to connection `idx`'s shard, moves its bytes, sends what
+    /// smoltcp writes.
+    fn ingest(&mut self, idx: u32, bytes: &[u8], snap: &Snapshot, ctx: &mut Ctx<'_>) {
+        let si = self.t.shard_of(idx);
+        if let Some(c) = self.t.conns[idx as usize].as_mut() {
+            c.last_ms = ctx.now_ms;
+        }
+        {
+            let Some(shard) = self.t.shards[si].as_mut() else {
+                return;
+            };
+            let room = ctx.io.as_ref().map_or(0, |io| io.room());
+            let mut wire = Wire {
+                rx: Some(bytes),
+                io: ctx.io.as_deref(),
+                out: &mut self.t.out,
+                room,
+                lost: &mut self.t.lost,
+                mtu: self.t.cfg.mtu,
+            };
+            shard
+                .iface
+                .poll_ingress_single(now(ctx.now_ms), &mut wire, &mut shard.sockets);
+        }
+        self.pump(idx, snap, ctx);
+        self.flush_shard(si, ctx);
+    }
+
+    /// Polls shard `si` for its timers and moves every one of its connections' bytes.
+    fn poll_shard(&mut self, si: usize, snap: &Snapshot, ctx: &mut Ctx<'_>) {
+        let per = self.t.cfg.shard_connections.max(1);
+        let first = (si * per) as u32;
+        let last = ((si + 1) * per).min(self.t.conns.len()) as u32;
+        self.flush_shard(si, ctx);
+        for idx in first..last {
+            if self.t.conns[idx as usize].is_some() {
+                self.pump(idx, snap, ctx);
+            }
+        }
+        self.flush_shard(si, ctx);
+    }
+
+    /// smoltcp's egress for shard `si`, then the packets routed out.
+    fn flush_shard(&mut self, si: usize, ctx: &mut Ctx<'_>) {
+        {
+            let Some(shard) = self.t.shards[si].as_mut() else {
+                return;
+            };
+            let room = ctx.io.as_ref().map_or(0, |io| io.room());
+            let mut wire = Wire {
+                rx: None,
+                io: ctx.io.as_deref(),
+                out: &mut self.t.out,
+                room,
+                lost: &mut self.t.lost,
+                mtu: self.t.cfg.mtu,
+            };
+            let at = now(ctx.now_ms);
+            shard.iface.poll_egress(at, &mut wire, &mut shard.sockets);
+            shard.next_ms = match shard.iface.poll_at(at, &shard.sockets) {
+                Some(t) => t.total_millis().max(0) as u64,
+                None => u64::MAX,
+            };
+            // Out of buffers or tx room: try again at the next quiescent point.
+            if self.t.out.len() >= room {
+                shard.next_ms = ctx.now_ms;
+            }
+        }
+        self.route_out(si, ctx);
+    }
+
+    /// Routes the packets smoltcp wrote (as if received on the first port: the forwarder
+    /// picks the way out by destination).
+    fn route_out(&mut self, _si: usize, ctx: &mut Ctx<'_>) {
+        let mut out = std::mem::take(&mut self.t.out);
+        for mut p in out.drain(..) {
+            let Some(&mac) = self.macs.first() else {
+                ctx.counters.drop(DropReason::BadPort);
+                continue;
+            };
+            let v6 = p.data().get(L2).is_some_and(|b| b >> 4 == 6);
+            {
+                let d = p.data_mut();
+                d[0..6].copy_from_slice(&mac);
+                d[6..12].copy_from_slice(&mac);
+                d[12..14].copy_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
+            }
+            let v = self.fwd.process(0, &mut p, ctx);
+            dispatch(v, p, ctx);
+        }
+        self.t.out = out;
+    }
+
+    /// Moves connection `idx`'s bytes as far as its buffers allow and advances its
+    /// phase.
+    fn pump(&mut self, idx: u32, snap: &Snapshot, ctx: &mut Ctx<'_>) {
+        let si = self.t.shard_of(idx);
+        let (Some(Some(c)), Some(Some(shard))) = (
+            self.t.conns.get_mut(idx as usize),
+            self.t.shards.get_mut(si),
+        ) else {
+            return;
+        };
+        // Ciphertext in, while rustls has room (no undelivered plaintext).
+        let front = shard.sockets.get_mut::<tcp::Socket>(c.front);
+        let mut tls_failed = false;
+        while c.tls.wants_read() && front.can_recv() {
+            let tls = &mut c.tls;
+            let read = front.recv(|buf| match tls.read_tls(&mut &buf[..]) {
+                Ok(n) => (n, n),
+                Err(_) => (0, 0),
+            });
+            if !matches!(read, Ok(n) if n > 0) {
+                break;
+            }
+            match c.tls.process_new_packets() {
+                Ok(st) => {
+                    if st.peer_has_closed() {
+                        c.client_done = true;
+                    }
+                }
+                Err(_) => {
+                    tls_failed = true;
+                    break;
+                }
+            }
+        }
+        // Handshake messages (and alerts) out.
+        flush_tls(&mut c.tls, front);
+        // A FIN without close_notify also ends the client's side.
+        if fin_received(front.state()) && !front.can_recv() {
+            c.client_done = true;
+        }
+        let front_state = front.state();
+        if tls_failed {
+            ctx.counters.event(Event::TerminateTlsFailed);
+            // rustls queued the alert: send it, then FIN; the backend side goes.
+            flush_tls(&mut c.tls, front);
+            front.close();
+            c.front_closed = true;
+            c.phase = Phase::Closing;
+            if let Some(b) = c.back {
+                shard.sockets.get_mut::<tcp::Socket>(b).abort();
+            }
+            self.reap_if_done(idx, ctx);
+            return;
+        }
+        if front_state == tcp::State::Closed && c.phase != Phase::Handshake {
+            // Reset by the client (or gone): the backend is reset.
+            if !c.front_closed {
+                ctx.counters.event(Event::TerminateReset);
+                if let Some(b) = c.back {
+                    shard.sockets.get_mut::<tcp::Socket>(b).abort();
+                }
+                c.phase = Phase::Closing;
+            }
+        }
+        if c.phase == Phase::Handshake && !c.tls.is_handshaking() {
+            ctx.counters.event(Event::TerminateHandshake);
+            if c.tls.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+                ctx.counters.event(Event::TerminateResumed);
+            }
+            c.phase = Phase::Routing;
+        }
+        if c.phase == Phase::Handshake && front_state == tcp::State::Closed {
+            c.phase = Phase::Closing;
+        }
+        if c.phase == Phase::Routing {
+            self.route(idx, snap, ctx);
+        }
+        self.connecting(idx, snap, ctx);
+        self.stream(idx, ctx);
+        self.reap_if_done(idx, ctx);
+    }
+
+    /// Routing: the name (SNI, or the first request head's Host and path) picks a route
+    /// and a backend; the backend socket connects.
+    fn route(&mut self, idx: u32, snap: &Snapshot, ctx: &mut Ctx<'_>) {
+        let si = self.t.shard_of(idx);
+        let head_max = self.t.cfg.head_bytes;
+        let (Some(Some(c)), Some(Some(_))) =
+            (self.t.conns.get(idx as usize), self.t.shards.get(si))
+        else {
+            return;
+        };
+        let vip = c.client.destination();
+        let ours = self.fwd.config().is_ours(vip.ip(), &snap.addresses);
+        let http = route::listener(snap, vip, ours)
+            .and_then(|l| l.tls.as_ref())
+            .is_some_and(|t| t.http);
+        // HTTPS: read the request head into the connection's buffer.
+        let mut end = false;
+        if http {
+            let Some(Some(c)) = self.t.conns.get_mut(idx as usize) else {
+                return;
+            };
+            if c.head.capacity() == 0 {
+                c.head.reserve_exact(head_max.min(4096));
+            }
+            let mut chunk = [0u8; 2048];
+            loop {
+                let room = head_max.saturating_sub(c.head.len()).min(chunk.len());
+                if room == 0 {
+                    end = true;
+                    break;
+                }
+                match c.tls.reader().read(&mut chunk[..room]) {
+                    Ok(0) => {
+                        end = true;
+                        break;
+                    }
+                    Ok(n) => c.head.extend_from_slice(&chunk[..n]),
+                    Err(_) => break,
+                }
+                if route::head_complete(&c.head) {
+                    break;
+                }
+            }
+            if c.client_done {
+                end = true;
+            }
+        }
+        let Some(Some(c)) = self.t.conns.get_mut(idx as usize) else {
+            return;
+        };
+        let sni = c.tls.server_name().map(str::to_owned);
+        let mut answer = [0u8; route::ANSWER_MAX];
+        let decision = route::decide(
+            snap,
+            c.client,
+            ours,
+            sni.as_deref(),
+            http.then_some(&c.head[..]),
+            end,
+            c.tries,
+            c.backend,
+            &mut answer,
+            ctx.counters,
+        );
+        match decision {
+            Decision::NeedMore => {}
+            Decision::NoRoute => {
+                ctx.counters.event(Event::TerminateNoRoute);
+                self.abort(idx, ctx);
+            }
+            Decision::Answer(n) => {
+                // sluice's own answer (a redirect) inside TLS, then close.
+                let _ = c.tls.writer().write_all(&answer[..n]);
+                ctx.counters.event(Event::HttpRedirectSent);
+                self.close_both(idx);
+            }
+            Decision::Connect(None) => {
+                ctx.counters.event(Event::TerminateBackendFailed);
+                ctx.counters.drop(DropReason::BackendRejected);
+                self.abort(idx, ctx);
+            }
+            Decision::Connect(Some(b)) => self.connect(idx, b, snap, ctx),
+        }
+    }
+
+    /// Opens the backend connection of `idx` to `backend`: policy, SNAT tuple, socket.
+    fn connect(&mut self, idx: u32, backend: SocketAddr, snap: &Snapshot, ctx: &mut Ctx<'_>) {
+        let now_s = (ctx.now_ms / 1000) as u32;
+        let Some(Some(c)) = self.t.conns.get(idx as usize) else {
+            return;
+        };
+        let client = c.client.source();
+        let flow = c.flow;
+        if backend.is_ipv4() != client.is_ipv4() {
+            ctx.counters.event(Event::TerminateBackendFailed);
+            ctx.counters.drop(DropReason::BackendRejected);
+            return self.abort(idx, ctx);
+        }
+        if !snap
+            .policy
+            .verdict(client.ip(), backend.ip(), ip_proto::TCP, backend.port())
+            .is_allow()
+        {
+            ctx.counters.drop(DropReason::PolicyDenied);
+            return self.abort(idx, ctx);
+        }
+        let Some(nh) = self.fwd.config().fib.lookup(backend.ip()) else {
+            ctx.counters.drop(DropReason::NoRoute);
+            return self.abort(idx, ctx);
+        };
+        let Some(snat_ip) = self.fwd.config().addr_on(nh.port, backend.ip()) else {
+            ctx.counters.drop(DropReason::NoSnatAddress);
+            return self.abort(idx, ctx);
+        };
+        if let Err(r) = rekey_snat(self.flows, self.snat, flow, backend, snat_ip, now_s) {
+            ctx.counters.drop(r);
+            return self.abort(idx, ctx);
+        }
+        // Tracked as established: the engine, not the flow's TCP state, ends it.
+        self.flows.get_mut(flow).state = TcpState::Established;
+        self.flows.touch(flow, now_s);
+        let local = self.flows.get(flow).reply().destination();
+        let si = self.t.shard_of(idx);
+        let (buf, ka, connect_ms) = (
+            self.t.cfg.backend_buffer,
+            self.t.cfg.keep_alive_ms,
+            self.t.cfg.connect_ms,
+        );
+        let (Some(Some(c)), Some(Some(shard))) = (
+            self.t.conns.get_mut(idx as usize),
+            self.t.shards.get_mut(si),
+        ) else {
+            return;
+        };
+        let mut s = new_socket(buf, ka);
+        if s.connect(shard.iface.context(), endpoint(backend), endpoint(local))
+            .is_err()
+        {
+            ctx.counters.drop(DropReason::NoFlow);
+            return self.abort(idx, ctx);
+        }
+        if let Some(old) = c.back.take() {
+            shard.sockets.remove(old);
+        }
+        c.back = Some(shard.sockets.add(s));
+        c.backend = Some(backend);
+        c.tries += 1;
+        c.phase = Phase::Connecting;
+        c.deadline_ms = ctx.now_ms + connect_ms;
+    }
+
+    /// Connecting: established -> open; reset or refused -> the next backend.
+    fn connecting(&mut self, idx: u32, snap: &Snapshot, ctx: &mut Ctx<'_>) {
+        let Some(s) = self.conn_socket(idx, |c| {
+            (c.phase == Phase::Connecting).then_some(c.back).flatten()
+        }) else {
+            return;
+        };
+        match s.state() {
+            tcp::State::Established | tcp::State::CloseWait => {
+                ctx.counters.event(Event::TerminateBackendConnected);
+                if let Some(Some(c)) = self.t.conns.get_mut(idx as usize) {
+                    c.phase = Phase::Open;
+                }
+            }
+            tcp::State::Closed => self.backend_failed(idx, snap, ctx),
+            _ => {}
+        }
+    }
+
+    /// The backend of `idx` refused or stayed silent: the next pick, or the client reset.
+    fn backend_failed(&mut self, idx: u32, snap: &Snapshot, ctx: &mut Ctx<'_>) {
+        let tries = self.t.cfg.backend_tries;
+        let Some(Some(c)) = self.t.conns.get_mut(idx as usize) else {
+            return;
+        };
+        if c.tries >= tries {
+            ctx.counters.event(Event::TerminateBackendFailed);
+            return self.abort(idx, ctx);
+        }
+        ctx.counters.event(Event::BackendFailover);
+        c.phase = Phase::Routing;
+        self.route(idx, snap, ctx);
+    }
+
+    /// Open: plaintext to the backend, backend bytes encrypted to the client, closes
+    /// passed on.
+    fn stream(&mut self, idx: u32, ctx: &mut Ctx<'_>) {
+        let si = self.t.shard_of(idx);
+        let (Some(Some(c)), Some(Some(shard))) = (
+            self.t.conns.get_mut(idx as usize),
+            self.t.shards.get_mut(si),
+        ) else {
+            return;
+        };
+        if !matches!(c.phase, Phase::Open | Phase::Closing) {
+            return;
+        }
+        let Some(bh) = c.back else {
+            return;
+        };
+        // Client -> backend: the held head first, then rustls's plaintext.
+        {
+            let back = shard.sockets.get_mut::<tcp::Socket>(bh);
+            while c.head_sent < c.head.len() && back.can_send() {
+                match back.send_slice(&c.head[c.head_sent..]) {
+                    Ok(n) if n > 0 => c.head_sent += n,
+                    _ => break,
+                }
+            }
+            if c.head_sent >= c.head.len() && !c.head.is_empty() {
+                c.head = Vec::new();
+                c.head_sent = 0;
+            }
+            if c.head.is_empty() {
+                while back.can_send() {
+                    let tls = &mut c.tls;
+                    let r = back.send(|buf| match tls.reader().read(buf) {
+                        Ok(n) => (n, Some(n)),
+                        Err(_) => (0, None),
+                    });
+                    match r {
+                        Ok(Some(n)) if n > 0 => {}
+                        _ => break,
+                    }
+                }
+            }
+        }
+        // Backend -> client: encrypt what the client's send buffer has room for.
+        {
+            let Some((front, back)) = two_sockets(&mut shard.sockets, c.front, bh) else {
+                return;
+            };
+            flush_tls(&mut c.tls, front);
+            while back.can_recv() && !c.tls.wants_write() {
+                let room = front.send_capacity().saturating_sub(front.send_queue());
+                if room <= 64 {
+                    break;
+                }
+                let tls = &mut c.tls;
+                let took = back.recv(|buf| {
+                    let n = buf.len().min(room - 64);
+                    let w = tls.writer().write(&buf[..n]).unwrap_or(0);
+                    (w, w)
+                });
+                flush_tls(&mut c.tls, front);
+                if !matches!(took, Ok(n) if n > 0) {
+                    break;
+                }
+            }
+            // The backend's FIN, once its bytes are all encrypted: close_notify and FIN.
+            if fin_received(back.state()) && !back.can_recv() {
+                c.backend_done = true;
+            }
+            let reset = back.state() == tcp::State::Closed && !c.backend_done && !c.back_closed;
+            if reset {
+                ctx.counters.event(Event::TerminateReset);
+                front.abort();
+                c.front_closed = true;
+                c.phase = Phase::Closing;
+            } else if c.backend_done && !c.front_closed {
+                c.tls.send_close_notify();
+                flush_tls(&mut c.tls, front);
+                if !c.tls.wants_write() {
+                    front.close();
+                    c.front_closed = true;
+                }
+            }
+            // The client's end, once every plaintext byte reached the backend: FIN.
+            let delivered = c.head.is_empty()
+                && c.tls
+                    .process_new_packets()
+                    .is_ok_and(|st| st.plaintext_bytes_to_read() == 0);
+            if c.client_done && delivered && !c.back_closed {
+                back.close();
+                c.back_closed = true;
+            }
+            if c.front_closed && c.back_closed {
+                c.phase = Phase::Closing;
+            }
+        }
+    }
+
+    /// Releases connection `idx` once both its sockets are closed.
+    fn reap_if_done(&mut self, idx: u32, ctx: &mut Ctx<'_>) {
+        let si = self.t.shard_of(idx);
+        let (Some(Some(c)), Some(Some(shard))) =
+            (self.t.conns.get(idx as usize), self.t.shards.get(si))
+        else {
+            return;
+        };
+        // TIME_WAIT is the flow table's to keep (the flow's TCP state), not a socket's.
+        let closed = |h: SocketHandle| {
+            matches!(
+                shard.sockets.get::<tcp::Socket>(h).state(),
+                tcp::State::Closed | tcp::State::TimeWait
+            )
+        };
+        let front_closed = closed(c.front);
+        let back_closed = c.back.is_none_or(closed);
+        if front_closed && back_closed {
+            self.finish(idx, ctx, true);
+        }
+    }
+
+    /// Both sides closed gracefully (close_notify, FIN).
+    fn close_both(&mut self, idx: u32) {
+        let si = self.t.shard_of(idx);
+        let (Some(Some(c)), Some(Some(shard))) = (
+            self.t.conns.get_mut(idx as usize),
+            self.t.shards.get_mut(si),
+        ) else {
+            return;
+        };
+        c.tls.send_close_notify();
+        let front = shard.sockets.get_mut::<tcp::Socket>(c.front);
+        flush_tls(&mut c.tls, front);
+        front.close();
+        c.front_closed = true;
+        if let Some(b) = c.back {
+            shard.sockets.get_mut::<tcp::Socket>(b).close();
+        }
+        c.back_closed = true;
+        c.phase = Phase::Closing;
+    }
+
+    /// Both sides reset; the connection is released once the resets are out.
+    fn abort(&mut self, idx: u32, ctx: &mut Ctx<'_>) {
+        let si = self.t.shard_of(idx);
+        if let (Some(Some(c)), Some(Some(shard))) = (
+            self.t.conns.get_mut(idx as usize),
+            self.t.shards.get_mut(si),
+        ) {
+            shard.sockets.get_mut::<tcp::Socket>(c.front).abort();
+            if let Some(b) = c.back {
+                shard.sockets.get_mut::<tcp::Socket>(b).abort();
+            }
+            c.front_closed = true;
+            c.back_closed = true;
+            c.phase = Phase::Closing;
+        }
+        self.finish(idx, ctx, true);
+    }
+
+    /// Releases connection `idx`: its sockets, its flow (the SNAT tuple rests), its slot.
+    fn finish(&mut self, idx: u32, ctx: &mut Ctx<'_>, counted: bool) {
+        // What the sockets still have to say (a FIN's ACK, RSTs) goes out first.
+        self.flush_shard(self.t.shard_of(idx), ctx);
+        let now_s = (ctx.now_ms / 1000) as u32;
+        let Some(Some(c)) = self.t.conns.get(idx as usize) else {
+            return;
+        };
+        let (flow, client) = (c.flow, c.client);
+        let f = self.flows.entry(flow);
+        let mine = f.splice.phase == Splice::TERMINATED
+            && f.splice.value == idx
+            && self.flows.get(flow).orig() == client;
+        if mine {
+            forget(self.flows, self.snat, flow, now_s);
+        }
+        if counted {
+            ctx.counters.event(Event::TerminateClosed);
+        }
+        self.t.release(idx);
+    }
+}
+
+/// Two distinct sockets of a set, mutably.
+fn two_sockets<'s>(
+    set: &'s mut SocketSet<'static>,
+    a: SocketHandle,
+    b: SocketHandle,
+) -> Option<(&'s mut tcp::Socket<'static>, &'s mut tcp::Socket<'static>)> {
+    let mut first = None;
+    let mut second = None;
+    for item in set.iter_mut() {
+        let (h, s) = item;
+        if h == a {
+            first = tcp::Socket::downcast_mut(s);
+        } else if h == b {
+            second = tcp::Socket::downcast_mut(s);
+        }
+    }
+    first.zip(second)
+}
+
+/// Whether a socket in `state` has its peer's FIN (every byte before it received).
+fn fin_received(state: tcp::State) -> bool {
+    matches!(
+        state,
+        tcp::State::CloseWait | tcp::State::LastAck | tcp::State::Closing | tcp::State::TimeWait
+    )
+}
+
+/// Writes rustls's pending records into the client's send buffer, as far as it takes.
+fn flush_tls(tls: &mut ServerConnection, front: &mut tcp::Socket<'static>) {
+    while tls.wants_write() {
+        match tls.write_tls(&mut SendTo(front)) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+}
+
+/// A TCP socket with `buf` bytes each way, Cubic, no Nagle, keep-alive every `ka_ms`.
+fn new_socket(buf: usize, ka_ms: u64) -> tcp::Socket<'static> {
+    let mut s = tcp::Socket::new(
+        tcp::SocketBuffer::new(vec![0u8; buf]),
+        tcp::SocketBuffer::new(vec![0u8; buf]),
+    );
+    s.set_nagle_enabled(false);
+    s.set_congestion_control(tcp::CongestionControl::Cubic);
+    if ka_ms > 0 {
+        s.set_keep_alive(Some(Duration::from_millis(ka_ms)));
+    }
+    s
+}
+
+/// Sends a packet sluice wrote outside the burst, or counts its drop.
+fn dispatch(v: Verdict, p: Pkt, ctx: &mut Ctx<'_>) {
+    match v {
+        Verdict::Tx(port) => {
+            if let Some(io) = ctx.io.as_mut() {
+                if io.send(port as usize, p).is_err() {
+                    ctx.counters.drop(DropReason::TxFull);
+                }
+            }
+        }
+        Verdict::Drop(r) => ctx.counters.drop(r),
+        Verdict::Kept | Verdict::Redirect(_) => {}
+    }
+}

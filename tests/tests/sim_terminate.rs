@@ -1,0 +1,463 @@
+//! TLS termination in simulation: rustls clients over smoltcp TCP on the client host,
+//! sluice's `Balancer` terminating on the in-memory wire (its terminate engine: smoltcp
+//! shards + rustls), smoltcp echo backends. Byte-exact transfers under loss, reordering
+//! and duplication on both legs; routing by SNI; a backend nobody answers; a silent
+//! client (handshake deadline); the connection cap; a client reset passed to the backend.
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig};
+use sluice_dataplane::balancer::{Balancer, BalancerConfig};
+use sluice_dataplane::stats::{DropReason, Event};
+use sluice_dataplane::tables::listeners::{
+    proto, ListenerKind, ListenerSpec, ListenerTable, RouteEntry,
+};
+use sluice_dataplane::tables::maglev::{Entry, EntryTarget, MaglevTable};
+use sluice_dataplane::tables::snapshot::Snapshot;
+use sluice_dataplane::tables::tls::TlsListener;
+use sluice_dataplane::terminate::TerminateConfig;
+use sluice_tests::sim::{Faults, Rng, Sim};
+use sluice_tests::splice::{
+    balancer_config, ip, print_counters, sim_snapshot, snapshot, socket, EchoBackends, VIP,
+};
+use smoltcp::iface::SocketHandle;
+use smoltcp::socket::tcp;
+use std::io::{Read, Write};
+
+use std::sync::Arc;
+
+/// The certificate sluice serves (names a, b and c.example.test) and the client's trust
+/// in it.
+struct Pki {
+    server: Arc<ServerConfig>,
+    client: Arc<ClientConfig>,
+}
+
+fn pki() -> Pki {
+    let names = vec![
+        "a.example.test".to_string(),
+        "b.example.test".to_string(),
+        "c.example.test".to_string(),
+        "ghost.example.test".to_string(),
+    ];
+    let ck = rcgen::generate_simple_self_signed(names).expect("certificate");
+    let cert = CertificateDer::from(ck.cert.der().to_vec());
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der()));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut server = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], key)
+        .expect("server config");
+    server.ticketer = rustls::crypto::ring::Ticketer::new().expect("ticketer");
+    let mut roots = RootCertStore::empty();
+    roots.add(cert).expect("root");
+    let client = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Pki {
+        server: Arc::new(server),
+        client: Arc::new(client),
+    }
+}
+
+fn route(name: &str, backends: &[&str]) -> RouteEntry {
+    let entries: Vec<Entry> = backends
+        .iter()
+        .map(|b| Entry {
+            target: EntryTarget::Backend(b.parse().expect("backend")),
+            weight: 1,
+        })
+        .collect();
+    RouteEntry {
+        name: name.into(),
+        subnets: Box::new([]),
+        table: MaglevTable::build(&entries, 251).expect("maglev"),
+        table_v6: None,
+        http: Box::new([]),
+    }
+}
+
+/// The simulated appliance's tables with a terminating listener on VIP:443 (TLS, routed
+/// by SNI): `a.example.test` -> a:7000, `ghost.example.test` -> .98:7000 (nobody), every
+/// other name -> b:7000.
+fn terminating_snapshot(server: Arc<ServerConfig>) -> Snapshot {
+    let mut snap = snapshot();
+    snap.listeners = ListenerTable::build(
+        vec![ListenerSpec {
+            name: "terminate".into(),
+            addresses: vec![ip(VIP)],
+            port: 443,
+            proto: proto::TCP,
+            kind: ListenerKind::TlsTerminate,
+            bindings: vec![
+                ("a.example.test".into(), 0),
+                ("ghost.example.test".into(), 2),
+                ("*".into(), 1),
+            ],
+            https_redirect: false,
+            transparent: false,
+            tls: Some(Arc::new(TlsListener {
+                config: server,
+                http: false,
+            })),
+        }],
+        vec![
+            route("a", &["10.78.0.11:7000"]),
+            route("b", &["10.78.0.12:7000"]),
+            route("ghost", &["10.78.0.98:7000"]),
+        ],
+    )
+    .expect("listeners");
+    snap
+}
+
+fn config(seed: u64, terminate: TerminateConfig) -> BalancerConfig {
+    BalancerConfig {
+        terminate,
+        ..balancer_config(seed)
+    }
+}
+
+/// `io::Write` into a smoltcp socket.
+struct Into<'a>(&'a mut tcp::Socket<'static>);
+
+impl Write for Into<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self.0.send_slice(b) {
+            Ok(0) => Err(std::io::ErrorKind::WouldBlock.into()),
+            Ok(n) => Ok(n),
+            Err(_) => Err(std::io::ErrorKind::BrokenPipe.into()),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A TLS client on the client host: sends `data`, expects it back, then closes.
+struct Client {
+    h: SocketHandle,
+    tls: ClientConnection,
+    data: Vec<u8>,
+    sent: usize,
+    got: Vec<u8>,
+    tls_error: bool,
+    closing: bool,
+}
+
+impl Client {
+    fn new(sim: &mut Sim<Balancer>, pki: &Pki, sni: &str, port: u16, data: Vec<u8>) -> Client {
+        let mut s = socket(64 * 1024, 64 * 1024);
+        let host = &mut sim.hosts[0];
+        s.connect(host.iface.context(), (Sim::addr(ip(VIP)), 443), port)
+            .expect("connect");
+        let name = ServerName::try_from(sni.to_string()).expect("name");
+        Client {
+            h: host.sockets.add(s),
+            tls: ClientConnection::new(pki.client.clone(), name).expect("client"),
+            data,
+            sent: 0,
+            got: Vec::new(),
+            tls_error: false,
+            closing: false,
+        }
+    }
+
+    fn state(&self, sim: &Sim<Balancer>) -> tcp::State {
+        sim.hosts[0].sockets.get::<tcp::Socket>(self.h).state()
+    }
+
+    /// Moves bytes between the socket and rustls.
+    fn step(&mut self, sim: &mut Sim<Balancer>) {
+        let s = sim.hosts[0].sockets.get_mut::<tcp::Socket>(self.h);
+        while s.can_recv() && !self.tls_error {
+            let tls = &mut self.tls;
+            let n = s
+                .recv(|b| {
+                    let n = tls.read_tls(&mut &b[..]).unwrap_or(0);
+                    (n, n)
+                })
+                .unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            if self.tls.process_new_packets().is_err() {
+                self.tls_error = true;
+            }
+        }
+        let mut buf = [0u8; 16 * 1024];
+        while let Ok(n) = self.tls.reader().read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            self.got.extend_from_slice(&buf[..n]);
+        }
+        if !self.tls.is_handshaking() && self.sent < self.data.len() && !self.tls.wants_write() {
+            let end = (self.sent + 8 * 1024).min(self.data.len());
+            self.sent += self
+                .tls
+                .writer()
+                .write(&self.data[self.sent..end])
+                .unwrap_or(0);
+        }
+        if self.got.len() >= self.data.len() && !self.closing && !self.data.is_empty() {
+            self.tls.send_close_notify();
+            self.closing = true;
+        }
+        while self.tls.wants_write() {
+            match self.tls.write_tls(&mut Into(s)) {
+                Ok(n) if n > 0 => {}
+                _ => break,
+            }
+        }
+        if self.closing && !self.tls.wants_write() && s.state() == tcp::State::Established {
+            s.close();
+        }
+    }
+}
+
+/// Runs `clients` until each is closed (or `limit_ms` of simulated time pass).
+fn run(
+    sim: &mut Sim<Balancer>,
+    backends: &mut EchoBackends,
+    clients: &mut [Client],
+    limit_ms: u64,
+) {
+    let end = sim.now_ms + limit_ms;
+    while sim.now_ms < end {
+        for _ in 0..8 {
+            sim.round();
+            backends.step(&mut sim.hosts[1].sockets);
+            for c in clients.iter_mut() {
+                c.step(sim);
+            }
+        }
+        sim.now_ms += 1;
+        if clients
+            .iter()
+            .all(|c| matches!(c.state(sim), tcp::State::Closed | tcp::State::TimeWait))
+        {
+            break;
+        }
+    }
+}
+
+fn data(rng: &mut Rng, n: usize) -> Vec<u8> {
+    (0..n).map(|_| rng.next_u64() as u8).collect()
+}
+
+#[test]
+fn terminated_transfers_are_byte_exact_under_faults_on_both_legs() {
+    let pki = pki();
+    let faults = Faults {
+        drop: 0.02,
+        duplicate: 0.01,
+        reorder: 0.02,
+        corrupt: 0.0,
+    };
+    let (mut sim, _p) = sim_snapshot(
+        terminating_snapshot(pki.server.clone()),
+        faults,
+        faults,
+        config(7, TerminateConfig::default()),
+    );
+    let mut backends = EchoBackends::new()
+        .listen(&mut sim.hosts[1].sockets, 7000, 8, 64 * 1024)
+        .listen(&mut sim.hosts[1].sockets, 7000, 0, 64 * 1024);
+    let mut rng = Rng::new(11);
+    let mut clients: Vec<Client> = (0..4)
+        .map(|i| {
+            let sni = if i % 2 == 0 {
+                "a.example.test"
+            } else {
+                "c.example.test"
+            };
+            let d = data(&mut rng, 300_000);
+            Client::new(&mut sim, &pki, sni, 40_000 + i as u16, d)
+        })
+        .collect();
+    run(&mut sim, &mut backends, &mut clients, 120_000);
+    print_counters(&sim);
+    for (i, c) in clients.iter().enumerate() {
+        assert!(!c.tls_error, "client {i}: TLS error");
+        assert_eq!(c.got.len(), c.data.len(), "client {i}: bytes back");
+        assert!(c.got == c.data, "client {i}: bytes differ");
+    }
+    // SNI routing: a.example.test to a, c.example.test (the catch-all) to b.
+    assert_eq!(backends.hits("10.78.0.11"), 2);
+    assert_eq!(backends.hits("10.78.0.12"), 2);
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::TerminateHandshake), 4);
+    assert_eq!(k.events_of(Event::TerminateBackendConnected), 4);
+    // Every connection released: nothing left open on the worker.
+    sim.run_until(30_000, |s| {
+        backends.step(&mut s.hosts[1].sockets);
+        s.worker.stage().terminator().open() == 0
+    });
+    assert_eq!(sim.worker.stage().terminator().open(), 0);
+    assert_eq!(sim.worker.counters().events_of(Event::TerminateClosed), 4);
+}
+
+#[test]
+fn a_backend_nobody_answers_resets_the_client() {
+    let pki = pki();
+    let cfg = TerminateConfig {
+        connect_ms: 500,
+        backend_tries: 2,
+        ..TerminateConfig::default()
+    };
+    let (mut sim, _p) = sim_snapshot(
+        terminating_snapshot(pki.server.clone()),
+        Faults::NONE,
+        Faults::NONE,
+        config(3, cfg),
+    );
+    let mut backends = EchoBackends::new();
+    let mut c = [Client::new(
+        &mut sim,
+        &pki,
+        "ghost.example.test",
+        41_000,
+        b"hello".to_vec(),
+    )];
+    run(&mut sim, &mut backends, &mut c, 20_000);
+    print_counters(&sim);
+    assert!(
+        matches!(c[0].state(&sim), tcp::State::Closed),
+        "client reset: {:?}",
+        c[0].state(&sim)
+    );
+    assert!(c[0].got.is_empty());
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::TerminateHandshake), 1);
+    assert_eq!(k.events_of(Event::TerminateBackendFailed), 1);
+    assert_eq!(sim.worker.stage().terminator().open(), 0);
+}
+
+#[test]
+fn a_silent_client_meets_the_handshake_deadline() {
+    let pki = pki();
+    let cfg = TerminateConfig {
+        handshake_ms: 2_000,
+        ..TerminateConfig::default()
+    };
+    let (mut sim, _p) = sim_snapshot(
+        terminating_snapshot(pki.server),
+        Faults::NONE,
+        Faults::NONE,
+        config(5, cfg),
+    );
+    // A plain TCP client: connects, says nothing.
+    let host = &mut sim.hosts[0];
+    let mut s = socket(4096, 4096);
+    s.connect(host.iface.context(), (Sim::addr(ip(VIP)), 443), 42_000)
+        .expect("connect");
+    let h = host.sockets.add(s);
+    sim.run_until(1_000, |s| {
+        s.hosts[0].sockets.get::<tcp::Socket>(h).state() == tcp::State::Established
+    });
+    assert_eq!(sim.worker.stage().terminator().open(), 1);
+    let reset = sim.run_until(5_000, |s| {
+        s.hosts[0].sockets.get::<tcp::Socket>(h).state() == tcp::State::Closed
+    });
+    print_counters(&sim);
+    assert!(reset, "the silent client is reset");
+    assert!(sim.now_ms >= 2_000);
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::TerminateHandshakeTimeout), 1);
+    assert_eq!(sim.worker.stage().terminator().open(), 0);
+}
+
+#[test]
+fn a_full_worker_refuses_new_handshakes_and_keeps_the_established() {
+    let pki = pki();
+    let cfg = TerminateConfig {
+        max_connections: 2,
+        ..TerminateConfig::default()
+    };
+    let (mut sim, _p) = sim_snapshot(
+        terminating_snapshot(pki.server.clone()),
+        Faults::NONE,
+        Faults::NONE,
+        config(9, cfg),
+    );
+    let mut backends = EchoBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 4, 64 * 1024);
+    let mut rng = Rng::new(3);
+    // Two idle clients hold both slots (handshake done, nothing sent yet).
+    let mut held: Vec<Client> = (0..2)
+        .map(|i| Client::new(&mut sim, &pki, "a.example.test", 43_000 + i, Vec::new()))
+        .collect();
+    for _ in 0..200 {
+        sim.round();
+        backends.step(&mut sim.hosts[1].sockets);
+        for c in held.iter_mut() {
+            c.step(&mut sim);
+        }
+        sim.now_ms += 1;
+    }
+    assert_eq!(sim.worker.stage().terminator().open(), 2);
+    let mut third = [Client::new(
+        &mut sim,
+        &pki,
+        "a.example.test",
+        43_100,
+        b"x".to_vec(),
+    )];
+    run(&mut sim, &mut backends, &mut third, 2_000);
+    assert_eq!(third[0].state(&sim), tcp::State::Closed, "refused with RST");
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::TerminateRefused), 1);
+    assert_eq!(k.drops_of(DropReason::TerminateFull), 1);
+    // The established ones still carry data, then close.
+    for c in held.iter_mut() {
+        c.data = data(&mut rng, 100_000);
+    }
+    run(&mut sim, &mut backends, &mut held, 60_000);
+    print_counters(&sim);
+    for c in &held {
+        assert!(c.got == c.data, "the established connections finish");
+    }
+}
+
+#[test]
+fn a_client_reset_resets_the_backend() {
+    let pki = pki();
+    let (mut sim, _p) = sim_snapshot(
+        terminating_snapshot(pki.server.clone()),
+        Faults::NONE,
+        Faults::NONE,
+        config(13, TerminateConfig::default()),
+    );
+    let mut backends = EchoBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 1, 64 * 1024);
+    let mut rng = Rng::new(5);
+    let mut c = [Client::new(
+        &mut sim,
+        &pki,
+        "a.example.test",
+        44_000,
+        data(&mut rng, 1_000_000),
+    )];
+    // Until the backend has the connection and bytes flow.
+    for _ in 0..2_000 {
+        sim.round();
+        backends.step(&mut sim.hosts[1].sockets);
+        c[0].step(&mut sim);
+        sim.now_ms += 1;
+        if c[0].got.len() > 10_000 {
+            break;
+        }
+    }
+    assert_eq!(backends.established(&sim.hosts[1].sockets), 1);
+    sim.hosts[0].sockets.get_mut::<tcp::Socket>(c[0].h).abort();
+    let gone = sim.run_until(2_000, |s| {
+        backends.step(&mut s.hosts[1].sockets);
+        backends.established(&s.hosts[1].sockets) == 0
+    });
+    print_counters(&sim);
+    assert!(gone, "the backend's connection is reset");
+    assert!(sim.worker.counters().events_of(Event::TerminateReset) >= 1);
+    assert_eq!(sim.worker.stage().terminator().open(), 0);
+}
