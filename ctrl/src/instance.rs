@@ -158,6 +158,7 @@ impl CounterSample {
                 "core": core,
                 "ports": c.ports.iter().map(moved).collect::<Vec<_>>(),
                 "flows": c.flows,
+                "terminated": c.terminated,
                 "events": events(c),
                 "drops": drops(c),
                 "empty_polls": c.empty_polls,
@@ -167,6 +168,7 @@ impl CounterSample {
             })).collect::<Vec<_>>(),
             "total": {
                 "flows": self.total.flows,
+                "terminated": self.total.terminated,
                 "events": events(&self.total),
                 "drops": drops(&self.total),
                 "drops_total": self.total.total_drops(),

@@ -20,7 +20,8 @@ use sluice_dataplane::port::PortKind;
 use sluice_dataplane::splice::SpliceConfig;
 use sluice_dataplane::wire::MacAddr;
 
-use crate::model::appliance::{ApplianceSpec, Conntrack, DelayedBinding};
+use crate::model::appliance::{ApplianceSpec, Conntrack, DelayedBinding, Termination};
+use sluice_dataplane::terminate::TerminateConfig;
 use crate::model::Object;
 
 /// The admin socket when the Appliance names none.
@@ -93,6 +94,8 @@ pub struct RunPlan {
     pub new_flows_per_second_per_source: u32,
     /// Delayed binding (SNI/Host listeners); its cookie secret is drawn at start.
     pub splice: SpliceConfig,
+    /// TLS termination (`spec.termination`); its seed is drawn at start.
+    pub terminate: TerminateConfig,
     /// Seeds each start's flow hashing and where the SNAT port cursor begins (drawn at
     /// start: a restarted sluice must not reuse its last run's SNAT tuples in the same
     /// order, which backends may still hold in TIME_WAIT).
@@ -295,6 +298,18 @@ pub enum PlanError {
         /// Highest accepted.
         hi: u32,
     },
+    /// A `termination` setting out of its range.
+    #[error("termination.{name} {value}: expected {lo} to {hi}")]
+    Termination {
+        /// The field (camelCase, as written).
+        name: &'static str,
+        /// As written.
+        value: u32,
+        /// Lowest accepted.
+        lo: u32,
+        /// Highest accepted.
+        hi: u32,
+    },
     /// The embedded default does not decode (a build defect, never a user's).
     #[error("the embedded default Appliance does not decode")]
     EmbeddedDefault,
@@ -326,6 +341,7 @@ impl PlanError {
                 "spec.conntrack.snatPorts".into()
             }
             PlanError::DelayedBinding { name, .. } => format!("spec.delayedBinding.{name}"),
+            PlanError::Termination { name, .. } => format!("spec.termination.{name}"),
             PlanError::EmbeddedDefault => "spec".into(),
         }
     }
@@ -402,6 +418,11 @@ impl RunPlan {
         if let Some(n) = spec.limits.embryos_per_source {
             splice.embryos_per_source = u16::try_from(n).unwrap_or(u16::MAX);
         }
+        let terminate = termination(
+            spec.termination
+                .as_deref()
+                .unwrap_or(&Termination::default()),
+        )?;
         let new_flows_per_second_per_source =
             spec.limits.new_connections_per_second_per_source.map_or(
                 BalancerConfig::default().new_flows_per_second_per_source,
@@ -418,6 +439,7 @@ impl RunPlan {
             snat_ports,
             snat_rest_s,
             new_flows_per_second_per_source,
+            terminate,
             splice,
             seed: BalancerConfig::default().seed,
             eal: spec.eal.clone(),
@@ -676,6 +698,87 @@ fn within(
     }
 }
 
+/// The Appliance's termination settings, checked against their ranges (the seed is left
+/// at its default: `sluice run` draws it from the OS).
+pub fn termination(t: &Termination) -> Result<TerminateConfig, PlanError> {
+    let def = TerminateConfig::default();
+    let get = |value: Option<u32>, name: &'static str, (lo, hi): (u32, u32), default: u64| {
+        match value {
+            None => Ok(default),
+            Some(v) if (lo..=hi).contains(&v) => Ok(u64::from(v)),
+            Some(value) => Err(PlanError::Termination {
+                name,
+                value,
+                lo,
+                hi,
+            }),
+        }
+    };
+    let keep_alive_ms = match t.keep_alive_ms {
+        Some(0) => 0,
+        v => get(v, "keepAliveMs", (1000, 7_200_000), def.keep_alive_ms)?,
+    };
+    Ok(TerminateConfig {
+        max_connections: get(
+            t.connections_per_worker,
+            "connectionsPerWorker",
+            (1, 1 << 20),
+            def.max_connections as u64,
+        )? as usize,
+        memory_bytes: (get(
+            t.memory_mib_per_worker,
+            "memoryMibPerWorker",
+            (1, 1 << 20),
+            (def.memory_bytes >> 20) as u64,
+        )? as usize)
+            << 20,
+        client_buffer: get(
+            t.client_buffer_bytes,
+            "clientBufferBytes",
+            (2048, 1 << 20),
+            def.client_buffer as u64,
+        )? as usize,
+        backend_buffer: get(
+            t.backend_buffer_bytes,
+            "backendBufferBytes",
+            (2048, 1 << 20),
+            def.backend_buffer as u64,
+        )? as usize,
+        handshake_ms: get(
+            t.handshake_timeout_ms,
+            "handshakeTimeoutMs",
+            (100, 600_000),
+            def.handshake_ms,
+        )?,
+        idle_ms: get(
+            t.idle_timeout_ms,
+            "idleTimeoutMs",
+            (1000, 86_400_000),
+            def.idle_ms,
+        )?,
+        connect_ms: get(
+            t.backend_connect_timeout_ms,
+            "backendConnectTimeoutMs",
+            (100, 60_000),
+            def.connect_ms,
+        )?,
+        backend_tries: get(
+            t.backend_tries,
+            "backendTries",
+            (1, 10),
+            u64::from(def.backend_tries),
+        )? as u8,
+        keep_alive_ms,
+        head_bytes: get(
+            t.request_head_bytes,
+            "requestHeadBytes",
+            (1024, 65536),
+            def.head_bytes as u64,
+        )? as usize,
+        ..def
+    })
+}
+
 /// The Appliance's delayed-binding settings, checked against their ranges (the cookie
 /// secret is left at its default: `sluice run` draws it from the OS).
 pub fn delayed_binding(d: &DelayedBinding) -> Result<SpliceConfig, PlanError> {
@@ -913,6 +1016,69 @@ spec:
         let e = RunPlan::from_appliance(&twice, false).unwrap_err();
         assert_eq!(e.field(), "spec.neighbours[2].ip");
         assert!(e.to_string().contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn termination_settings_and_their_ranges() {
+        assert_eq!(
+            termination(&Termination::default()).unwrap(),
+            TerminateConfig::default()
+        );
+        let t = Termination {
+            connections_per_worker: Some(100),
+            memory_mib_per_worker: Some(64),
+            client_buffer_bytes: Some(16384),
+            backend_buffer_bytes: Some(4096),
+            handshake_timeout_ms: Some(500),
+            idle_timeout_ms: Some(60_000),
+            backend_connect_timeout_ms: Some(250),
+            backend_tries: Some(1),
+            keep_alive_ms: Some(0),
+            request_head_bytes: Some(2048),
+        };
+        let c = termination(&t).unwrap();
+        assert_eq!(
+            (c.max_connections, c.memory_bytes, c.client_buffer, c.backend_buffer),
+            (100, 64 << 20, 16384, 4096)
+        );
+        assert_eq!(
+            (c.handshake_ms, c.idle_ms, c.connect_ms, c.backend_tries),
+            (500, 60_000, 250, 1)
+        );
+        assert_eq!((c.keep_alive_ms, c.head_bytes), (0, 2048));
+        // The lower cap applies: 64 MiB of 16 + 16 + 4 + 4 KiB + TLS state.
+        assert_eq!(c.capacity(), 100);
+        let small = TerminateConfig {
+            max_connections: 1 << 20,
+            ..c.clone()
+        };
+        assert_eq!(small.capacity(), (64 << 20) / small.connection_bytes());
+        for (bad, what) in [
+            (
+                Termination {
+                    client_buffer_bytes: Some(100),
+                    ..Termination::default()
+                },
+                "termination.clientBufferBytes 100: expected 2048 to 1048576",
+            ),
+            (
+                Termination {
+                    keep_alive_ms: Some(10),
+                    ..Termination::default()
+                },
+                "termination.keepAliveMs 10",
+            ),
+            (
+                Termination {
+                    connections_per_worker: Some(0),
+                    ..Termination::default()
+                },
+                "termination.connectionsPerWorker 0",
+            ),
+        ] {
+            let e = termination(&bad).unwrap_err().to_string();
+            assert!(e.contains(what), "{e}");
+        }
     }
 
     #[test]

@@ -22,6 +22,7 @@ use sluice_dataplane::pipeline::{FibError, Forwarder, ForwarderConfig, Neighbour
 use sluice_dataplane::port::{self, Opened, Pool, PortError, PortKind};
 use sluice_dataplane::rcu::Reader;
 use sluice_dataplane::stats::{Counters, SharedCounters};
+use sluice_dataplane::terminate::TerminateConfig;
 use sluice_dataplane::tables::snapshot::Snapshot as Tables;
 use sluice_dataplane::worker::{self, Idle, Redirects, Worker, WorkerConfig};
 
@@ -217,6 +218,10 @@ fn stage(
             snat_rest_s: plan.snat_rest_s,
             new_flows_per_second_per_source: plan.new_flows_per_second_per_source,
             splice: plan.splice.clone(),
+            terminate: TerminateConfig {
+                seed: plan.seed.rotate_left(29) ^ worker as u64,
+                ..plan.terminate.clone()
+            },
             seed: plan.seed ^ (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
             ..BalancerConfig::default()
         },

@@ -276,6 +276,9 @@ pub struct Counters {
     pub events: [u64; Event::COUNT],
     /// Flows in the worker's table when last published.
     pub flows: u64,
+    /// Terminated TLS connections open on the worker when last published
+    /// ([`crate::terminate`]).
+    pub terminated: u64,
     /// Poll rounds that received nothing on any port.
     pub empty_polls: u64,
     /// Poll rounds that received something.
@@ -294,6 +297,7 @@ impl Counters {
             drops: [0; DropReason::COUNT],
             events: [0; Event::COUNT],
             flows: 0,
+            terminated: 0,
             empty_polls: 0,
             busy_polls: 0,
             busy_cycles: 0,
@@ -352,6 +356,7 @@ impl Counters {
             *a += b;
         }
         self.flows += o.flows;
+        self.terminated += o.terminated;
         self.empty_polls += o.empty_polls;
         self.busy_polls += o.busy_polls;
         self.busy_cycles += o.busy_cycles;
@@ -379,7 +384,7 @@ pub struct SharedCounters {
     ports: Box<[[AlignedU64; 4]]>,
     drops: Box<[AlignedU64]>,
     events: Box<[AlignedU64]>,
-    polls: [AlignedU64; 5],
+    polls: [AlignedU64; 6],
 }
 
 impl core::fmt::Debug for SharedCounters {
@@ -417,6 +422,7 @@ impl SharedCounters {
         self.polls[2].0.store(c.busy_cycles, Relaxed);
         self.polls[3].0.store(c.packets, Relaxed);
         self.polls[4].0.store(c.flows, Relaxed);
+        self.polls[5].0.store(c.terminated, Relaxed);
         for (s, e) in self.events.iter().zip(c.events.iter()) {
             s.0.store(*e, Relaxed);
         }
@@ -439,6 +445,7 @@ impl SharedCounters {
         c.busy_cycles = self.polls[2].0.load(Relaxed);
         c.packets = self.polls[3].0.load(Relaxed);
         c.flows = self.polls[4].0.load(Relaxed);
+        c.terminated = self.polls[5].0.load(Relaxed);
         for (e, s) in c.events.iter_mut().zip(self.events.iter()) {
             *e = s.0.load(Relaxed);
         }

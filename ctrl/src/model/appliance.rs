@@ -44,6 +44,55 @@ pub struct ApplianceSpec {
     /// deadline, backend connect retries (boxed: most Appliances leave it out).
     #[serde(default)]
     pub delayed_binding: Option<Box<DelayedBinding>>,
+    /// TLS termination: caps on terminated connections and their memory per worker,
+    /// buffers, deadlines (boxed: most Appliances leave it out).
+    #[serde(default)]
+    pub termination: Option<Box<Termination>>,
+}
+
+/// TLS termination settings per worker; defaults when absent (README "TLS termination").
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Termination {
+    /// Terminated connections a worker holds at once (16384; 1 to 1048576). A SYN beyond
+    /// it is answered with RST (`terminate_refused`).
+    #[serde(default)]
+    pub connections_per_worker: Option<u32>,
+    /// MiB a worker may spend on terminated connections, counted per connection as its
+    /// four TCP buffers and the TLS state (512; 1 to 1048576). The lower of the two caps
+    /// applies.
+    #[serde(default)]
+    pub memory_mib_per_worker: Option<u32>,
+    /// Receive and send buffer, each, of the client's TCP connection (8192; 2048 to
+    /// 1048576). Bigger buffers move more per round trip and cost memory.
+    #[serde(default)]
+    pub client_buffer_bytes: Option<u32>,
+    /// Receive and send buffer, each, of the backend's TCP connection (8192; 2048 to
+    /// 1048576).
+    #[serde(default)]
+    pub backend_buffer_bytes: Option<u32>,
+    /// Milliseconds from the SYN to the end of the TLS handshake and, for HTTPS, the
+    /// first request head (10000; 100 to 600000): slowloris clients are reset.
+    #[serde(default)]
+    pub handshake_timeout_ms: Option<u32>,
+    /// Milliseconds without a packet either way before a connection is closed (300000;
+    /// 1000 to 86400000).
+    #[serde(default)]
+    pub idle_timeout_ms: Option<u32>,
+    /// Milliseconds a backend has to accept before the next one is tried (3000; 100 to
+    /// 60000).
+    #[serde(default)]
+    pub backend_connect_timeout_ms: Option<u32>,
+    /// Backends tried for one connection before the client is reset (3; 1 to 10).
+    #[serde(default)]
+    pub backend_tries: Option<u32>,
+    /// TCP keep-alive interval towards clients and backends, milliseconds (60000; 0 =
+    /// off, else 1000 to 7200000).
+    #[serde(default)]
+    pub keep_alive_ms: Option<u32>,
+    /// Largest HTTPS request head read before routing, bytes (16384; 1024 to 65536).
+    #[serde(default)]
+    pub request_head_bytes: Option<u32>,
 }
 
 /// Delayed-binding settings (SNI/Host passthrough); defaults when absent.

@@ -357,5 +357,6 @@ impl Stage for Balancer {
             early - self.state.early_drops_counted;
         self.state.early_drops_counted = early;
         ctx.counters.flows = self.state.flows.len() as u64;
+        ctx.counters.terminated = self.state.terminate.open() as u64;
     }
 }
