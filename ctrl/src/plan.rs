@@ -21,8 +21,8 @@ use sluice_dataplane::splice::SpliceConfig;
 use sluice_dataplane::wire::MacAddr;
 
 use crate::model::appliance::{ApplianceSpec, Conntrack, DelayedBinding, Termination};
-use sluice_dataplane::terminate::TerminateConfig;
 use crate::model::Object;
+use sluice_dataplane::terminate::TerminateConfig;
 
 /// The admin socket when the Appliance names none.
 pub const DEFAULT_ADMIN_SOCKET: &str = "/run/sluice/admin.sock";
@@ -702,8 +702,8 @@ fn within(
 /// at its default: `sluice run` draws it from the OS).
 pub fn termination(t: &Termination) -> Result<TerminateConfig, PlanError> {
     let def = TerminateConfig::default();
-    let get = |value: Option<u32>, name: &'static str, (lo, hi): (u32, u32), default: u64| {
-        match value {
+    let get =
+        |value: Option<u32>, name: &'static str, (lo, hi): (u32, u32), default: u64| match value {
             None => Ok(default),
             Some(v) if (lo..=hi).contains(&v) => Ok(u64::from(v)),
             Some(value) => Err(PlanError::Termination {
@@ -712,8 +712,7 @@ pub fn termination(t: &Termination) -> Result<TerminateConfig, PlanError> {
                 lo,
                 hi,
             }),
-        }
-    };
+        };
     let keep_alive_ms = match t.keep_alive_ms {
         Some(0) => 0,
         v => get(v, "keepAliveMs", (1000, 7_200_000), def.keep_alive_ms)?,
@@ -1038,7 +1037,12 @@ spec:
         };
         let c = termination(&t).unwrap();
         assert_eq!(
-            (c.max_connections, c.memory_bytes, c.client_buffer, c.backend_buffer),
+            (
+                c.max_connections,
+                c.memory_bytes,
+                c.client_buffer,
+                c.backend_buffer
+            ),
             (100, 64 << 20, 16384, 4096)
         );
         assert_eq!(

@@ -22,8 +22,8 @@ use sluice_dataplane::pipeline::{FibError, Forwarder, ForwarderConfig, Neighbour
 use sluice_dataplane::port::{self, Opened, Pool, PortError, PortKind};
 use sluice_dataplane::rcu::Reader;
 use sluice_dataplane::stats::{Counters, SharedCounters};
-use sluice_dataplane::terminate::TerminateConfig;
 use sluice_dataplane::tables::snapshot::Snapshot as Tables;
+use sluice_dataplane::terminate::TerminateConfig;
 use sluice_dataplane::worker::{self, Idle, Redirects, Worker, WorkerConfig};
 
 use crate::compile::Built;

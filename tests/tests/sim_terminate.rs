@@ -30,6 +30,8 @@ use std::sync::Arc;
 struct Pki {
     server: Arc<ServerConfig>,
     client: Arc<ClientConfig>,
+    /// A client that speaks TLS 1.2 only.
+    client12: Arc<ClientConfig>,
 }
 
 fn pki() -> Pki {
@@ -52,14 +54,19 @@ fn pki() -> Pki {
     server.ticketer = rustls::crypto::ring::Ticketer::new().expect("ticketer");
     let mut roots = RootCertStore::empty();
     roots.add(cert).expect("root");
-    let client = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let client = |versions: &[&'static rustls::SupportedProtocolVersion]| {
+        Arc::new(
+            ClientConfig::builder_with_provider(provider.clone())
+                .with_protocol_versions(versions)
+                .expect("versions")
+                .with_root_certificates(roots.clone())
+                .with_no_client_auth(),
+        )
+    };
     Pki {
         server: Arc::new(server),
-        client: Arc::new(client),
+        client: client(rustls::DEFAULT_VERSIONS),
+        client12: client(&[&rustls::version::TLS12]),
     }
 }
 
@@ -150,6 +157,16 @@ struct Client {
 
 impl Client {
     fn new(sim: &mut Sim<Balancer>, pki: &Pki, sni: &str, port: u16, data: Vec<u8>) -> Client {
+        Client::with(sim, pki.client.clone(), sni, port, data)
+    }
+
+    fn with(
+        sim: &mut Sim<Balancer>,
+        config: Arc<ClientConfig>,
+        sni: &str,
+        port: u16,
+        data: Vec<u8>,
+    ) -> Client {
         let mut s = socket(64 * 1024, 64 * 1024);
         let host = &mut sim.hosts[0];
         s.connect(host.iface.context(), (Sim::addr(ip(VIP)), 443), port)
@@ -157,7 +174,7 @@ impl Client {
         let name = ServerName::try_from(sni.to_string()).expect("name");
         Client {
             h: host.sockets.add(s),
-            tls: ClientConnection::new(pki.client.clone(), name).expect("client"),
+            tls: ClientConnection::new(config, name).expect("client"),
             data,
             sent: 0,
             got: Vec::new(),
@@ -460,4 +477,247 @@ fn a_client_reset_resets_the_backend() {
     assert!(gone, "the backend's connection is reset");
     assert!(sim.worker.counters().events_of(Event::TerminateReset) >= 1);
     assert_eq!(sim.worker.stage().terminator().open(), 0);
+}
+
+/// An HTTPS listener (`http: true`) on VIP:443: `www.example.test` with `/api/` -> a,
+/// anything else -> b; no other host.
+fn https_snapshot(server: Arc<ServerConfig>) -> Snapshot {
+    use sluice_dataplane::tables::listeners::{HttpRuleEntry, PathMatch};
+    let table = |b: &str| {
+        MaglevTable::build(
+            &[Entry {
+                target: EntryTarget::Backend(b.parse().expect("backend")),
+                weight: 1,
+            }],
+            251,
+        )
+        .expect("maglev")
+    };
+    let mut snap = snapshot();
+    snap.listeners = ListenerTable::build(
+        vec![ListenerSpec {
+            name: "https".into(),
+            addresses: vec![ip(VIP)],
+            port: 443,
+            proto: proto::TCP,
+            kind: ListenerKind::TlsTerminate,
+            bindings: vec![("www.example.test".into(), 0)],
+            https_redirect: false,
+            transparent: false,
+            tls: Some(Arc::new(TlsListener {
+                config: server,
+                http: true,
+            })),
+        }],
+        vec![RouteEntry {
+            name: "www".into(),
+            subnets: Box::new([]),
+            table: table("10.78.0.13:7000"),
+            table_v6: None,
+            http: vec![
+                HttpRuleEntry {
+                    paths: Box::new([PathMatch::Prefix("/api/".into())]),
+                    table: table("10.78.0.11:7000"),
+                    table_v6: None,
+                    redirect: None,
+                },
+                HttpRuleEntry {
+                    paths: Box::new([]),
+                    table: table("10.78.0.12:7000"),
+                    table_v6: None,
+                    redirect: None,
+                },
+            ]
+            .into_boxed_slice(),
+        }],
+    )
+    .expect("listeners");
+    snap
+}
+
+#[test]
+fn https_requests_are_routed_by_host_and_path_and_arrive_in_plaintext() {
+    let pki = pki();
+    let (mut sim, _p) = sim_snapshot(
+        https_snapshot(pki.server.clone()),
+        Faults::NONE,
+        Faults::NONE,
+        config(17, TerminateConfig::default()),
+    );
+    let mut backends = EchoBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 4, 64 * 1024);
+    let req = |path: &str| {
+        format!("GET {path} HTTP/1.1\r\nHost: www.example.test\r\nUser-Agent: sim\r\n\r\n")
+            .into_bytes()
+    };
+    // The certificate names a.example.test: the HTTPS client asks for that name, the
+    // request's Host routes (no SNI/Host coupling is enforced here).
+    let mut clients = [
+        Client::new(&mut sim, &pki, "a.example.test", 45_000, req("/api/v1")),
+        Client::new(&mut sim, &pki, "a.example.test", 45_001, req("/index.html")),
+    ];
+    run(&mut sim, &mut backends, &mut clients, 20_000);
+    print_counters(&sim);
+    for c in &clients {
+        // The echo backend sends back exactly what it received: the plaintext request.
+        assert_eq!(
+            String::from_utf8_lossy(&c.got),
+            String::from_utf8_lossy(&c.data)
+        );
+    }
+    assert_eq!(backends.hits("10.78.0.11"), 1, "/api/ to a");
+    assert_eq!(backends.hits("10.78.0.12"), 1, "the rest to b");
+    // An unknown Host gets no route: the client is reset.
+    let bad = format!("GET / HTTP/1.1\r\nHost: other.example.test\r\n\r\n").into_bytes();
+    let mut c = [Client::new(&mut sim, &pki, "a.example.test", 45_002, bad)];
+    run(&mut sim, &mut backends, &mut c, 5_000);
+    assert!(c[0].got.is_empty());
+    assert_eq!(sim.worker.counters().events_of(Event::TerminateNoRoute), 1);
+}
+
+#[test]
+fn backend_close_and_reset_reach_the_client() {
+    let pki = pki();
+    let (mut sim, _p) = sim_snapshot(
+        terminating_snapshot(pki.server.clone()),
+        Faults::NONE,
+        Faults::NONE,
+        config(19, TerminateConfig::default()),
+    );
+    // A backend that answers "bye" and closes (FIN), and one that resets at once.
+    let host = &mut sim.hosts[1];
+    let mut s = socket(4096, 4096);
+    s.listen(7000).expect("listen");
+    let closer = host.sockets.add(s);
+    let mut c = [Client::new(
+        &mut sim,
+        &pki,
+        "a.example.test",
+        46_000,
+        b"hi".to_vec(),
+    )];
+    let end = sim.now_ms + 5_000;
+    let mut said = false;
+    while sim.now_ms < end {
+        sim.step();
+        c[0].step(&mut sim);
+        let s = sim.hosts[1].sockets.get_mut::<tcp::Socket>(closer);
+        if s.state() == tcp::State::Established && s.can_recv() && !said {
+            let mut b = [0u8; 16];
+            let _ = s.recv_slice(&mut b);
+            s.send_slice(b"bye").expect("send");
+            s.close();
+            said = true;
+        }
+        if c[0].tls.is_handshaking() {
+            continue;
+        }
+        // close_notify then FIN from sluice: rustls reports the clean end.
+        if c[0].got == b"bye" && c[0].state(&sim) == tcp::State::CloseWait {
+            break;
+        }
+    }
+    assert_eq!(c[0].got, b"bye");
+    assert_eq!(
+        c[0].state(&sim),
+        tcp::State::CloseWait,
+        "FIN after close_notify"
+    );
+    assert!(!c[0].tls_error);
+    let mut buf = [0u8; 4];
+    assert_eq!(
+        c[0].tls.reader().read(&mut buf).ok(),
+        Some(0),
+        "close_notify seen"
+    );
+
+    // Reset: the backend aborts once the request arrives.
+    let mut s = socket(4096, 4096);
+    s.listen(7000).expect("listen");
+    let resetter = sim.hosts[1].sockets.add(s);
+    sim.hosts[1].sockets.remove(closer);
+    let mut c = [Client::new(
+        &mut sim,
+        &pki,
+        "a.example.test",
+        46_001,
+        b"hi".to_vec(),
+    )];
+    let before = sim.worker.counters().events_of(Event::TerminateReset);
+    let end = sim.now_ms + 5_000;
+    while sim.now_ms < end {
+        sim.step();
+        c[0].step(&mut sim);
+        let s = sim.hosts[1].sockets.get_mut::<tcp::Socket>(resetter);
+        if s.state() == tcp::State::Established && s.can_recv() {
+            s.abort();
+        }
+        if c[0].state(&sim) == tcp::State::Closed {
+            break;
+        }
+    }
+    print_counters(&sim);
+    assert_eq!(c[0].state(&sim), tcp::State::Closed, "the client is reset");
+    assert!(c[0].got.is_empty());
+    assert_eq!(
+        sim.worker.counters().events_of(Event::TerminateReset),
+        before + 1
+    );
+}
+
+#[test]
+fn tls12_and_resumed_handshakes() {
+    let pki = pki();
+    let (mut sim, _p) = sim_snapshot(
+        terminating_snapshot(pki.server.clone()),
+        Faults::NONE,
+        Faults::NONE,
+        config(23, TerminateConfig::default()),
+    );
+    let mut backends = EchoBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 4, 64 * 1024);
+    let mut c = [Client::new(
+        &mut sim,
+        &pki,
+        "a.example.test",
+        47_000,
+        b"one".to_vec(),
+    )];
+    run(&mut sim, &mut backends, &mut c, 10_000);
+    assert_eq!(c[0].got, b"one");
+    // The same client config again: a ticket from the first connection resumes.
+    let mut c = [Client::new(
+        &mut sim,
+        &pki,
+        "a.example.test",
+        47_001,
+        b"two".to_vec(),
+    )];
+    run(&mut sim, &mut backends, &mut c, 10_000);
+    assert_eq!(c[0].got, b"two");
+    assert_eq!(
+        c[0].tls.handshake_kind(),
+        Some(rustls::HandshakeKind::Resumed)
+    );
+    // TLS 1.2: a full handshake, then a resumed one (tickets, RFC 5077).
+    for (port, kind) in [
+        (47_002, rustls::HandshakeKind::Full),
+        (47_003, rustls::HandshakeKind::Resumed),
+    ] {
+        let mut c = [Client::with(
+            &mut sim,
+            pki.client12.clone(),
+            "b.example.test",
+            port,
+            b"twelve".to_vec(),
+        )];
+        run(&mut sim, &mut backends, &mut c, 10_000);
+        assert_eq!(c[0].got, b"twelve");
+        assert_eq!(
+            c[0].tls.protocol_version(),
+            Some(rustls::ProtocolVersion::TLSv1_2)
+        );
+        assert_eq!(c[0].tls.handshake_kind(), Some(kind));
+    }
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::TerminateHandshake), 4);
+    assert_eq!(k.events_of(Event::TerminateResumed), 2);
 }
