@@ -567,7 +567,7 @@ fn https_requests_are_routed_by_host_and_path_and_arrive_in_plaintext() {
     assert_eq!(backends.hits("10.78.0.11"), 1, "/api/ to a");
     assert_eq!(backends.hits("10.78.0.12"), 1, "the rest to b");
     // An unknown Host gets no route: the client is reset.
-    let bad = format!("GET / HTTP/1.1\r\nHost: other.example.test\r\n\r\n").into_bytes();
+    let bad = b"GET / HTTP/1.1\r\nHost: other.example.test\r\n\r\n".to_vec();
     let mut c = [Client::new(&mut sim, &pki, "a.example.test", 45_002, bad)];
     run(&mut sim, &mut backends, &mut c, 5_000);
     assert!(c[0].got.is_empty());
