@@ -25,6 +25,8 @@
 //! - [`kernel_tls`]: real TLS and HTTP programs for the delayed-binding kernel tests
 //!   (self-signed certificates, `openssl s_server`, python3 TLS/HTTP servers and clients,
 //!   a SYN flooder) and client bytes read from pcaps.
+//! - [`tls_rig`]: the rig of the TLS kernel tests (sluice on two TAP ports, the
+//!   namespaces, the inventory and routes the tests point at).
 
 pub mod apps;
 pub mod ctl;
@@ -37,3 +39,4 @@ pub mod sim;
 pub mod splice;
 pub mod stage;
 pub mod sys;
+pub mod tls_rig;
