@@ -446,9 +446,19 @@ impl Py {
 
     /// Sends one command and parses the JSON line that answers it.
     pub fn cmd(&mut self, cmd: &str, limit: Duration) -> serde_json::Value {
+        self.send(cmd);
+        self.answer(cmd, limit)
+    }
+
+    /// Sends one command without waiting for its answer ([`Py::answer`] reads it).
+    pub fn send(&mut self, cmd: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         writeln!(stdin, "{cmd}").expect("write to python3");
         stdin.flush().expect("flush to python3");
+    }
+
+    /// The JSON answer to `cmd`, sent before with [`Py::send`].
+    pub fn answer(&mut self, cmd: &str, limit: Duration) -> serde_json::Value {
         let l = self.line(limit);
         serde_json::from_str(&l).unwrap_or_else(|e| panic!("{cmd}: bad answer {l:?}: {e}"))
     }

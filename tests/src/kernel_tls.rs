@@ -41,6 +41,15 @@ pub fn require_programs(names: &[&str]) {
     }
 }
 
+/// A certificate's key type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key {
+    /// ECDSA P-256.
+    P256,
+    /// RSA 2048 bits.
+    Rsa2048,
+}
+
 /// Self-signed certificates, one per name, in a temporary directory (removed on drop).
 #[derive(Debug)]
 pub struct Certs {
@@ -52,39 +61,59 @@ impl Certs {
     /// A P-256 key and a self-signed certificate for each of `names`, with subject CN and
     /// SAN `<name>.example.test`, and `bundle.pem` holding every certificate.
     pub fn new(names: &[&str]) -> Certs {
+        let c = Certs::empty();
+        for n in names {
+            let host = format!("{n}.example.test");
+            c.make(n, &host, &[&host], Key::P256);
+        }
+        c
+    }
+
+    /// No certificate yet (an empty bundle).
+    pub fn empty() -> Certs {
         let c = Certs {
             dir: TempDir::new("sluice-certs"),
         };
-        let mut bundle = String::new();
-        for n in names {
-            let host = format!("{n}.example.test");
-            let (crt, key) = (c.crt(n), c.key(n));
+        std::fs::write(c.bundle(), "").expect("write bundle");
+        c
+    }
+
+    /// A self-signed certificate `name` (files `<name>.crt`, `<name>.key`) with subject
+    /// CN `cn`, the DNS names `sans` and a `key`, added to the bundle. RSA keys are
+    /// written in PKCS#1 (`-traditional`), P-256 keys in PKCS#8.
+    pub fn make(&self, name: &str, cn: &str, sans: &[&str], key: Key) {
+        let (crt, keyfile) = (self.crt(name), self.key(name));
+        let san = sans
+            .iter()
+            .map(|s| format!("DNS:{s}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut args = vec!["req", "-x509", "-newkey"];
+        match key {
+            Key::P256 => args.extend(["ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]),
+            Key::Rsa2048 => args.extend(["rsa:2048"]),
+        }
+        let subj = format!("/CN={cn}");
+        let ext = format!("subjectAltName={san}");
+        args.extend(["-nodes", "-days", "2", "-subj", &subj, "-addext", &ext]);
+        args.extend(["-keyout", path_str(&keyfile), "-out", path_str(&crt)]);
+        must("openssl", &args);
+        if key == Key::Rsa2048 {
             must(
                 "openssl",
                 &[
-                    "req",
-                    "-x509",
-                    "-newkey",
-                    "ec",
-                    "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1",
-                    "-nodes",
-                    "-days",
-                    "2",
-                    "-subj",
-                    &format!("/CN={host}"),
-                    "-addext",
-                    &format!("subjectAltName=DNS:{host}"),
-                    "-keyout",
-                    path_str(&key),
+                    "rsa",
+                    "-in",
+                    path_str(&keyfile),
+                    "-traditional",
                     "-out",
-                    path_str(&crt),
+                    path_str(&keyfile),
                 ],
             );
-            bundle.push_str(&std::fs::read_to_string(&crt).expect("certificate written"));
         }
-        std::fs::write(c.bundle(), bundle).expect("write bundle");
-        c
+        let mut bundle = std::fs::read_to_string(self.bundle()).unwrap_or_default();
+        bundle.push_str(&std::fs::read_to_string(&crt).expect("certificate written"));
+        std::fs::write(self.bundle(), bundle).expect("write bundle");
     }
 
     /// The certificate of `name`.

@@ -19,6 +19,10 @@ Reads one command per line on stdin and answers each with one JSON line on stdou
   identify line "<local> <peer>" and the echo of everything sent. Answers {"line",
   "sent", "echoed" (bytes echoed back), "echo_ok", "error"}.
 
+- `resume PORT SNI TIMEOUT`: two TLS connections naming SNI with one context, the
+  second offering the first's session (a ticket, read after the server's first line).
+  Answers {"first_reused", "second_reused", "version", "body", "error"}.
+
 Every socket operation has a timeout, so every command answers. Exits at EOF.
 """
 
@@ -179,6 +183,27 @@ def replay(port, timeout, pause, chunks):
     return out
 
 
+def resume(port, sni, timeout):
+    out = {"first_reused": None, "second_reused": None, "version": None, "body": None,
+           "error": None}
+    ctx = context()
+    session = None
+    try:
+        for key in ("first_reused", "second_reused"):
+            raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            raw.settimeout(timeout)
+            raw.bind((SRC, 0))
+            raw.connect((VIP, port))
+            with ctx.wrap_socket(raw, server_hostname=sni, session=session) as s:
+                out["body"] = read_line(s).split()[0]
+                out[key] = s.session_reused
+                out["version"] = s.version()
+                session = s.session
+    except Exception as e:  # noqa: BLE001
+        out["error"] = kind(e)
+    return out
+
+
 def main():
     for line in sys.stdin:
         cmd = line.split()
@@ -189,6 +214,8 @@ def main():
                          int(cmd[6]))
         elif cmd[0] == "bulk":
             answer = bulk(int(cmd[1]), cmd[2], int(cmd[3]), float(cmd[4]))
+        elif cmd[0] == "resume":
+            answer = resume(int(cmd[1]), cmd[2], float(cmd[3]))
         elif cmd[0] == "replay":
             answer = replay(int(cmd[1]), float(cmd[2]), float(cmd[3]) / 1000,
                             [bytes.fromhex(h) for h in cmd[4:]])
