@@ -12,6 +12,10 @@ use super::fields::{selector, weight, MAX_BACKEND_REFS};
 use super::hostnames::hostname;
 use super::index::Index;
 
+/// The Gateway API `tls.options` key sluice reads on a terminating listener: the lowest
+/// TLS version served, `"1.2"` (the default) or `"1.3"`.
+pub const MIN_TLS_VERSION: &str = "sluice.dev/min-tls-version";
+
 /// Gateway API core/extended listener protocols.
 pub const GATEWAY_PROTOCOLS: &[&str] = &["HTTP", "HTTPS", "TLS", "TCP", "UDP"];
 
@@ -120,9 +124,29 @@ fn listener_tls(it: &Item, at: &str, l: &gw::Listener, r: &mut Reporter) {
             // certificate) is checked when certificates are loaded
             // (`compile::certs`): a bad one leaves this listener out, not the whole
             // configuration.
-            for k in tls.options.keys() {
+            for (k, v) in &tls.options {
+                let here = it.path(&format!("{at}.tls")).key("options").key(k);
                 if !k.contains('/') {
-                    r.error(&it.path(&format!("{at}.tls.options.{k}")), "implementation-specific options must use domain-prefixed names (example.com/my-option)");
+                    r.error(&here, "implementation-specific options must use domain-prefixed names (example.com/my-option)");
+                } else if tls.mode == GatewayTlsMode::Passthrough {
+                    // Options tune termination; a passthrough listener has none.
+                    continue;
+                } else if k == MIN_TLS_VERSION {
+                    if !matches!(v.as_str(), "1.2" | "1.3") {
+                        r.not_served_because(
+                            &here,
+                            "UnsupportedValue",
+                            format!("{MIN_TLS_VERSION} `{v}`: sluice terminates TLS 1.2 and 1.3 (\"1.2\" or \"1.3\"): this listener is not served"),
+                        );
+                    }
+                } else if k.starts_with("sluice.dev/") {
+                    r.not_served_because(
+                        &here,
+                        "UnsupportedValue",
+                        format!("unknown sluice option `{k}` (sluice reads {MIN_TLS_VERSION}): this listener is not served"),
+                    );
+                } else {
+                    r.warn(&here, format!("option `{k}` is another implementation's: ignored"));
                 }
             }
         }

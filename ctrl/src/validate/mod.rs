@@ -31,7 +31,7 @@ use crate::model::meta::{transparent_by_annotation, SOURCE_NAT_ANNOTATION};
 use crate::model::{Kind, Object};
 
 pub use fields::{cidr, is_prime, MAX_BACKEND_REFS, MAX_WEIGHT};
-pub use gateway_api::{route_kinds_of, GATEWAY_PROTOCOLS};
+pub use gateway_api::{route_kinds_of, GATEWAY_PROTOCOLS, MIN_TLS_VERSION};
 pub use hostnames::service_of_host;
 pub use hostnames::{gateway_hostname_error, istio_host_error};
 pub use index::Index;
