@@ -206,7 +206,10 @@ impl Ctx<'_> {
                     .collect(),
                 require_client_cert: false,
                 http: l.protocol == "HTTPS",
-                min_tls13: l.tls.as_ref().and_then(|t| t.options.get(validate::MIN_TLS_VERSION))
+                min_tls13: l
+                    .tls
+                    .as_ref()
+                    .and_then(|t| t.options.get(validate::MIN_TLS_VERSION))
                     .is_some_and(|v| v == "1.3"),
                 max_tls12: false,
                 cipher_suites: Vec::new(),

@@ -127,7 +127,6 @@ fn key(k: &str) -> Seg {
     Seg::Key(k.to_string())
 }
 
-
 /// Everything the status computation reads.
 pub struct StatusInput<'a> {
     /// The objects.

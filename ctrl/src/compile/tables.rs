@@ -102,17 +102,16 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, TableError> {
     }
     let mut specs = Vec::with_capacity(ir.listeners.len());
     for l in &ir.listeners {
-        let tls = match l.kind {
-            ListenerKind::TlsTerminate => {
-                Some(
-                    super::tls::listener_tls(l).map_err(|source| TableError::Tls {
+        let tls =
+            match l.kind {
+                ListenerKind::TlsTerminate => Some(super::tls::listener_tls(l).map_err(
+                    |source| TableError::Tls {
                         listener: l.name.clone(),
                         source,
-                    })?,
-                )
-            }
-            _ => None,
-        };
+                    },
+                )?),
+                _ => None,
+            };
         specs.push(ListenerSpec {
             name: l.name.clone(),
             addresses: l.addresses.clone(),

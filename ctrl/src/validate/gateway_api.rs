@@ -146,7 +146,10 @@ fn listener_tls(it: &Item, at: &str, l: &gw::Listener, r: &mut Reporter) {
                         format!("unknown sluice option `{k}` (sluice reads {MIN_TLS_VERSION}): this listener is not served"),
                     );
                 } else {
-                    r.warn(&here, format!("option `{k}` is another implementation's: ignored"));
+                    r.warn(
+                        &here,
+                        format!("option `{k}` is another implementation's: ignored"),
+                    );
                 }
             }
         }

@@ -300,7 +300,11 @@ fn terminate_settings(it: &Item, at: &str, tls: &istio::ServerTlsSettings, r: &m
                 format!(
                     "{field} {}: sluice terminates TLS 1.2 and 1.3 only (rustls has no TLS 1.0 \
                      or 1.1): this server is not served",
-                    if v == istio::TlsProtocol::V1_0 { "TLSV1_0" } else { "TLSV1_1" }
+                    if v == istio::TlsProtocol::V1_0 {
+                        "TLSV1_0"
+                    } else {
+                        "TLSV1_1"
+                    }
                 ),
             );
         }
@@ -314,7 +318,11 @@ fn terminate_settings(it: &Item, at: &str, tls: &istio::ServerTlsSettings, r: &m
                 format!(
                     "cipher suite `{name}` is not served (sluice serves {}): this server is \
                      not served",
-                    served.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                    served
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             );
         }
@@ -323,8 +331,14 @@ fn terminate_settings(it: &Item, at: &str, tls: &istio::ServerTlsSettings, r: &m
         ("caCertificates", tls.ca_certificates.is_some()),
         ("caCrl", tls.ca_crl.is_some()),
         ("subjectAltNames", !tls.subject_alt_names.is_empty()),
-        ("verifyCertificateSpki", !tls.verify_certificate_spki.is_empty()),
-        ("verifyCertificateHash", !tls.verify_certificate_hash.is_empty()),
+        (
+            "verifyCertificateSpki",
+            !tls.verify_certificate_spki.is_empty(),
+        ),
+        (
+            "verifyCertificateHash",
+            !tls.verify_certificate_hash.is_empty(),
+        ),
     ];
     for (field, set) in client_side {
         if set {

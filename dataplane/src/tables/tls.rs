@@ -302,7 +302,10 @@ mod tests {
                     cert("deep", &["*.deep.example.com"]),
                 ],
             ),
-            member(&["shop.example.com"], vec![cert("shop", &["shop.example.com"])]),
+            member(
+                &["shop.example.com"],
+                vec![cert("shop", &["shop.example.com"])],
+            ),
             member(&["bare.example.org"], vec![]),
             member(&[], vec![cert("catch-all", &["fallback.test"])]),
         ])
@@ -318,7 +321,10 @@ mod tests {
             r.pick(Some(b"api.example.com")).map(|c| c.by),
             Some(CertMatch::Exact)
         );
-        assert_eq!(leaf(&r, Some("x.deep.example.com")).as_deref(), Some("deep"));
+        assert_eq!(
+            leaf(&r, Some("x.deep.example.com")).as_deref(),
+            Some("deep")
+        );
         assert_eq!(
             r.pick(Some(b"x.deep.example.com")).map(|c| c.by),
             Some(CertMatch::Wildcard)
@@ -346,10 +352,7 @@ mod tests {
         assert_eq!(leaf(&r, Some("shop.example.com")).as_deref(), Some("shop"));
         // Names of no hostname go to the catch-all member, which answers with its
         // default even though its certificate is for another name.
-        assert_eq!(
-            leaf(&r, Some("unknown.test")).as_deref(),
-            Some("catch-all")
-        );
+        assert_eq!(leaf(&r, Some("unknown.test")).as_deref(), Some("catch-all"));
         assert_eq!(leaf(&r, None).as_deref(), Some("catch-all"));
         // A member without certificates: no handshake, never the catch-all's.
         assert_eq!(r.pick(Some(b"bare.example.org")), None);
@@ -360,7 +363,10 @@ mod tests {
     fn without_catch_all_unknown_names_and_no_sni_get_nothing() {
         let r = SniResolver::build(vec![member(
             &["a.example.com", "*.b.example.com"],
-            vec![cert("a", &["a.example.com"]), cert("b", &["*.b.example.com"])],
+            vec![
+                cert("a", &["a.example.com"]),
+                cert("b", &["*.b.example.com"]),
+            ],
         )])
         .expect("builds");
         assert_eq!(leaf(&r, Some("a.example.com")).as_deref(), Some("a"));
@@ -374,7 +380,10 @@ mod tests {
     fn a_hostname_or_san_given_twice_goes_to_the_first() {
         let r = SniResolver::build(vec![
             member(&["a.example.com"], vec![cert("one", &["a.example.com"])]),
-            member(&["a.example.com", "*"], vec![cert("two", &["a.example.com"])]),
+            member(
+                &["a.example.com", "*"],
+                vec![cert("two", &["a.example.com"])],
+            ),
             member(&[], vec![cert("three", &[])]),
         ])
         .expect("builds");

@@ -250,7 +250,10 @@ mod tests {
         ] {
             assert_eq!(UnixTime(t).to_string(), s);
         }
-        let utc = [UTC_TIME, 13, b'0', b'1', b'0', b'1', b'0', b'1', b'0', b'0', b'0', b'0', b'0', b'0', b'Z'];
+        let utc = [
+            UTC_TIME, 13, b'0', b'1', b'0', b'1', b'0', b'1', b'0', b'0', b'0', b'0', b'0', b'0',
+            b'Z',
+        ];
         assert_eq!(time(&mut Der::new(&utc)), Ok(UnixTime(978_307_200)));
         let gen = *b"\x18\x0f21260101000000Z";
         assert_eq!(
@@ -264,9 +267,15 @@ mod tests {
     #[test]
     fn truncated_and_garbage_input_is_an_error_not_a_panic() {
         assert_eq!(read_leaf(&[]), Err(DerError::Truncated));
-        assert_eq!(read_leaf(&[0x30, 0x85, 1, 2, 3, 4, 5]), Err(DerError::Length));
+        assert_eq!(
+            read_leaf(&[0x30, 0x85, 1, 2, 3, 4, 5]),
+            Err(DerError::Length)
+        );
         assert_eq!(read_leaf(&[0x30, 0x82, 0xff]), Err(DerError::Truncated));
-        assert_eq!(read_leaf(&[0x31, 0x00]), Err(DerError::Unexpected("Certificate")));
+        assert_eq!(
+            read_leaf(&[0x31, 0x00]),
+            Err(DerError::Unexpected("Certificate"))
+        );
         for n in 0..64u8 {
             let junk: Vec<u8> = (0..n).map(|i| i.wrapping_mul(37) ^ 0x30).collect();
             let _ = read_leaf(&junk);

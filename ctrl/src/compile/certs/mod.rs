@@ -443,11 +443,7 @@ impl Loader<'_> {
             Err(e @ CertError::Io { .. }) => fail("serverCertificate", e.to_string()),
             Err(e) => fail(
                 "serverCertificate",
-                format!(
-                    "{} (key {}): {e}",
-                    cert_path.display(),
-                    key_path.display()
-                ),
+                format!("{} (key {}): {e}", cert_path.display(), key_path.display()),
             ),
         }
     }
@@ -567,10 +563,18 @@ mod tests {
         assert_eq!(e.to_string(), "no PEM private key (PKCS#1, PKCS#8 or SEC1)");
         let garbage = b"-----BEGIN CERTIFICATE-----\nMAMCAQA=\n-----END CERTIFICATE-----\n";
         let e = load_pem("x".into(), garbage, &fixture("ec-sec1.key"), now()).expect_err("bad");
-        assert!(e.to_string().starts_with("leaf certificate does not parse"), "{e}");
+        assert!(
+            e.to_string().starts_with("leaf certificate does not parse"),
+            "{e}"
+        );
         // The key of one fixture with the other's certificate, both ECDSA.
-        let e = load_pem("x".into(), &fixture("ec.crt"), &fixture("wildcard.key"), now())
-            .expect_err("mismatch");
+        let e = load_pem(
+            "x".into(),
+            &fixture("ec.crt"),
+            &fixture("wildcard.key"),
+            now(),
+        )
+        .expect_err("mismatch");
         assert!(matches!(e, CertError::Mismatch), "{e}");
     }
 }
