@@ -471,16 +471,13 @@ fn several_certificates_are_chosen_by_sni_in_real_handshakes() {
     }
     // Two labels under the wildcard: no SAN covers it; the default (rsa) is served and
     // the client refuses it.
-    let e = handshake(&cfg, &client, "a.b.example.com")
-        .err()
-        .expect("refused");
+    let e = handshake(&cfg, &client, "a.b.example.com").expect_err("refused");
     assert!(e.to_string().contains("certificate"), "{e}");
     // A name of no listener hostname: no certificate, the handshake fails.
-    let e = handshake(&cfg, &client, "other.test")
-        .err()
-        .expect("no certificate");
+    let e = handshake(&cfg, &client, "other.test").expect_err("no certificate");
     assert!(
-        e.to_string().contains("no server certificate chain resolved"),
+        e.to_string()
+            .contains("no server certificate chain resolved"),
         "{e:?}"
     );
 
@@ -601,7 +598,7 @@ spec:
     );
     let file = dir.join("gw.yaml");
     std::fs::write(&file, format!("{manifest}{BACKEND}")).expect("write");
-    let b = sluice_ctrl::compile::build_paths(&[file.clone()])
+    let b = sluice_ctrl::compile::build_paths(std::slice::from_ref(&file))
         .unwrap_or_else(|d| panic!("{:#?}", d.error_lines()));
     let d = not_served(&b);
     assert_eq!(d.len(), 2, "{d:#?}");

@@ -265,6 +265,9 @@ pub fn istio_terminates(s: &istio::Server) -> bool {
         .is_some_and(|t| t.mode == istio::TlsMode::Simple)
 }
 
+/// A listener's certificates, or every reference of it that failed.
+type Loaded = Result<Vec<Arc<Certificate>>, Vec<Failure>>;
+
 /// One reference's failure: the field, the condition reason and the message.
 struct Failure {
     field: String,
@@ -285,7 +288,7 @@ pub fn load(items: &[Item], excluded: &Exclusions, out: &mut Vec<Diagnostic>) ->
     };
     let mut store = CertStore::default();
     for (gi, it) in items.iter().enumerate() {
-        let mut results: Vec<(usize, Result<Vec<Arc<Certificate>>, Vec<Failure>>)> = Vec::new();
+        let mut results: Vec<(usize, Loaded)> = Vec::new();
         match &it.object {
             Object::Gateway(g) => {
                 for (li, l) in g.spec.listeners.iter().enumerate() {
@@ -332,12 +335,7 @@ struct Loader<'a> {
 }
 
 impl Loader<'_> {
-    fn gateway_listener(
-        &mut self,
-        it: &Item,
-        li: usize,
-        l: &gw::Listener,
-    ) -> Result<Vec<Arc<Certificate>>, Vec<Failure>> {
+    fn gateway_listener(&mut self, it: &Item, li: usize, l: &gw::Listener) -> Loaded {
         let gns = it.object.meta().namespace();
         let refs = l.tls.iter().flat_map(|t| t.certificate_refs.iter());
         let mut certs = Vec::new();
@@ -394,12 +392,7 @@ impl Loader<'_> {
         }
     }
 
-    fn istio_server(
-        &mut self,
-        it: &Item,
-        si: usize,
-        s: &istio::Server,
-    ) -> Result<Vec<Arc<Certificate>>, Vec<Failure>> {
+    fn istio_server(&mut self, it: &Item, si: usize, s: &istio::Server) -> Loaded {
         let Some(tls) = &s.tls else {
             return Ok(Vec::new());
         };
