@@ -1,5 +1,5 @@
 //! TLS termination settings of a listener, built by the control plane and read by the
-//! terminate engine ([`crate::terminate`]): the rustls server configuration (its
+//! terminate engine (`dataplane/src/terminate/`): the rustls server configuration (its
 //! certificate resolver picks by SNI, ALPN, session tickets) and what follows the
 //! handshake.
 //!
