@@ -7,7 +7,10 @@
 //! their share), `policy` (NetworkPolicy's word on client -> destination, or client ->
 //! the picked backend: `{"verdict": "allow"|"deny", "egress", "ingress", "reason"}`
 //! naming the policy and rule that allowed each direction or the direction that denied),
-//! `inspect` (what the first bytes said) and `reason`.
+//! `inspect` (what the first bytes said), `certificate` (on a terminating listener: the
+//! certificate the handshake gets for the SNI — `source`, `sans`, `notAfter`, `keyType`,
+//! the `listener` whose it is and the `match`: `exact`, `wildcard` or `default` — or
+//! null, the verdict `reject` and the reason when the handshake would fail) and `reason`.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -16,6 +19,7 @@ use sluice_dataplane::inspect::{self, Inspected};
 
 use sluice_dataplane::tables::listeners::{ListenerEntry, RouteEntry};
 use sluice_dataplane::tables::maglev::{flow_hash, MaglevTable, Pick};
+use sluice_dataplane::tables::tls::CertMatch;
 
 use crate::compile::hostname::pattern_matches;
 use crate::compile::ir::{
@@ -294,6 +298,15 @@ impl Trace<'_> {
             );
             return self.end("reject", why);
         }
+        if l.kind == ListenerKind::TlsTerminate {
+            match certificate_for(l, self.parsed.sni.as_deref()) {
+                Ok(cert) => self.set("certificate", cert),
+                Err(why) => {
+                    self.set("certificate", Value::Null);
+                    return self.end("reject", format!("TLS handshake fails: {why}"));
+                }
+            }
+        }
         let name = self.routing_name(l);
         if l.members.len() > 1 {
             // Listeners sharing the port: the name selects one first.
@@ -407,6 +420,54 @@ pub fn explain(built: &Built, q: &Query) -> Value {
         Some(e) => trace.through(e),
         None => trace.no_listener(),
     }
+}
+
+/// The certificate a terminating listener serves a handshake with this SNI (or none),
+/// chosen by the same resolver the dataplane serves it with, or why there is none.
+fn certificate_for(l: &Listener, sni: Option<&str>) -> Result<Value, String> {
+    let resolver = crate::compile::tls::resolver(l).map_err(|e| e.to_string())?;
+    let shown = sni.map_or_else(|| "no SNI".to_string(), |s| format!("SNI `{s}`"));
+    let Some(choice) = resolver.pick(sni.map(str::as_bytes)) else {
+        let member = match sni {
+            Some(s) => selected_member(l, s).or_else(|| catch_all(l)),
+            None => catch_all(l),
+        };
+        return Err(match member {
+            Some(m) => format!("{shown} selects {}, which has no certificate", m.name),
+            None if sni.is_some() => {
+                format!("{shown} matches no hostname of this listener and none takes every name")
+            }
+            None => format!("{shown}, and no listener on this port takes every name"),
+        });
+    };
+    let m = l
+        .members
+        .get(choice.member)
+        .ok_or_else(|| "the certificate's listener is not in the IR".to_string())?;
+    let c = m
+        .certificates
+        .get(choice.cert)
+        .ok_or_else(|| "the certificate is not in the IR".to_string())?;
+    let by = match choice.by {
+        CertMatch::Exact => "exact",
+        CertMatch::Wildcard => "wildcard",
+        CertMatch::Default => "default",
+    };
+    Ok(json!({
+        "source": c.source,
+        "sans": c.sans,
+        "notAfter": c.not_after,
+        "keyType": c.key_type,
+        "listener": m.name,
+        "match": by,
+    }))
+}
+
+/// The member of a shared listener without hostname.
+fn catch_all(l: &Listener) -> Option<&Member> {
+    l.members
+        .iter()
+        .find(|m| m.hostnames.is_empty() || m.hostnames.iter().any(|h| h == "*"))
 }
 
 /// The member of a shared listener that a name selects: the most specific hostname that

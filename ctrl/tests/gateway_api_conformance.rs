@@ -489,22 +489,85 @@ fn listener_protocol_and_route_kind_conflicts() {
 }
 
 /// Upstream `GatewayHTTPSAndTLSPassthroughSamePort`: an HTTPS (Terminate) listener for
-/// `*.example.com` and a TLS Passthrough listener for abc.example.com on one port. sluice
-/// does not terminate TLS yet: the HTTPS listener is left out (reported, its names get no
-/// route), and abc.example.com still passes through to its backend.
+/// `*.example.com` and a TLS Passthrough listener for abc.example.com on one port.
+/// Upstream serves both; a sluice dataplane listener either terminates or passes through
+/// (one kind per address and port), so the later listener in precedence order is left
+/// out (`ProtocolConflict`) and its names get no route — never a wider one. With a
+/// certificate that does not load, the HTTPS listener is left out instead and
+/// abc.example.com passes through.
 #[test]
 fn https_and_tls_passthrough_on_one_port() {
-    let b = built(&format!(
-        "{}{}apiVersion: v1\nkind: Secret\nmetadata: {{name: cert, namespace: {NS}}}\ntype: kubernetes.io/tls\nstringData: {{tls.crt: x, tls.key: y}}\n---\n",
-        gateway("same-port", "10.77.0.81", &[
-            ("https-terminate", 8884, "HTTPS", Some("*.example.com"), "    tls: {mode: Terminate, certificateRefs: [{name: cert}]}\n"),
-            ("tls-passthrough", 8884, "TLS", Some("abc.example.com"), PASSTHROUGH),
-        ]),
-        tls_route("passthrough", "same-port", Some("tls-passthrough"), &["abc.example.com"], "{name: tcp-backend, port: 8443}"),
-    ));
+    let pem = |f: &str| {
+        std::fs::read_to_string(format!("{}/tests/data/tls/{f}", env!("CARGO_MANIFEST_DIR")))
+            .expect("fixture")
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    };
+    let scenario = |secret: &str| {
+        format!(
+            "{}{}{secret}",
+            gateway(
+                "same-port",
+                "10.77.0.81",
+                &[
+                    (
+                        "https-terminate",
+                        8884,
+                        "HTTPS",
+                        Some("*.example.com"),
+                        "    tls: {mode: Terminate, certificateRefs: [{name: cert}]}\n"
+                    ),
+                    (
+                        "tls-passthrough",
+                        8884,
+                        "TLS",
+                        Some("abc.example.com"),
+                        PASSTHROUGH
+                    ),
+                ]
+            ),
+            tls_route(
+                "passthrough",
+                "same-port",
+                Some("tls-passthrough"),
+                &["abc.example.com"],
+                "{name: tcp-backend, port: 8443}"
+            ),
+        )
+    };
+    let good = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: cert, namespace: {NS}}}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}---\n",
+        pem("wildcard.crt"),
+        pem("wildcard.key")
+    );
+    let b = built(&scenario(&good));
     let d: Vec<String> = b.not_served().map(|d| d.to_string()).collect();
     assert_eq!(d.len(), 1, "{d:?}");
-    assert!(d[0].contains("spec.listeners[0].tls.mode"), "{d:?}");
+    assert!(d[0].starts_with("not served (ProtocolConflict)"), "{d:?}");
+    assert!(d[0].contains("spec.listeners[1].port"), "{d:?}");
+    let l = b
+        .snapshot
+        .listeners
+        .lookup("10.77.0.81".parse().expect("ip"), 8884, proto::TCP)
+        .expect("the HTTPS listener");
+    assert!(l.tls.is_some(), "terminates");
+    // HTTPRoutes are not read: the terminated names have no route, abc.example.com
+    // is not passed through by a listener that terminates.
+    assert_eq!(picks(&b, "10.77.0.81:8884", "abc.example.com"), None);
+
+    let bad = format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: cert, namespace: {NS}}}\ntype: kubernetes.io/tls\nstringData: {{tls.crt: x, tls.key: y}}\n---\n");
+    let b = built(&scenario(&bad));
+    let d: Vec<String> = b.not_served().map(|d| d.to_string()).collect();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert!(
+        d[0].starts_with("not served (InvalidCertificateRef)"),
+        "{d:?}"
+    );
+    assert!(
+        d[0].contains("spec.listeners[0].tls.certificateRefs[0].name"),
+        "{d:?}"
+    );
     assert_eq!(
         picks(&b, "10.77.0.81:8884", "abc.example.com"),
         Some(vec![backend("10.80.0.2:8443")])

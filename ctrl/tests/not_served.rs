@@ -270,11 +270,12 @@ spec:
     assert!(route_names(&b).iter().any(|n| n.contains("default/served")));
 }
 
-/// A Gateway with a Passthrough and a Terminate TLS listener, one route each: the
-/// Terminate listener is left out (its route does not attach: no listener), the
+/// A Gateway with a Passthrough and a Terminate TLS listener, one route each, where the
+/// Terminate listener's Secret holds no certificate: that listener is left out
+/// (`InvalidCertificateRef`, the Secret named; its route does not attach), the
 /// Passthrough one is served.
 #[test]
-fn tls_terminate_listeners_are_not_served_and_their_siblings_are() {
+fn tls_terminate_listeners_with_a_bad_certificate_are_not_served_and_their_siblings_are() {
     let b = built(
         r#"apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -303,8 +304,17 @@ spec:
     );
     let d: Vec<&Diagnostic> = b.not_served().collect();
     assert_eq!(d.len(), 1, "{d:?}");
-    assert_eq!(d[0].path.as_deref(), Some("spec.listeners[1].tls.mode"));
-    assert_eq!(d[0].reason, Some("UnsupportedValue"));
+    assert_eq!(
+        d[0].path.as_deref(),
+        Some("spec.listeners[1].tls.certificateRefs[0].name")
+    );
+    assert_eq!(d[0].reason, Some("InvalidCertificateRef"));
+    assert!(
+        d[0].message.starts_with("Secret default/cert (case.yaml:")
+            && d[0].message.contains("): no PEM certificate"),
+        "{}",
+        d[0].message
+    );
     let ports: Vec<u16> = b.ir.listeners.iter().map(|l| l.port).collect();
     assert!(ports.contains(&443) && !ports.contains(&8443), "{ports:?}");
     let status = b.status_json();
@@ -316,9 +326,21 @@ spec:
         .expect("gateway");
     let term = &gw["status"]["listeners"][1];
     assert_eq!(term["name"], "term");
-    assert_eq!(term["conditions"][0]["type"], "Accepted");
-    assert_eq!(term["conditions"][0]["status"], "False");
-    assert_eq!(term["conditions"][0]["reason"], "UnsupportedValue");
+    let cond = |t: &str| {
+        term["conditions"]
+            .as_array()
+            .expect("conditions")
+            .iter()
+            .find(|c| c["type"] == t)
+            .map(|c| (c["status"].clone(), c["reason"].clone()))
+            .expect("condition")
+    };
+    assert_eq!(cond("Accepted"), ("True".into(), "Accepted".into()));
+    assert_eq!(cond("Programmed"), ("False".into(), "Invalid".into()));
+    assert_eq!(
+        cond("ResolvedRefs"),
+        ("False".into(), "InvalidCertificateRef".into())
+    );
     assert_eq!(gw["status"]["listeners"][0]["attachedRoutes"], 1);
 }
 
@@ -345,7 +367,7 @@ fn explain_says_why_traffic_for_what_is_not_served_gets_nowhere() {
     assert_eq!(v["verdict"], "drop");
     let reason = v["reason"].as_str().expect("reason");
     assert!(
-        reason.contains("spec.servers[1].tls.mode is not served: TLS termination"),
+        reason.contains("spec.servers[1].tls.serverCertificate is not served: cannot read /etc/certs/servercert.pem"),
         "{reason}"
     );
     let v = explain(&[

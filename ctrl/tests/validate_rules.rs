@@ -432,9 +432,10 @@ spec:
     );
 }
 
+/// A certificateRef to no Secret leaves that listener out (not the configuration).
 #[test]
 fn certificate_ref_missing_secret() {
-    error(
+    not_served(
         r#"apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: t, namespace: default}
@@ -449,13 +450,13 @@ spec:
       - name: missing #<-
 "#,
         "spec.listeners[0].tls.certificateRefs[0].name",
-        "Secret default/missing not found",
+        "Secret default/missing: not found",
     );
 }
 
 #[test]
 fn certificate_ref_cross_namespace_needs_grant() {
-    error(
+    let d = not_served(
         r#"apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: t, namespace: default}
@@ -471,8 +472,9 @@ spec:
         namespace: other #<-
 "#,
         "spec.listeners[0].tls.certificateRefs[0].namespace",
-        "RefNotPermitted",
+        "no ReferenceGrant in namespace other",
     );
+    assert_eq!(d.reason, Some("RefNotPermitted"));
 }
 
 #[test]
@@ -506,7 +508,7 @@ spec:
 
 #[test]
 fn credential_name_missing_secret() {
-    error(
+    not_served(
         r#"apiVersion: networking.istio.io/v1
 kind: Gateway
 metadata: {name: g, namespace: default}
@@ -519,7 +521,7 @@ spec:
       credentialName: nope #<-
 "#,
         "spec.servers[0].tls.credentialName",
-        "Secret default/nope not found",
+        "Secret default/nope: not found",
     );
 }
 
@@ -576,9 +578,10 @@ spec:
     assert_eq!(d.pos.line, 8);
 }
 
+/// Istio takes credentialName and ignores the files beside it: a warning.
 #[test]
-fn credential_name_excludes_files() {
-    error(
+fn credential_name_wins_over_files() {
+    warning(
         r#"apiVersion: networking.istio.io/v1
 kind: Gateway
 metadata: {name: g, namespace: default}
@@ -592,7 +595,7 @@ spec:
       serverCertificate: /etc/c.pem
 "#,
         "spec.servers[0].tls.credentialName",
-        "excludes serverCertificate",
+        "credentialName wins (as in Istio)",
     );
 }
 

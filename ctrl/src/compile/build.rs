@@ -121,8 +121,13 @@ pub fn build(mut loaded: Loaded) -> Result<Built, Diagnostics> {
         Some(plan) => super::addresses::check(&loaded.items, plan, &excluded, &mut out),
         None => Vec::new(),
     };
+    let excluded = Exclusions::from_diagnostics(&loaded.items, &out);
+    // Certificates of the terminating listeners still served: a bad one leaves its
+    // listener out too.
+    let certs = super::certs::load(&loaded.items, &excluded, &mut out);
     let mut excluded = Exclusions::from_diagnostics(&loaded.items, &out);
     let (mut ir, _) = super::to_ir::build_ir_with_stats(&loaded.items, &excluded, &mut out);
+    certs.attach(&mut ir);
     super::merge::merge_listeners(&mut ir, &loaded.items, &mut excluded, &mut out);
     warn_unready_backends(&ir, &loaded.items, &mut out);
     if out.iter().any(Diagnostic::is_error) {

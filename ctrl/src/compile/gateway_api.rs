@@ -29,16 +29,13 @@ struct Candidate<'r> {
 }
 
 impl<'r> Candidate<'r> {
-    /// The route of `item` when it is of the kind `want_kind` (a listener takes one kind).
-    fn of(item: &'r Item, want_kind: &str) -> Option<Self> {
+    /// The route of `item` when it is of one of the kinds `want` (those a listener
+    /// takes).
+    fn of(item: &'r Item, want: &[&str]) -> Option<Self> {
         let (parents, hostnames, rules, kind) = match &item.object {
-            Object::TcpRoute(r) if want_kind == "TCPRoute" => {
-                (&r.spec.parent_refs, &[][..], &r.spec.rules, "TCPRoute")
-            }
-            Object::UdpRoute(r) if want_kind == "UDPRoute" => {
-                (&r.spec.parent_refs, &[][..], &r.spec.rules, "UDPRoute")
-            }
-            Object::TlsRoute(r) if want_kind == "TLSRoute" => (
+            Object::TcpRoute(r) => (&r.spec.parent_refs, &[][..], &r.spec.rules, "TCPRoute"),
+            Object::UdpRoute(r) => (&r.spec.parent_refs, &[][..], &r.spec.rules, "UDPRoute"),
+            Object::TlsRoute(r) => (
                 &r.spec.parent_refs,
                 &r.spec.hostnames[..],
                 &r.spec.rules,
@@ -46,6 +43,9 @@ impl<'r> Candidate<'r> {
             ),
             _ => return None,
         };
+        if !want.contains(&kind) {
+            return None;
+        }
         Some(Candidate {
             item,
             kind,
@@ -74,16 +74,12 @@ fn selecting_parents(c: &Candidate, l: &gw::Listener, gns: &str, gname: &str) ->
         .collect()
 }
 
-/// The route kind a listener of this kind and protocol takes (`""`: none).
-fn want_kind(kind: ListenerKind, l: &gw::Listener) -> &'static str {
-    match kind {
-        ListenerKind::Tcp => "TCPRoute",
-        ListenerKind::Udp => "UDPRoute",
-        ListenerKind::TlsPassthrough | ListenerKind::TlsTerminate if l.protocol == "TLS" => {
-            "TLSRoute"
-        }
-        _ => "",
-    }
+/// The route kinds a listener takes ([`validate::route_kinds_of`]): a TLS listener in
+/// mode Terminate takes TCPRoutes as well as TLSRoutes (older Gateway API releases
+/// paired terminating TLS listeners with TCPRoutes); HTTP and HTTPS listeners take
+/// HTTPRoutes upstream, which sluice does not read.
+fn want_kinds(l: &gw::Listener) -> &'static [&'static str] {
+    validate::route_kinds_of(l)
 }
 
 impl Ctx<'_> {
@@ -121,15 +117,16 @@ impl Ctx<'_> {
                     _ => Vec::new(),
                 },
                 source: (gi, li),
+                certificates: Vec::new(),
             }];
-            let want_kind = want_kind(listener.kind, l);
+            let want_kinds = want_kinds(l);
             // Hosts bound so far, and the route that took each.
             let mut bound: HashMap<String, String> = HashMap::new();
             let items = self.items;
             let mut attached_routes = 0;
             for item in self.by.routes_for(&gns, &gname, l) {
                 self.stats.candidates += 1;
-                let Some(c) = Candidate::of(&items[item], want_kind) else {
+                let Some(c) = Candidate::of(&items[item], want_kinds) else {
                     continue;
                 };
                 let selecting = selecting_parents(&c, l, &gns, &gname);
@@ -209,6 +206,13 @@ impl Ctx<'_> {
                     .collect(),
                 require_client_cert: false,
                 http: l.protocol == "HTTPS",
+                min_tls13: l
+                    .tls
+                    .as_ref()
+                    .and_then(|t| t.options.get(validate::MIN_TLS_VERSION))
+                    .is_some_and(|v| v == "1.3"),
+                max_tls12: false,
+                cipher_suites: Vec::new(),
             }),
             https_redirect: false,
             transparent: false,

@@ -58,6 +58,26 @@ pub struct TlsTerminate {
     pub require_client_cert: bool,
     /// Whether the terminated stream is HTTP (routed by Host) or opaque TCP.
     pub http: bool,
+    /// TLS 1.3 only (Istio `minProtocolVersion: TLSV1_3`).
+    pub min_tls13: bool,
+    /// TLS 1.2 only (Istio `maxProtocolVersion: TLSV1_2`).
+    pub max_tls12: bool,
+    /// The TLS 1.2 cipher suites allowed (Istio `cipherSuites`, OpenSSL names); empty =
+    /// every suite of the provider.
+    pub cipher_suites: Vec<String>,
+}
+
+impl TlsTerminate {
+    /// Whether two listeners with these settings can share a port: the same handshake
+    /// settings and the same kind of stream after it (certificates may differ: they are
+    /// chosen per member by SNI).
+    pub fn shares_with(&self, other: &TlsTerminate) -> bool {
+        self.http == other.http
+            && self.require_client_cert == other.require_client_cert
+            && self.min_tls13 == other.min_tls13
+            && self.max_tls12 == other.max_tls12
+            && self.cipher_suites == other.cipher_suites
+    }
 }
 
 /// A [`Binding::route`] that means "no route": the names of a more specific listener
@@ -84,6 +104,10 @@ pub struct Member {
     /// (gateway object index, listener or server index) in the build's objects.
     #[serde(skip)]
     pub source: (usize, usize),
+    /// Its certificates (terminating listeners), the default first; the SNI picks one
+    /// (`sluice_dataplane::tables::tls::SniResolver`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<std::sync::Arc<super::certs::Certificate>>,
 }
 
 impl Member {

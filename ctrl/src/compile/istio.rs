@@ -229,6 +229,7 @@ impl Ctx<'_> {
                     dns
                 },
                 source: (gi, si),
+                certificates: Vec::new(),
             }];
             if listener.kind == ListenerKind::TlsAutoPassthrough {
                 self.auto_passthrough(&server_hosts, u32::from(port), &mut listener, ir);
@@ -324,6 +325,9 @@ impl Ctx<'_> {
                 },
                 require_client_cert: t.mode == istio::TlsMode::Mutual,
                 http: proto == "HTTPS",
+                min_tls13: t.min_protocol_version == istio::TlsProtocol::V1_3,
+                max_tls12: t.max_protocol_version == istio::TlsProtocol::V1_2,
+                cipher_suites: t.cipher_suites.clone(),
             }
         });
         let bind: Vec<IpAddr> = server.bind.iter().filter_map(|b| b.parse().ok()).collect();

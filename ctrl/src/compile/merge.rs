@@ -105,6 +105,19 @@ fn refusal(group: &Group, l: &Listener) -> Option<(&'static str, String)> {
             ),
         ));
     }
+    if let (Some(a), Some(b)) = (&first.tls, &l.tls) {
+        if !a.shares_with(b) {
+            return Some((
+                "ProtocolConflict",
+                format!(
+                    "port {} is shared with {}, which terminates TLS with other settings \
+                     (HTTPS and TLS, protocol versions or cipher suites): one port has one \
+                     handshake configuration",
+                    l.port, first.name
+                ),
+            ));
+        }
+    }
     if first.https_redirect != l.https_redirect || first.transparent != l.transparent {
         return Some((
             "ProtocolConflict",

@@ -23,6 +23,7 @@
 pub mod addresses;
 pub mod backends;
 pub mod build;
+pub mod certs;
 mod ctx;
 mod gateway_api;
 pub mod hostname;
@@ -36,6 +37,7 @@ pub mod served;
 pub mod snapshot;
 pub mod status;
 pub mod tables;
+pub mod tls;
 mod to_ir;
 
 pub use build::{build, build_paths, check_machine, diagnostics, Built, PolicyReport};

@@ -127,16 +127,6 @@ fn key(k: &str) -> Seg {
     Seg::Key(k.to_string())
 }
 
-/// The route kinds sluice serves on a Gateway API listener of this protocol.
-fn served_kinds(protocol: &str) -> &'static [&'static str] {
-    match protocol {
-        "TLS" => &["TLSRoute"],
-        "TCP" => &["TCPRoute"],
-        "UDP" => &["UDPRoute"],
-        _ => &[],
-    }
-}
-
 /// Everything the status computation reads.
 pub struct StatusInput<'a> {
     /// The objects.
@@ -214,7 +204,7 @@ impl StatusInput<'_> {
             &[key("spec"), key("listeners"), Seg::Index(li)],
         );
         let kinds_bad = under.iter().any(|d| d.reason == Some("InvalidRouteKinds"));
-        let served = served_kinds(&l.protocol);
+        let served = crate::validate::route_kinds_of(l);
         let supported: Vec<&str> = match &l.allowed_routes {
             Some(ar) if !ar.kinds.is_empty() => served
                 .iter()
@@ -230,7 +220,22 @@ impl StatusInput<'_> {
             .copied();
         let conflicted =
             blocking.filter(|d| matches!(d.reason, Some("HostnameConflict" | "ProtocolConflict")));
+        // A certificateRef that does not resolve: the listener is valid but not
+        // programmed, and `ResolvedRefs` says why.
+        let bad_ref = under
+            .iter()
+            .find(|d| {
+                matches!(
+                    d.reason,
+                    Some(super::certs::INVALID_CERTIFICATE_REF | super::certs::REF_NOT_PERMITTED)
+                )
+            })
+            .copied();
         match (self.excluded.listener(i, li), blocking) {
+            (true, Some(d)) if conflicted.is_none() && bad_ref.is_some() => {
+                conditions.push(condition("Accepted", true, "Accepted", ""));
+                conditions.push(condition("Programmed", false, "Invalid", &d.message));
+            }
             (true, Some(d)) if conflicted.is_none() => {
                 conditions.push(condition(
                     "Accepted",
@@ -256,7 +261,14 @@ impl StatusInput<'_> {
             })),
             None => conditions.push(condition("Conflicted", false, "NoConflicts", "")),
         }
-        if kinds_bad || supported.is_empty() {
+        if let Some(d) = bad_ref {
+            conditions.push(condition(
+                "ResolvedRefs",
+                false,
+                d.reason.unwrap_or(super::certs::INVALID_CERTIFICATE_REF),
+                &d.message,
+            ));
+        } else if kinds_bad || supported.is_empty() {
             let msg = if served.is_empty() {
                 format!(
                     "sluice serves no route kind on a {} listener yet",

@@ -34,6 +34,14 @@ pub enum TableError {
     /// The listener table (host patterns, caps).
     #[error(transparent)]
     Listeners(#[from] sluice_dataplane::tables::listeners::BuildError),
+    /// A terminating listener's TLS configuration.
+    #[error("{listener}: TLS: {source}")]
+    Tls {
+        /// The listener's name.
+        listener: String,
+        /// Why.
+        source: super::tls::TlsError,
+    },
 }
 
 /// Builds the listener table. Route `i` of the table is route `i` of the IR.
@@ -92,10 +100,19 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, TableError> {
             http: http.into_boxed_slice(),
         });
     }
-    let specs = ir
-        .listeners
-        .iter()
-        .map(|l| ListenerSpec {
+    let mut specs = Vec::with_capacity(ir.listeners.len());
+    for l in &ir.listeners {
+        let tls =
+            match l.kind {
+                ListenerKind::TlsTerminate => Some(super::tls::listener_tls(l).map_err(
+                    |source| TableError::Tls {
+                        listener: l.name.clone(),
+                        source,
+                    },
+                )?),
+                _ => None,
+            };
+        specs.push(ListenerSpec {
             name: l.name.clone(),
             addresses: l.addresses.clone(),
             port: l.port,
@@ -117,10 +134,9 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, TableError> {
                 .collect(),
             https_redirect: l.https_redirect,
             transparent: l.transparent,
-            // Filled by the certificate compiler (TLS termination, issue #31).
-            tls: None,
-        })
-        .collect();
+            tls,
+        });
+    }
     Ok(ListenerTable::build(specs, routes)?)
 }
 

@@ -55,13 +55,18 @@ pub(super) fn service(it: &Item, spec: &ServiceSpec, r: &mut Reporter) {
     }
 }
 
-/// A `kubernetes.io/tls` Secret holds a certificate and a key.
+/// A `kubernetes.io/tls` Secret holds a certificate and a key. One without is a warning
+/// here: what refers to it is not served (`compile::certs`), the rest of the
+/// configuration is.
 pub(super) fn tls_secret(it: &Item, s: &SecretData, r: &mut Reporter) {
     for key in ["tls.crt", "tls.key"] {
         if !s.entries.contains_key(key) {
-            r.error(
+            r.warn(
                 &it.path("data"),
-                format!("a kubernetes.io/tls Secret needs `{key}`"),
+                format!(
+                    "a kubernetes.io/tls Secret needs `{key}`: a listener that uses it is not \
+                     served"
+                ),
             );
         }
     }

@@ -12,12 +12,15 @@ use super::fields::{selector, weight, MAX_BACKEND_REFS};
 use super::hostnames::hostname;
 use super::index::Index;
 
+/// The Gateway API `tls.options` key sluice reads on a terminating listener: the lowest
+/// TLS version served, `"1.2"` (the default) or `"1.3"`.
+pub const MIN_TLS_VERSION: &str = "sluice.dev/min-tls-version";
+
 /// Gateway API core/extended listener protocols.
 pub const GATEWAY_PROTOCOLS: &[&str] = &["HTTP", "HTTPS", "TLS", "TCP", "UDP"];
 
 /// A Gateway: its addresses, and each listener alone and against the others.
-pub(super) fn gateway(it: &Item, spec: &gw::GatewaySpec, index: &Index, r: &mut Reporter) {
-    let ns = it.object.meta().namespace().to_string();
+pub(super) fn gateway(it: &Item, spec: &gw::GatewaySpec, r: &mut Reporter) {
     if spec.listeners.is_empty() {
         r.error(
             &it.path("spec.listeners"),
@@ -37,7 +40,7 @@ pub(super) fn gateway(it: &Item, spec: &gw::GatewaySpec, index: &Index, r: &mut 
                 format!("duplicate listener name `{}`", l.name),
             );
         }
-        listener(it, &at, l, &ns, index, r);
+        listener(it, &at, l, r);
         listener_conflicts(it, &at, l, &mut seen, r);
     }
 }
@@ -61,7 +64,7 @@ fn gateway_addresses(it: &Item, addresses: &[gw::GatewayAddress], r: &mut Report
 }
 
 /// One listener on its own (at `at`): port, protocol, hostname, tls, allowedRoutes.
-fn listener(it: &Item, at: &str, l: &gw::Listener, ns: &str, index: &Index, r: &mut Reporter) {
+fn listener(it: &Item, at: &str, l: &gw::Listener, r: &mut Reporter) {
     if !(1..=65535).contains(&l.port) {
         r.error(
             &it.path(&format!("{at}.port")),
@@ -87,14 +90,14 @@ fn listener(it: &Item, at: &str, l: &gw::Listener, ns: &str, index: &Index, r: &
             );
         }
     }
-    listener_tls(it, at, l, ns, index, r);
+    listener_tls(it, at, l, r);
     if let Some(ar) = &l.allowed_routes {
         allowed_routes(it, at, ar, r);
     }
 }
 
 /// A listener's `tls` against its protocol, with its certificate references.
-fn listener_tls(it: &Item, at: &str, l: &gw::Listener, ns: &str, index: &Index, r: &mut Reporter) {
+fn listener_tls(it: &Item, at: &str, l: &gw::Listener, r: &mut Reporter) {
     match (&l.tls, l.protocol.as_str()) {
         (None, "HTTPS" | "TLS") => r.error(
             &it.path(&format!("{at}.tls")),
@@ -111,56 +114,42 @@ fn listener_tls(it: &Item, at: &str, l: &gw::Listener, ns: &str, index: &Index, 
                     "Passthrough needs protocol TLS, not HTTPS",
                 );
             }
-            if tls.mode == GatewayTlsMode::Terminate {
-                r.not_served_because(
-                    &it.path(&format!("{at}.tls.mode")),
-                    "UnsupportedValue",
-                    format!("TLS termination (a {proto} listener in mode Terminate) is not implemented yet: this listener's connections get no route"),
-                );
-            }
             if tls.mode == GatewayTlsMode::Terminate && tls.certificate_refs.is_empty() {
                 r.error(
                     &it.path(&format!("{at}.tls.certificateRefs")),
                     "mode Terminate needs at least one certificateRef",
                 );
             }
-            for (j, c) in tls.certificate_refs.iter().enumerate() {
-                let cat = format!("{at}.tls.certificateRefs[{j}]");
-                let kind = c.kind.as_deref().unwrap_or("Secret");
-                let group = c.group.as_deref().unwrap_or("");
-                if kind != "Secret" || !group.is_empty() {
-                    r.error(
-                        &it.path(&format!("{cat}.kind")),
-                        format!(
-                            "certificateRef {group}/{kind} is not supported (only core Secrets)"
-                        ),
-                    );
-                    continue;
-                }
-                let cns = c.namespace.clone().unwrap_or_else(|| ns.to_string());
-                match index.get(Kind::Secret, &cns, &c.name) {
-                    None => r.error(
-                        &it.path(&format!("{cat}.name")),
-                        format!("Secret {cns}/{} not found", c.name),
-                    ),
-                    Some(sec) => {
-                        if let Object::Secret(s) = &sec.object {
-                            if s.spec.kind != "kubernetes.io/tls" {
-                                r.error(&it.path(&format!("{cat}.name")), format!("Secret {cns}/{} has type `{}`; kubernetes.io/tls is required", c.name, s.spec.kind));
-                            }
-                        }
-                    }
-                }
-                if !index.grant_allows(
-                    ("gateway.networking.k8s.io", "Gateway", ns),
-                    ("", "Secret", &cns, &c.name),
-                ) {
-                    r.error(&it.path(&format!("{cat}.namespace")), format!("reference to Secret {cns}/{} from namespace {ns} is not allowed: no ReferenceGrant in {cns} permits it (RefNotPermitted)", c.name));
-                }
-            }
-            for k in tls.options.keys() {
+            // What each certificateRef names (kind, ReferenceGrant, the Secret and its
+            // certificate) is checked when certificates are loaded
+            // (`compile::certs`): a bad one leaves this listener out, not the whole
+            // configuration.
+            for (k, v) in &tls.options {
+                let here = it.path(&format!("{at}.tls")).key("options").key(k);
                 if !k.contains('/') {
-                    r.error(&it.path(&format!("{at}.tls.options.{k}")), "implementation-specific options must use domain-prefixed names (example.com/my-option)");
+                    r.error(&here, "implementation-specific options must use domain-prefixed names (example.com/my-option)");
+                } else if tls.mode == GatewayTlsMode::Passthrough {
+                    // Options tune termination; a passthrough listener has none.
+                    continue;
+                } else if k == MIN_TLS_VERSION {
+                    if !matches!(v.as_str(), "1.2" | "1.3") {
+                        r.not_served_because(
+                            &here,
+                            "UnsupportedValue",
+                            format!("{MIN_TLS_VERSION} `{v}`: sluice terminates TLS 1.2 and 1.3 (\"1.2\" or \"1.3\"): this listener is not served"),
+                        );
+                    }
+                } else if k.starts_with("sluice.dev/") {
+                    r.not_served_because(
+                        &here,
+                        "UnsupportedValue",
+                        format!("unknown sluice option `{k}` (sluice reads {MIN_TLS_VERSION}): this listener is not served"),
+                    );
+                } else {
+                    r.warn(
+                        &here,
+                        format!("option `{k}` is another implementation's: ignored"),
+                    );
                 }
             }
         }
@@ -339,13 +328,22 @@ fn route_parents(
             }
         }
         let want = listener_protocol_of(route_kind);
-        if !matching.iter().any(|l| l.protocol == want) {
-            // Name what the parentRef did select, and the route kind each listener takes.
+        if !matching.iter().any(|l| takes(l, route_kind)) {
+            // Name what the parentRef did select, and the route kinds each listener takes.
             let selected: Vec<String> = matching
                 .iter()
-                .map(|l| match route_kind_of(&l.protocol) {
-                    Some(k) => format!("`{}` is {} and takes {k}s", l.name, l.protocol),
-                    None => format!("`{}` is {}", l.name, l.protocol),
+                .map(|l| match route_kinds_of(l) {
+                    [] => format!("`{}` is {}", l.name, l.protocol),
+                    kinds => format!(
+                        "`{}` is {} and takes {}",
+                        l.name,
+                        l.protocol,
+                        kinds
+                            .iter()
+                            .map(|k| format!("{k}s"))
+                            .collect::<Vec<_>>()
+                            .join(" and ")
+                    ),
                 })
                 .collect();
             r.not_served_because(
@@ -371,7 +369,8 @@ fn route_parents(
 }
 
 /// The Gateway API listener protocol a route kind attaches to: a TLSRoute to TLS
-/// listeners, a UDPRoute to UDP listeners, a TCPRoute (and Consul's) to TCP listeners.
+/// listeners, a UDPRoute to UDP listeners, a TCPRoute (and Consul's) to TCP listeners
+/// (and to terminating TLS listeners: [`route_kinds_of`]).
 fn listener_protocol_of(route_kind: &str) -> &'static str {
     match route_kind {
         "TLSRoute" => "TLS",
@@ -380,15 +379,29 @@ fn listener_protocol_of(route_kind: &str) -> &'static str {
     }
 }
 
-/// The route kind sluice attaches to a listener of this protocol (HTTP listeners take
-/// HTTPRoutes upstream, which sluice does not read).
-fn route_kind_of(protocol: &str) -> Option<&'static str> {
-    match protocol {
-        "TLS" => Some("TLSRoute"),
-        "TCP" => Some("TCPRoute"),
-        "UDP" => Some("UDPRoute"),
-        _ => None,
+/// The route kinds sluice attaches to a Gateway API listener (HTTP and HTTPS listeners
+/// take HTTPRoutes upstream, which sluice does not read). A TLS listener in mode
+/// Terminate takes TCPRoutes besides TLSRoutes: older Gateway API releases paired
+/// terminating TLS listeners with TCPRoutes (the decrypted stream routed as TCP).
+pub fn route_kinds_of(l: &gw::Listener) -> &'static [&'static str] {
+    match l.protocol.as_str() {
+        "TLS" if crate::compile::certs::gateway_terminates(l) => &["TLSRoute", "TCPRoute"],
+        "TLS" => &["TLSRoute"],
+        "TCP" => &["TCPRoute"],
+        "UDP" => &["UDPRoute"],
+        _ => &[],
     }
+}
+
+/// Whether listener `l` takes routes of `route_kind`.
+fn takes(l: &gw::Listener, route_kind: &str) -> bool {
+    // Consul's TCPRoute is a TCPRoute.
+    let kind = if route_kind.ends_with("TCPRoute") {
+        "TCPRoute"
+    } else {
+        route_kind
+    };
+    route_kinds_of(l).contains(&kind)
 }
 
 fn route_rules(

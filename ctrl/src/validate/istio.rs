@@ -120,12 +120,9 @@ pub(super) fn istio_gateway(it: &Item, spec: &istio::GatewaySpec, index: &Index,
             Some(_) => "terminate",
         };
         if handling == "terminate" {
-            let mode = s.tls.as_ref().map_or("SIMPLE", |t| t.mode.as_str());
-            r.not_served_because(
-                &it.path(&format!("{at}.tls.mode")),
-                "UnsupportedValue",
-                format!("TLS termination (mode {mode}) is not implemented yet: this server's connections get no route"),
-            );
+            if let Some(tls) = &s.tls {
+                terminate_settings(it, &format!("{at}.tls"), tls, r);
+            }
         }
         for h in &s.hosts {
             if class == "TCP" || conflict {
@@ -175,17 +172,16 @@ fn server_tls(
     if tls.https_redirect && proto == "HTTP" {
         return; // An HTTP server with httpsRedirect needs nothing else.
     }
-    if let Some(cred) = &tls.credential_name {
-        if has_files {
-            r.error(
-                &p("credentialName"),
-                "credentialName excludes serverCertificate, privateKey and caCertificates",
-            );
-        }
-        if index.get(Kind::Secret, ns, cred).is_none() {
-            r.error(&p("credentialName"), format!("Secret {ns}/{cred} not found (credentialName refers to a Secret in the gateway's namespace)"));
-        }
+    if tls.credential_name.is_some() && has_files {
+        // Istio takes the Secret and ignores the files.
+        r.warn(
+            &p("credentialName"),
+            "credentialName and serverCertificate/privateKey/caCertificates are both set: \
+             credentialName wins (as in Istio), the files are ignored",
+        );
     }
+    // The Secret credentialName names is read, and checked, with the certificates
+    // (`compile::certs`): a missing or bad one leaves this server out.
     match tls.mode {
         TlsMode::Simple | TlsMode::Mutual | TlsMode::OptionalMutual => {
             if tls.credential_name.is_none() {
@@ -259,6 +255,101 @@ fn server_tls(
             &p("minProtocolVersion"),
             "minProtocolVersion is above maxProtocolVersion",
         );
+    }
+}
+
+/// A terminating server's mode and handshake settings: SIMPLE is served; the modes that
+/// verify client certificates are not yet (issue #33); protocol versions and cipher
+/// suites rustls cannot honour exactly leave the server out rather than serve it wider
+/// or narrower than asked.
+fn terminate_settings(it: &Item, at: &str, tls: &istio::ServerTlsSettings, r: &mut Reporter) {
+    let p = |f: &str| it.path(&format!("{at}.{f}"));
+    match tls.mode {
+        TlsMode::Simple => {}
+        TlsMode::Mutual | TlsMode::OptionalMutual => {
+            r.not_served_because(
+                &p("mode"),
+                "UnsupportedValue",
+                format!(
+                    "mode {}: verifying client certificates is not implemented yet (issue #33): \
+                     this server's connections get no route",
+                    tls.mode.as_str()
+                ),
+            );
+            return;
+        }
+        TlsMode::IstioMutual => {
+            r.not_served_because(
+                &p("mode"),
+                "UnsupportedValue",
+                "mode ISTIO_MUTUAL: Istio's mesh certificates and client verification are not \
+                 implemented yet (issue #33): this server's connections get no route",
+            );
+            return;
+        }
+        TlsMode::Passthrough | TlsMode::AutoPassthrough => return,
+    }
+    for (field, v) in [
+        ("minProtocolVersion", tls.min_protocol_version),
+        ("maxProtocolVersion", tls.max_protocol_version),
+    ] {
+        if matches!(v, istio::TlsProtocol::V1_0 | istio::TlsProtocol::V1_1) {
+            r.not_served_because(
+                &p(field),
+                "UnsupportedValue",
+                format!(
+                    "{field} {}: sluice terminates TLS 1.2 and 1.3 only (rustls has no TLS 1.0 \
+                     or 1.1): this server is not served",
+                    if v == istio::TlsProtocol::V1_0 {
+                        "TLSV1_0"
+                    } else {
+                        "TLSV1_1"
+                    }
+                ),
+            );
+        }
+    }
+    for (k, name) in tls.cipher_suites.iter().enumerate() {
+        let served = crate::compile::tls::CIPHER_SUITES;
+        if !served.iter().any(|(n, _)| n == name) {
+            r.not_served_because(
+                &p(&format!("cipherSuites[{k}]")),
+                "UnsupportedValue",
+                format!(
+                    "cipher suite `{name}` is not served (sluice serves {}): this server is \
+                     not served",
+                    served
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
+    }
+    let client_side = [
+        ("caCertificates", tls.ca_certificates.is_some()),
+        ("caCrl", tls.ca_crl.is_some()),
+        ("subjectAltNames", !tls.subject_alt_names.is_empty()),
+        (
+            "verifyCertificateSpki",
+            !tls.verify_certificate_spki.is_empty(),
+        ),
+        (
+            "verifyCertificateHash",
+            !tls.verify_certificate_hash.is_empty(),
+        ),
+    ];
+    for (field, set) in client_side {
+        if set {
+            r.warn(
+                &p(field),
+                format!(
+                    "{field} verifies client certificates, which mode SIMPLE does not request: \
+                     ignored"
+                ),
+            );
+        }
     }
 }
 

@@ -31,7 +31,7 @@ use crate::model::meta::{transparent_by_annotation, SOURCE_NAT_ANNOTATION};
 use crate::model::{Kind, Object};
 
 pub use fields::{cidr, is_prime, MAX_BACKEND_REFS, MAX_WEIGHT};
-pub use gateway_api::GATEWAY_PROTOCOLS;
+pub use gateway_api::{route_kinds_of, GATEWAY_PROTOCOLS, MIN_TLS_VERSION};
 pub use hostnames::service_of_host;
 pub use hostnames::{gateway_hostname_error, istio_host_error};
 pub use index::Index;
@@ -76,7 +76,7 @@ pub fn validate(loaded: &mut Loaded) {
                 Object::IstioGateway(g) => istio::istio_gateway(it, &g.spec, &index, &mut r),
                 Object::VirtualService(v) => istio::virtual_service(it, &v.spec, &index, &mut r),
                 Object::DestinationRule(d) => istio::destination_rule(it, &d.spec, &mut r),
-                Object::Gateway(g) => gateway_api::gateway(it, &g.spec, &index, &mut r),
+                Object::Gateway(g) => gateway_api::gateway(it, &g.spec, &mut r),
                 Object::TlsRoute(t) => gateway_api::tls_route(it, &t.spec, &index, &mut r),
                 Object::TcpRoute(t) => {
                     gateway_api::tcp_route(it, &t.spec, "TCPRoute", &index, &mut r)
