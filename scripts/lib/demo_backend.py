@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The demo's backend servers: one TCP server per address given, each on PORT.
 
-A connection that starts with an HTTP request line gets `200 OK` naming the backend and
-the peer it saw (so `curl` shows which backend answered and that sluice source-NATed the
-connection); anything else is echoed back byte for byte, prefixed by nothing.
+A connection that starts with an HTTP request line gets `200 OK` naming the backend, the
+peer it saw, and the request's Host and target (so `curl` shows which backend answered,
+that sluice source-NATed the connection, and what arrived); anything else is echoed back
+byte for byte, prefixed by nothing.
 Usage: demo_backend.py PORT ADDR...
 """
 import socket
@@ -16,7 +17,11 @@ def serve_conn(conn, me):
         peer = "%s:%d" % conn.getpeername()[:2]
         first = conn.recv(65536)
         if first.startswith((b"GET ", b"HEAD ", b"POST ")):
-            body = ("backend %s (peer %s)\n" % (me, peer)).encode()
+            head = first.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+            target = head[0].split(" ")[1] if len(head[0].split(" ")) > 1 else "?"
+            host = next((h.split(":", 1)[1].strip() for h in head[1:]
+                         if h.lower().startswith("host:")), "?")
+            body = ("backend %s (peer %s) host %s path %s\n" % (me, peer, host, target)).encode()
             conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
                          + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
             return
