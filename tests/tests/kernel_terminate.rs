@@ -115,10 +115,14 @@ fn identify_servers(rig: &Rig) -> Py {
 }
 
 #[test]
-fn openssl_receives_the_certificate_its_sni_selects_over_tls12_and_tls13_with_both_key_types()
-{
+fn openssl_receives_the_certificate_its_sni_selects_over_tls12_and_tls13_with_both_key_types() {
     let certs = Certs::empty();
-    certs.make("default", "default.example.test", &["default.example.test"], Key::P256);
+    certs.make(
+        "default",
+        "default.example.test",
+        &["default.example.test"],
+        Key::P256,
+    );
     certs.make("exact", "a.example.test", &["a.example.test"], Key::Rsa2048);
     certs.make("wild", "wild.example.test", &["*.example.test"], Key::P256);
     let config = format!(
@@ -142,11 +146,7 @@ fn openssl_receives_the_certificate_its_sni_selects_over_tls12_and_tls13_with_bo
     ] {
         for (flag, proto) in [("-tls1_3", "TLSv1.3"), ("-tls1_2", "TLSv1.2")] {
             let got = s_client(client, sni, flag);
-            assert_eq!(
-                got,
-                Ok((cn.to_string(), proto.to_string())),
-                "{sni} {flag}"
-            );
+            assert_eq!(got, Ok((cn.to_string(), proto.to_string())), "{sni} {flag}");
         }
     }
     let c = rig.finish();
@@ -237,7 +237,10 @@ fn fifty_megabytes_each_way_and_resumed_handshakes() {
     eprintln!("bulk: {v}");
     assert_eq!(v["error"], serde_json::Value::Null, "{v}");
     assert_eq!(v["cert"], "a.example.test", "{v}");
-    assert_eq!(v["body"], BACKENDS[0], "the identify line of backend a: {v}");
+    assert_eq!(
+        v["body"], BACKENDS[0],
+        "the identify line of backend a: {v}"
+    );
     assert_eq!(v["echoed"], BYTES, "{v}");
     assert_eq!(v["echo_ok"], true, "echoed byte for byte: {v}");
     let v = agent.cmd("resume 443 a.example.test 20", AGENT_LIMIT);
