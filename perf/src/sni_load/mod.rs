@@ -620,11 +620,50 @@ fn wait_ready(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Err(format!("{NOT_READY} after {limit:?}: {last}"))
+    Err(format!("not ready after {limit:?}: {last}"))
 }
 
-/// The start of the error of a contender that never answered its probe.
-pub const NOT_READY: &str = "not ready";
+/// Why a round has no figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoundError {
+    /// The contender did not start (its configuration, its process, its devices).
+    Start(String),
+    /// It started but never answered its probe: it does not serve the benchmark.
+    NotReady {
+        /// The last probe's error.
+        error: String,
+        /// What it reported when stopped.
+        stopped: Value,
+    },
+    /// It served, then the round failed (the contender died, the load client failed).
+    Failed {
+        /// What went wrong.
+        error: String,
+        /// What it reported when stopped.
+        stopped: Value,
+    },
+    /// Cut short by the stop flag (SIGINT).
+    Interrupted,
+}
+
+impl RoundError {
+    /// Whether the contender never served (did not start, or never answered): later
+    /// rounds with the same configuration would fail the same way.
+    pub fn never_served(&self) -> bool {
+        matches!(self, RoundError::Start(_) | RoundError::NotReady { .. })
+    }
+}
+
+impl std::fmt::Display for RoundError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RoundError::Start(e) => write!(f, "did not start: {e}"),
+            RoundError::NotReady { error, stopped } => write!(f, "{error}; on stop: {stopped}"),
+            RoundError::Failed { error, stopped } => write!(f, "{error}; on stop: {stopped}"),
+            RoundError::Interrupted => f.write_str(INTERRUPTED),
+        }
+    }
+}
 
 /// Runs one round of `c` (see the module docs) with the SNI load client; `stop` aborts it
 /// (SIGINT).
@@ -655,7 +694,7 @@ pub fn measure(
         duration: spec.duration,
         ready_limit: spec.ready_limit,
     };
-    measure_with(c, topo, &timing, probe, load, stop)
+    measure_with(c, topo, &timing, probe, load, stop).map_err(|e| e.to_string())
 }
 
 /// Runs one round of `c` with any load: starts it, waits until `probe` passes, runs
@@ -668,19 +707,28 @@ pub fn measure_with<R: Send + 'static>(
     probe: Arc<ProbeFn>,
     load: Box<LoadFn<R>>,
     stop: &AtomicBool,
-) -> Result<Window<R>, String> {
-    let mut inst = c.start(topo)?;
+) -> Result<Window<R>, RoundError> {
+    let mut inst = c.start(topo).map_err(RoundError::Start)?;
     let res = run_started(inst.as_mut(), topo, spec, &probe, load, stop);
     // A failed round keeps the contender's logs; an interrupted one is not a failure.
-    let failed = matches!(&res, Err(e) if e != INTERRUPTED);
+    let failed = !matches!(&res, Ok(_) | Err(Stage::Interrupted));
     let stopped = inst.stop(failed);
     match res {
         Ok(mut r) => {
             r.stopped = stopped;
             Ok(r)
         }
-        Err(e) => Err(format!("{e}; on stop: {stopped}")),
+        Err(Stage::NotReady(error)) => Err(RoundError::NotReady { error, stopped }),
+        Err(Stage::Failed(error)) => Err(RoundError::Failed { error, stopped }),
+        Err(Stage::Interrupted) => Err(RoundError::Interrupted),
     }
+}
+
+/// Where a started round failed.
+enum Stage {
+    NotReady(String),
+    Failed(String),
+    Interrupted,
 }
 
 fn run_started<R: Send + 'static>(
@@ -690,26 +738,28 @@ fn run_started<R: Send + 'static>(
     probe: &Arc<ProbeFn>,
     load: Box<LoadFn<R>>,
     stop: &AtomicBool,
-) -> Result<Window<R>, String> {
+) -> Result<Window<R>, Stage> {
     let target = inst.target();
-    let ready_s = wait_ready(topo, target, probe, spec.ready_limit, inst)?;
+    let ready_s =
+        wait_ready(topo, target, probe, spec.ready_limit, inst).map_err(Stage::NotReady)?;
     let window_start = Instant::now() + spec.warmup;
     let handle = net::spawn_in(&topo.client.name, Some(LOAD_CORE), "load", move || {
         load(target, window_start)
-    })?;
+    })
+    .map_err(Stage::Failed)?;
     if !sleep_until(window_start, stop) {
         let _ = net::join(handle);
-        return Err(INTERRUPTED.into());
+        return Err(Stage::Interrupted);
     }
-    let (cpu0, busy0, t0) = (inst.cpu()?, core_busy_s(), Instant::now());
+    let (cpu0, busy0, t0) = (inst.cpu(), core_busy_s(), Instant::now());
     let end = window_start + spec.duration;
     let finished = sleep_until(end, stop);
     let (cpu1, busy1, t1) = (inst.cpu(), core_busy_s(), Instant::now());
-    let load = net::join(handle)?;
+    let load = net::join(handle).map_err(Stage::Failed)?;
     if !finished {
-        return Err(INTERRUPTED.into());
+        return Err(Stage::Interrupted);
     }
-    let cpu1 = cpu1?;
+    let (cpu0, cpu1) = (cpu0.map_err(Stage::Failed)?, cpu1.map_err(Stage::Failed)?);
     Ok(Window {
         load,
         window_s: (t1 - t0).as_secs_f64(),

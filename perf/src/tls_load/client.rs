@@ -894,11 +894,11 @@ mod tests {
         assert_eq!(http_head(b"HTTP/1.1 200 OK\r\n"), Ok(None));
         assert_eq!(
             http_head(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nbackend=a\n"),
-            Ok(Some((200, 40, Some(10))))
+            Ok(Some((200, 39, Some(10))))
         );
         assert_eq!(
             http_head(b"HTTP/1.0 502 Bad Gateway\r\nServer: x\r\n\r\n"),
-            Ok(Some((502, 38, None)))
+            Ok(Some((502, 39, None)))
         );
         assert!(http_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").is_err());
         assert!(http_head(b"SSH-2.0\r\n\r\n").is_err());

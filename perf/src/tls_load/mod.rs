@@ -29,7 +29,7 @@ pub mod client;
 pub mod peers;
 
 use crate::sni_load::net::Topology;
-use crate::sni_load::{self, Contender, ProbeFn, Window, WindowSpec};
+use crate::sni_load::{self, Contender, ProbeFn, RoundError, Window, WindowSpec};
 use crate::stats::median;
 use client::{Mode, Protocol, TlsClient, TlsLoadReport, TlsLoadSpec};
 use serde_json::{json, Value};
@@ -78,7 +78,7 @@ pub fn measure(
     proto: Protocol,
     negotiated: &Negotiated,
     stop: &AtomicBool,
-) -> Result<TlsRound, String> {
+) -> Result<TlsRound, RoundError> {
     let expect = peers::backend_name().to_string();
     let (ptls, pexpect, seen) = (tls.clone(), expect.clone(), negotiated.clone());
     let probe: Arc<ProbeFn> = Arc::new(move |target| {
