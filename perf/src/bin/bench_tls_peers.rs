@@ -294,6 +294,9 @@ fn mode_figures(
             }
             Err(e) => {
                 figs.insert(key.into(), Value::Null);
+                if *mode == Mode::Full {
+                    figs.insert("hs_per_s".into(), Value::Null);
+                }
                 errs.insert(key.into(), json!(e));
             }
         }

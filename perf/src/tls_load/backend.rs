@@ -403,6 +403,7 @@ impl Server {
                                 break;
                             }
                         };
+                        let _ = stream.set_nodelay(true);
                         if stream.set_nonblocking(true).is_err() {
                             self.stats.incomplete += 1;
                             continue;

@@ -460,6 +460,9 @@ impl Client<'_> {
             Ok(fd) => fd,
             Err(e) => return self.fail(k, format!("socket_{}", e.raw_os_error()), now),
         };
+        // As every TLS client does: a handshake flight or a request is never held back
+        // waiting for the ACK of the previous one (Nagle).
+        let _ = rustix::net::sockopt::set_tcp_nodelay(&fd, true);
         match rustix::net::connect(&fd, &self.spec.target) {
             Ok(()) | Err(rustix::io::Errno::INPROGRESS) => {}
             Err(e) => {
@@ -832,6 +835,7 @@ pub fn probe(
 ) -> Result<String, String> {
     let mut sock = TcpStream::connect_timeout(&target.into(), limit)
         .map_err(|e| format!("connect {target}: {e}"))?;
+    let _ = sock.set_nodelay(true);
     sock.set_read_timeout(Some(limit))
         .map_err(|e| e.to_string())?;
     sock.set_write_timeout(Some(limit))
@@ -870,7 +874,7 @@ pub fn probe(
         ));
     }
     Ok(format!(
-        "{:?} {:?} {:?}{}",
+        "{} {} {}{}",
         conn.protocol_version()
             .map_or("?".into(), |v| format!("{v:?}")),
         conn.negotiated_cipher_suite()

@@ -13,6 +13,8 @@
 //!   (HTTP contenders): small answers, bulk answers, held connections.
 //! - [`client`]: the load client, rustls on ring: full handshakes, resumed handshakes,
 //!   bulk transfers, idle connections held open; every answer checked.
+//! - [`memory`]: the memory of idle connections (process and kernel) and the helper
+//!   process that runs the client and backend of the memory benchmark.
 //! - [`peers`]: the contenders' configurations (nginx `stream`/`http`, HAProxy `mode
 //!   tcp`/`mode http`, sluice's Gateway manifests).
 //! - here: one round ([`measure`]) and the figures of a set of rounds ([`summary`]).
@@ -26,6 +28,7 @@
 pub mod backend;
 pub mod certs;
 pub mod client;
+pub mod memory;
 pub mod peers;
 
 use crate::sni_load::net::Topology;
