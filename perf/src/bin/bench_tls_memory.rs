@@ -84,9 +84,9 @@ struct Cli {
     /// How sluice-http is configured (as in bench_tls_peers).
     #[arg(long, value_enum, default_value_t = ApiArg::Istio)]
     sluice_http_api: ApiArg,
-    /// Run as the helper process (internal).
-    #[arg(long, hide = true)]
-    helper: bool,
+    /// Run as a helper process (internal): the load client or a backend.
+    #[arg(long, hide = true, value_enum)]
+    helper: Option<Role>,
     /// Helper: the client namespace.
     #[arg(long, hide = true, default_value = "")]
     client_ns: String,
@@ -102,6 +102,13 @@ struct Cli {
     /// Helper: HTTP instead of the stream protocol.
     #[arg(long, hide = true)]
     http: bool,
+}
+
+/// `--helper`.
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+enum Role {
+    Client,
+    Backend,
 }
 
 /// `--keys`.
@@ -157,8 +164,12 @@ const WARM_CONNS: usize = 100;
 
 fn main() {
     let cli = Cli::parse();
-    if cli.helper {
-        if let Err(e) = helper_main(&cli) {
+    if let Some(role) = cli.helper {
+        let res = match role {
+            Role::Client => client_main(&cli),
+            Role::Backend => backend_main(&cli),
+        };
+        if let Err(e) = res {
             println!("{}", json!({"error": e}));
             std::process::exit(1);
         }
@@ -208,9 +219,12 @@ fn spec(
     }
 }
 
-fn helper_main(cli: &Cli) -> Result<(), String> {
+/// The client helper: commands on stdin (`probe`, `hold`, `release`, `rate`, `quit`),
+/// one JSON answer a line on stdout.
+fn client_main(cli: &Cli) -> Result<(), String> {
     use rustls::pki_types::pem::PemObject;
-    raise_nofile(1 << 20)?;
+    // Up to the hard limit (raising that takes CAP_SYS_RESOURCE).
+    let _ = raise_nofile(nofile());
     let target = cli.target.ok_or("--target")?;
     let cert_path = cli.cert.as_ref().ok_or("--cert")?;
     let der = rustls::pki_types::CertificateDer::from_pem_file(cert_path)
@@ -221,8 +235,6 @@ fn helper_main(cli: &Cli) -> Result<(), String> {
     } else {
         Protocol::Stream
     };
-    let (bname, bport) = net::BACKENDS[peers::BACKEND];
-    let backend = Backend::start(&cli.backend_ns, sni_load::LOAD_CORE, bname, bport)?;
     println!("{}", json!({"ready": true}));
     let client_ns = cli.client_ns.clone();
     let in_client = |name: &str, f: Box<dyn FnOnce() -> Result<Value, String> + Send>| {
@@ -335,12 +347,32 @@ fn helper_main(cli: &Cli) -> Result<(), String> {
         println!("{out}");
     }
     held.clear();
-    let stats = backend.stop()?;
+    println!("{}", json!({"quit": true}));
+    Ok(())
+}
+
+/// A backend helper (`SO_REUSEPORT`: several may serve the port): until stdin ends or
+/// says `quit`, then its counters on stdout.
+fn backend_main(cli: &Cli) -> Result<(), String> {
+    let _ = raise_nofile(nofile());
+    let (bname, bport) = net::BACKENDS[peers::BACKEND];
+    let backend = Backend::start_with(&cli.backend_ns, sni_load::LOAD_CORE, bname, bport, true)?;
+    println!("{}", json!({"ready": true}));
+    let mut line = String::new();
+    while std::io::stdin().read_line(&mut line).unwrap_or(0) > 0 && !line.contains("quit") {
+        line.clear();
+    }
+    let st = backend.stop()?;
     println!(
         "{}",
-        json!({"backend": {"answered": stats.answered, "held": stats.held, "bad_requests": stats.bad_requests, "incomplete": stats.incomplete}})
+        json!({"answered": st.answered, "held": st.held, "bad_requests": st.bad_requests, "incomplete": st.incomplete})
     );
     Ok(())
+}
+
+/// This process's hard limit on open files, which every helper and contender inherits.
+fn nofile() -> u64 {
+    peers::nofile_limit()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -383,6 +415,113 @@ struct Settings<'a> {
     struct_bytes: u64,
 }
 
+/// The load side of one contender's measurement: client helpers (each holding a share
+/// of the idle connections, so that none needs more descriptors than the hard limit
+/// allows) and backend helpers (sharing the backend port). Killed on drop.
+struct Load {
+    clients: Vec<Helper>,
+    backends: Vec<Helper>,
+}
+
+impl Load {
+    /// Helpers enough for `max_open` connections (`per_backend`: backend connections
+    /// each idle connection keeps).
+    fn spawn(
+        s: &Settings<'_>,
+        target: SocketAddrV4,
+        proto: Protocol,
+        cert: &Cert,
+        max_open: usize,
+    ) -> Result<Load, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        // Room per process: the limit less descriptors in flight and a margin.
+        let room = (nofile() as usize)
+            .saturating_sub(s.cli.open_conns.max(s.cli.conns) + 500)
+            .max(1000);
+        let per_backend = match proto {
+            Protocol::Stream => 1,
+            Protocol::Http => 0,
+        };
+        // The kernel spreads connections over SO_REUSEPORT listeners by hash: leave a
+        // tenth of slack.
+        let n_backends = (max_open * per_backend * 11 / 10).div_ceil(room).max(1);
+        let n_clients = max_open.div_ceil(room).max(1);
+        let common = [
+            "--client-ns".to_string(),
+            s.topo.client.name.clone(),
+            "--backend-ns".into(),
+            s.topo.backend.name.clone(),
+        ];
+        let mut backends = Vec::new();
+        for _ in 0..n_backends {
+            let mut a = vec!["--helper".to_string(), "backend".into()];
+            a.extend(common.iter().cloned());
+            backends.push(Helper::spawn(&exe, &a)?);
+        }
+        let mut clients = Vec::new();
+        for _ in 0..n_clients {
+            let mut a = vec!["--helper".to_string(), "client".into()];
+            a.extend(common.iter().cloned());
+            a.extend([
+                "--target".into(),
+                target.to_string(),
+                "--cert".into(),
+                cert.cert_file.display().to_string(),
+            ]);
+            if proto == Protocol::Http {
+                a.push("--http".into());
+            }
+            clients.push(Helper::spawn(&exe, &a)?);
+        }
+        Ok(Load { clients, backends })
+    }
+
+    /// Opens idle connections until `n` are open in all, shared evenly by the clients.
+    fn hold(&mut self, n: usize, open_conns: usize) -> Result<Value, String> {
+        let k = self.clients.len();
+        let mut answers = Vec::new();
+        for (i, c) in self.clients.iter_mut().enumerate() {
+            let share = n / k + usize::from(i < n % k);
+            let v =
+                c.call(&json!({"cmd": "hold", "n": share, "conns": open_conns, "limit_s": 300}))?;
+            if v["held"].as_u64() != Some(share as u64) {
+                return Err(format!("could not open {n} idle connections: {v}"));
+            }
+            answers.push(v);
+        }
+        Ok(json!(answers))
+    }
+
+    /// Closes idle connections until `n` are left.
+    fn release(&mut self, n: usize) -> Result<(), String> {
+        let k = self.clients.len();
+        for (i, c) in self.clients.iter_mut().enumerate() {
+            let share = n / k + usize::from(i < n % k);
+            c.call(&json!({"cmd": "release", "n": share}))?;
+        }
+        Ok(())
+    }
+
+    /// The client that probes and runs the handshake load.
+    fn first(&mut self) -> Result<&mut Helper, String> {
+        self.clients
+            .first_mut()
+            .ok_or_else(|| "no client".to_string())
+    }
+
+    /// Stops every helper; the backends' counters.
+    fn quit(self) -> Value {
+        for c in self.clients {
+            c.quit();
+        }
+        json!(self
+            .backends
+            .into_iter()
+            .map(Helper::quit)
+            .collect::<Vec<_>>())
+    }
+}
+
 /// One contender with one certificate: memory at each level, then handshake rates.
 fn run_contender(
     s: &Settings<'_>,
@@ -391,13 +530,38 @@ fn run_contender(
     cert: &Cert,
 ) -> Result<Value, String> {
     let external = !c.name().starts_with("sluice");
+    // Levels beyond what the contender's descriptors allow are capped at that.
+    let cap = if external {
+        peers::max_open(proto, nofile()) as usize
+    } else {
+        usize::MAX
+    };
+    let mut levels: Vec<(usize, Option<usize>)> = Vec::new();
+    for &l in &s.cli.levels {
+        if l <= cap {
+            levels.push((l, None));
+        } else {
+            if levels.last().is_none_or(|(x, _)| *x < cap) {
+                levels.push((cap, Some(l)));
+            }
+            break;
+        }
+    }
     let mut inst = c.start(s.topo).map_err(|e| format!("did not start: {e}"))?;
-    let res = measure_started(s, inst.as_mut(), proto, cert, external);
+    let res = measure_started(s, inst.as_mut(), proto, cert, external, &levels);
     let failed = res.is_err();
     let stopped = inst.stop(failed);
     match res {
         Ok(mut v) => {
             v["stopped"] = stopped;
+            if cap < usize::MAX {
+                v["max_open"] = json!(cap);
+                v["max_open_why"] = json!(format!(
+                    "{} descriptors per connection under this machine's hard limit of {} open files (raising it takes CAP_SYS_RESOURCE)",
+                    if proto == Protocol::Stream { 2 } else { 1 },
+                    nofile()
+                ));
+            }
             Ok(v)
         }
         Err(e) => Err(format!("{e}; on stop: {stopped}")),
@@ -410,59 +574,44 @@ fn measure_started(
     proto: Protocol,
     cert: &Cert,
     external: bool,
+    levels: &[(usize, Option<usize>)],
 ) -> Result<Value, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut args = vec![
-        "--helper".to_string(),
-        "--client-ns".into(),
-        s.topo.client.name.clone(),
-        "--backend-ns".into(),
-        s.topo.backend.name.clone(),
-        "--target".into(),
-        inst.target().to_string(),
-        "--cert".into(),
-        cert.cert_file.display().to_string(),
-    ];
-    if proto == Protocol::Http {
-        args.push("--http".into());
-    }
-    let mut helper = Helper::spawn(&exe, &args)?;
-    let probe = helper.call(&json!({"cmd": "probe", "limit_s": 10}))?;
+    let max = levels.iter().map(|l| l.0).max().unwrap_or(0);
+    let mut load = Load::spawn(s, inst.target(), proto, cert, max)?;
+    let probe = load
+        .first()?
+        .call(&json!({"cmd": "probe", "limit_s": 10}))?;
     let settle = Duration::from_secs_f64(s.cli.settle.max(0.0));
-    let open_conns = s.cli.open_conns;
-    let hold = |h: &mut Helper, n: usize| -> Result<Value, String> {
-        let v = h.call(&json!({"cmd": "hold", "n": n, "conns": open_conns, "limit_s": 300}))?;
-        if v["held"].as_u64() != Some(n as u64) {
-            return Err(format!("could not open {n} idle connections: {v}"));
-        }
-        Ok(v)
-    };
-    hold(&mut helper, WARM_CONNS)?;
-    helper.call(&json!({"cmd": "release", "n": 0}))?;
+    load.hold(WARM_CONNS, s.cli.open_conns)?;
+    load.release(0)?;
     std::thread::sleep(settle);
     let base = read_memory(inst, s.topo, external, 0)?;
     let mut readings = vec![base];
     let mut opening = Vec::new();
-    for &level in &s.cli.levels {
+    for &(level, capped) in levels {
         if s.stop.load(Ordering::Relaxed) {
             return Err("interrupted".into());
         }
         eprintln!("bench_tls_memory:   opening {level}");
-        opening.push(hold(&mut helper, level)?);
+        let mut v = json!({"helpers": load.hold(level, s.cli.open_conns)?});
+        if let Some(asked) = capped {
+            v["capped_from"] = json!(asked);
+        }
+        opening.push(v);
         std::thread::sleep(settle);
         readings.push(read_memory(inst, s.topo, external, level)?);
     }
     let mut rates = Vec::new();
-    for &level in s.cli.levels.iter().rev() {
+    for &(level, _) in levels.iter().rev() {
         if s.stop.load(Ordering::Relaxed) {
             return Err("interrupted".into());
         }
-        helper.call(&json!({"cmd": "release", "n": level}))?;
+        load.release(level)?;
         std::thread::sleep(settle);
         let mut windows = Vec::new();
         for _ in 0..s.cli.rounds.max(1) {
             eprintln!("bench_tls_memory:   rate with {level} open");
-            windows.push(rate_window(s, inst, &mut helper)?);
+            windows.push(rate_window(s, inst, load.first()?)?);
         }
         let per_core = median(&windows.iter().map(|w| w.1).collect::<Vec<_>>());
         let per_s = median(&windows.iter().map(|w| w.0).collect::<Vec<_>>());
@@ -474,8 +623,8 @@ fn measure_started(
         }));
     }
     rates.reverse();
-    let last = helper.quit();
-    Ok(summarise(s, &readings, &opening, rates, probe, last))
+    let backends = load.quit();
+    Ok(summarise(s, &readings, &opening, rates, probe, backends))
 }
 
 /// One handshake-rate window with the open connections held: `(hs/s, hs per core,
@@ -525,7 +674,7 @@ fn summarise(
     opening: &[Value],
     rates: Vec<Value>,
     probe: Value,
-    helper_last: Value,
+    backends: Value,
 ) -> Value {
     let base = readings[0];
     let kib = |b: f64| b / 1024.0;
@@ -572,7 +721,7 @@ fn summarise(
         "rates": rates,
         "rate_ratio_low_over_high": ratio,
         "probe": probe,
-        "helper": helper_last,
+        "backends": backends,
     })
 }
 

@@ -275,12 +275,11 @@ struct Results {
     dead: Option<String>,
 }
 
-fn mode_figures(
-    r: &Results,
-) -> (
-    serde_json::Map<String, Value>,
-    serde_json::Map<String, Value>,
-) {
+/// Figures (or their errors) by name.
+type Figures = serde_json::Map<String, Value>;
+
+/// A contender's headline figures and, for those it has none of, why.
+fn mode_figures(r: &Results) -> (Figures, Figures) {
     let (mut figs, mut errs) = (serde_json::Map::new(), serde_json::Map::new());
     for (mode, rounds, failures) in &r.modes {
         let s = tls_load::summary(*mode, rounds, failures);
@@ -326,11 +325,7 @@ fn results_json(r: &Results) -> Value {
 
 /// `sluice / best peer` for each figure of each sluice variant.
 fn ratios(results: &[Results]) -> Value {
-    let figures: Vec<(
-        String,
-        serde_json::Map<String, Value>,
-        serde_json::Map<String, Value>,
-    )> = results
+    let figures: Vec<(String, Figures, Figures)> = results
         .iter()
         .map(|r| {
             let (f, e) = mode_figures(r);

@@ -96,12 +96,25 @@ impl Backend {
     /// Starts the backend `name` on `port` of every address of namespace `ns`, one
     /// thread pinned to `core`; returns once it listens.
     pub fn start(ns: &str, core: usize, name: &str, port: u16) -> Result<Backend, String> {
+        Backend::start_with(ns, core, name, port, false)
+    }
+
+    /// [`Backend::start`], with `SO_REUSEPORT` when `shared`: several backends (in
+    /// several processes, each with its own open-file limit) then listen on the same
+    /// port and the kernel spreads the connections over them.
+    pub fn start_with(
+        ns: &str,
+        core: usize,
+        name: &str,
+        port: u16,
+        shared: bool,
+    ) -> Result<Backend, String> {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel();
         let flag = stop.clone();
         let name = name.to_string();
         let handle = spawn_in(ns, Some(core), "tls-backend", move || {
-            let l = match listener(port) {
+            let l = match listener(port, shared) {
                 Ok(l) => l,
                 Err(e) => {
                     let _ = ready_tx.send(Err(e.clone()));
@@ -141,8 +154,9 @@ impl Drop for Backend {
     }
 }
 
-/// A non-blocking listener on 0.0.0.0:`port` with a deep accept queue.
-fn listener(port: u16) -> Result<TcpListener, String> {
+/// A non-blocking listener on 0.0.0.0:`port` with a deep accept queue (`shared`:
+/// `SO_REUSEPORT`).
+fn listener(port: u16, shared: bool) -> Result<TcpListener, String> {
     let fd = rustix::net::socket_with(
         AddressFamily::INET,
         SocketType::STREAM,
@@ -151,6 +165,9 @@ fn listener(port: u16) -> Result<TcpListener, String> {
     )
     .map_err(|e| format!("socket: {e}"))?;
     rustix::net::sockopt::set_socket_reuseaddr(&fd, true).map_err(|e| e.to_string())?;
+    if shared {
+        rustix::net::sockopt::set_socket_reuseport(&fd, true).map_err(|e| e.to_string())?;
+    }
     rustix::net::bind(&fd, &SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))
         .map_err(|e| format!("bind :{port}: {e}"))?;
     rustix::net::listen(&fd, 4096).map_err(|e| format!("listen :{port}: {e}"))?;

@@ -41,10 +41,20 @@ pub fn nofile_limit() -> u64 {
         .unwrap_or(1 << 20)
 }
 
-/// HAProxy's `maxconn`: what its descriptors allow (two per connection, and a margin),
-/// at most 60000.
-pub fn haproxy_maxconn(nofile: u64) -> u64 {
-    (nofile.saturating_sub(200) / 2).clamp(100, 60_000)
+/// The most connections a contender carrying `proto` can hold open with `nofile`
+/// descriptors: two per connection for a stream proxy (client and backend side), one
+/// for an idle HTTP one (its backend connection closed after the answer), less a margin
+/// for listeners, logs and backend connections in flight.
+pub fn max_open(proto: Protocol, nofile: u64) -> u64 {
+    match proto {
+        Protocol::Stream => nofile.saturating_sub(200) / 2,
+        Protocol::Http => nofile.saturating_sub(400),
+    }
+}
+
+/// HAProxy's `maxconn`: [`max_open`], at least 100, at most 60000.
+pub fn haproxy_maxconn(proto: Protocol, nofile: u64) -> u64 {
+    max_open(proto, nofile).clamp(100, 60_000)
 }
 
 fn front() -> SocketAddrV4 {
@@ -133,9 +143,11 @@ events {{
 }
 
 /// The HAProxy configuration of a TLS-terminating contender (`mode tcp` or `mode http`),
-/// with as many connections as `nofile` descriptors allow ([`haproxy_maxconn`]).
+/// with as many connections as `nofile` descriptors allow ([`haproxy_maxconn`]; an
+/// explicit `ulimit-n`, since HAProxy would otherwise ask for two descriptors per
+/// connection in `mode http` too, and fail to get them).
 pub fn haproxy_config(cert: &Cert, proto: Protocol, nofile: u64) -> String {
-    let maxconn = haproxy_maxconn(nofile);
+    let maxconn = haproxy_maxconn(proto, nofile);
     let (mode, keepalive) = match proto {
         Protocol::Stream => ("tcp", ""),
         Protocol::Http => (
@@ -148,6 +160,7 @@ pub fn haproxy_config(cert: &Cert, proto: Protocol, nofile: u64) -> String {
 global
     nbthread 1
     maxconn {maxconn}
+    ulimit-n {nofile}
     ssl-default-bind-options ssl-min-ver TLSv1.3
 
 defaults
@@ -415,6 +428,7 @@ mod tests {
         assert!(h.contains("proxy_pass http://backend;"));
         let t = haproxy_config(&c, Protocol::Stream, 20_000);
         assert!(t.contains("maxconn 9900"));
+        assert!(t.contains("ulimit-n 20000"));
         assert!(t.contains("mode tcp"));
         assert!(t.contains("bind 10.95.1.2:443 ssl crt /c/ecdsa.pem backlog 4096"));
         assert!(haproxy_config(&c, Protocol::Http, 20_000).contains("mode http"));
