@@ -530,11 +530,17 @@ fn run_contender(
     cert: &Cert,
 ) -> Result<Value, String> {
     let external = !c.name().starts_with("sluice");
-    // Levels beyond what the contender's descriptors allow are capped at that.
-    let cap = if external {
-        peers::max_open(proto, nofile()) as usize
-    } else {
-        usize::MAX
+    // Levels beyond what the contender's descriptors allow are capped at that, less
+    // room for the handshake load's connections and a margin.
+    let room = s.cli.conns + 100;
+    let cap = match c.name() {
+        n if n.starts_with("haproxy") => {
+            (peers::haproxy_maxconn(nofile()) as usize).saturating_sub(room)
+        }
+        n if n.starts_with("nginx") => {
+            (peers::nginx_max_open(proto, nofile()) as usize).saturating_sub(room)
+        }
+        _ => usize::MAX,
     };
     let mut levels: Vec<(usize, Option<usize>)> = Vec::new();
     for &l in &s.cli.levels {
@@ -557,8 +563,7 @@ fn run_contender(
             if cap < usize::MAX {
                 v["max_open"] = json!(cap);
                 v["max_open_why"] = json!(format!(
-                    "{} descriptors per connection under this machine's hard limit of {} open files (raising it takes CAP_SYS_RESOURCE)",
-                    if proto == Protocol::Stream { 2 } else { 1 },
+                    "what its descriptors allow under this machine's hard limit of {} open files (raising it takes CAP_SYS_RESOURCE): nginx needs two per stream connection and one per idle HTTP connection, HAProxy reserves two per connection",
                     nofile()
                 ));
             }
@@ -615,12 +620,17 @@ fn measure_started(
         }
         let per_core = median(&windows.iter().map(|w| w.1).collect::<Vec<_>>());
         let per_s = median(&windows.iter().map(|w| w.0).collect::<Vec<_>>());
-        rates.push(json!({
+        let mut rate = json!({
             "open": level,
             "hs_per_s": per_s,
             "hs_per_core": per_core,
             "windows": windows.iter().map(|w| w.2.clone()).collect::<Vec<_>>(),
-        }));
+        });
+        if per_s <= 0.0 {
+            rate["error"] = json!("no handshake answered");
+            rate["hs_per_core"] = Value::Null;
+        }
+        rates.push(rate);
     }
     rates.reverse();
     let backends = load.quit();

@@ -52,13 +52,13 @@ pub fn socket_struct_bytes() -> Result<(u64, Vec<String>), String> {
 /// TCP sockets of a namespace and their buffer memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NsSockets {
-    /// TCP sockets (every state).
+    /// TCP sockets (every state but TIME-WAIT).
     pub sockets: u64,
     /// Bytes charged to them: `r + w + f + o + bl` of `ss -m`'s `skmem`.
     pub buffer_bytes: u64,
 }
 
-/// Parses `ss -tanmH` output.
+/// Parses `ss -tanmH` output (a line per socket, its `skmem` on the next).
 pub fn parse_ss(text: &str) -> NsSockets {
     let mut n = NsSockets::default();
     for line in text.lines() {
@@ -75,7 +75,9 @@ pub fn parse_ss(text: &str) -> NsSockets {
                     n.buffer_bytes += val;
                 }
             }
-        } else if !t.is_empty() {
+        } else if !t.is_empty() && !t.starts_with("TIME-WAIT") {
+            // A socket in TIME-WAIT is a small `tw_sock` left by a closed connection,
+            // not a connection.
             n.sockets += 1;
         }
     }
@@ -172,7 +174,7 @@ mod tests {
 
     #[test]
     fn ss_memory_of_each_socket() {
-        let text = "LISTEN 0 4096 10.95.1.2:443 0.0.0.0:*\n\t skmem:(r0,rb131072,t0,tb16384,f0,w0,o0,bl0,d0)\nESTAB 0 0 10.95.1.2:443 10.95.1.1:40000\n\t skmem:(r0,rb131072,t0,tb87040,f4096,w0,o0,bl0,d0)\nESTAB 0 0 10.95.2.2:50000 10.95.2.11:8001\n\t skmem:(r768,rb131072,t0,tb87040,f3328,w0,o0,bl0,d0)\n";
+        let text = "LISTEN 0 4096 10.95.1.2:443 0.0.0.0:*\n\t skmem:(r0,rb131072,t0,tb16384,f0,w0,o0,bl0,d0)\nESTAB 0 0 10.95.1.2:443 10.95.1.1:40000\n\t skmem:(r0,rb131072,t0,tb87040,f4096,w0,o0,bl0,d0)\nESTAB 0 0 10.95.2.2:50000 10.95.2.11:8001\n\t skmem:(r768,rb131072,t0,tb87040,f3328,w0,o0,bl0,d0)\nTIME-WAIT 0 0 10.95.2.2:50001 10.95.2.11:8001\n";
         assert_eq!(
             parse_ss(text),
             NsSockets {

@@ -41,20 +41,22 @@ pub fn nofile_limit() -> u64 {
         .unwrap_or(1 << 20)
 }
 
-/// The most connections a contender carrying `proto` can hold open with `nofile`
+/// The most connections nginx carrying `proto` can hold open with `nofile`
 /// descriptors: two per connection for a stream proxy (client and backend side), one
 /// for an idle HTTP one (its backend connection closed after the answer), less a margin
 /// for listeners, logs and backend connections in flight.
-pub fn max_open(proto: Protocol, nofile: u64) -> u64 {
+pub fn nginx_max_open(proto: Protocol, nofile: u64) -> u64 {
     match proto {
         Protocol::Stream => nofile.saturating_sub(200) / 2,
         Protocol::Http => nofile.saturating_sub(400),
     }
 }
 
-/// HAProxy's `maxconn`: [`max_open`], at least 100, at most 60000.
-pub fn haproxy_maxconn(proto: Protocol, nofile: u64) -> u64 {
-    max_open(proto, nofile).clamp(100, 60_000)
+/// HAProxy's `maxconn` (the most connections it holds open) with `nofile` descriptors:
+/// it reserves two per connection in every mode and refuses to start when they are not
+/// there; at least 100, at most 60000.
+pub fn haproxy_maxconn(nofile: u64) -> u64 {
+    (nofile.saturating_sub(200) / 2).clamp(100, 60_000)
 }
 
 fn front() -> SocketAddrV4 {
@@ -143,11 +145,9 @@ events {{
 }
 
 /// The HAProxy configuration of a TLS-terminating contender (`mode tcp` or `mode http`),
-/// with as many connections as `nofile` descriptors allow ([`haproxy_maxconn`]; an
-/// explicit `ulimit-n`, since HAProxy would otherwise ask for two descriptors per
-/// connection in `mode http` too, and fail to get them).
+/// with as many connections as `nofile` descriptors allow ([`haproxy_maxconn`]).
 pub fn haproxy_config(cert: &Cert, proto: Protocol, nofile: u64) -> String {
-    let maxconn = haproxy_maxconn(proto, nofile);
+    let maxconn = haproxy_maxconn(nofile);
     let (mode, keepalive) = match proto {
         Protocol::Stream => ("tcp", ""),
         Protocol::Http => (
