@@ -83,7 +83,7 @@ struct Cli {
     #[arg(long, value_name = "M", default_value_t = 64)]
     bulk_mib: u64,
     /// Seconds after which an unfinished connection is an error (at least 0.1; a bulk
-    /// connection only once it stalls).
+    /// connection only before its body begins).
     #[arg(long, value_name = "S", value_parser = seconds, default_value_t = 5.0)]
     timeout: f64,
     /// The modes to run, comma-separated.

@@ -238,7 +238,7 @@ pub struct TlsLoadSpec {
     /// How long the window stays open.
     pub duration: Duration,
     /// A connection not done after this long is an error (`timeout`); bulk connections
-    /// are exempt while bytes arrive.
+    /// are exempt once their body has begun.
     pub timeout: Duration,
 }
 
@@ -778,8 +778,8 @@ fn drive(c: &mut Client<'_>, hold_target: Option<usize>) -> Result<(), String> {
             last_sweep = now;
             for k in 0..c.slots.len() {
                 let s = &c.slots[k];
-                // A bulk transfer is slow, not stuck, while its bytes flow: its timeout
-                // runs from its last byte.
+                // A bulk transfer that has begun is long, not stuck: the window's end
+                // cuts it (`unfinished`).
                 let stuck = s.conn.is_some() && now.duration_since(s.started) > c.spec.timeout;
                 if stuck {
                     let moving =
