@@ -175,11 +175,17 @@ fn main() {
         }
         return;
     }
-    let report = bench(cli);
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&report).unwrap_or_default()
-    );
+    match bench(cli) {
+        Ok(report) => println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        ),
+        Err(e) => {
+            // Everything `bench` made (namespaces, processes, files) is gone by now.
+            eprintln!("bench_tls_memory: {e}");
+            std::process::exit(1);
+        }
+    }
 }
 
 /// Raises this process's open-file limit to `n` (root may raise the hard limit).
@@ -735,7 +741,9 @@ fn summarise(
     })
 }
 
-fn bench(mut cli: Cli) -> Value {
+/// The benchmark; what it creates is dropped (deleted, stopped) when it returns, error
+/// or not.
+fn bench(mut cli: Cli) -> Result<Value, String> {
     if !sluice_testkit::sys::can_admin_net() {
         eprintln!("bench_tls_memory: needs root with CAP_NET_ADMIN, /dev/net/tun and iproute2");
         std::process::exit(1);
@@ -764,13 +772,9 @@ fn bench(mut cli: Cli) -> Value {
     .filter(|(a, _)| cli.keys.contains(a))
     .map(|(_, k)| k)
     .collect();
-    let fail = |what: &str, e: String| -> ! {
-        eprintln!("bench_tls_memory: {what}: {e}");
-        std::process::exit(1);
-    };
-    let (struct_bytes, slabs) = memory::socket_struct_bytes().unwrap_or_else(|e| fail("slabs", e));
-    let certs = Certs::generate(&keys).unwrap_or_else(|e| fail("certificates", e));
-    let topo = Topology::new().unwrap_or_else(|e| fail("topology", e));
+    let (struct_bytes, slabs) = memory::socket_struct_bytes().map_err(|e| format!("slabs: {e}"))?;
+    let certs = Certs::generate(&keys).map_err(|e| format!("certificates: {e}"))?;
+    let topo = Topology::new().map_err(|e| format!("topology: {e}"))?;
     let settings = Settings {
         cli: &cli,
         topo: &topo,
@@ -809,7 +813,7 @@ fn bench(mut cli: Cli) -> Value {
         results.insert(cert.key_type.name().into(), Value::Object(per));
     }
     drop(topo);
-    json!({
+    Ok(json!({
         "what": "memory per idle established TLS-terminated connection (process RSS growth plus the kernel's socket memory) and the full-handshake rate per core with many connections open: nginx (stream, http), HAProxy (mode tcp, mode http), sluice",
         "bench": "tls_memory",
         "setup": {
@@ -836,7 +840,7 @@ fn bench(mut cli: Cli) -> Value {
         "results": results,
         "ratios": ratios,
         "interrupted": stop.load(Ordering::Relaxed),
-    })
+    }))
 }
 
 /// sluice against the best peer: memory at 10k (lower is better: `sluice / lowest

@@ -379,42 +379,34 @@ fn main() {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let _ = signal_hook::flag::register(sig, stop.clone());
     }
-    let certs = match Certs::generate(&o.keys) {
-        Ok(c) => c,
+    match run(&o, &stop) {
+        Ok(report) => println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        ),
         Err(e) => {
-            eprintln!("bench_tls_peers: certificates: {e}");
-            std::process::exit(1);
-        }
-    };
-    let topo = match Topology::new() {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("bench_tls_peers: topology: {e}");
-            std::process::exit(1);
-        }
-    };
-    let (bname, bport) = net::BACKENDS[peers::BACKEND];
-    let backend = match Backend::start(&topo.backend.name, sni_load::LOAD_CORE, bname, bport) {
-        Ok(b) => b,
-        Err(e) => {
+            // Everything `run` made (namespaces, processes, files) is gone by now.
             eprintln!("bench_tls_peers: {e}");
             std::process::exit(1);
         }
-    };
+    }
+}
+
+/// The benchmark: certificates, topology, backend, every round; the report. What it
+/// creates is dropped (deleted, stopped) when it returns, error or not.
+fn run(o: &Opts, stop: &AtomicBool) -> Result<Value, String> {
+    let certs = Certs::generate(&o.keys).map_err(|e| format!("certificates: {e}"))?;
+    let topo = Topology::new().map_err(|e| format!("topology: {e}"))?;
+    let (bname, bport) = net::BACKENDS[peers::BACKEND];
+    let backend = Backend::start(&topo.backend.name, sni_load::LOAD_CORE, bname, bport)?;
     let mut report_keys = serde_json::Map::new();
     let mut report_ratios = serde_json::Map::new();
     for key in &o.keys {
         let Some(cert) = certs.get(*key) else {
             continue;
         };
-        let tls = match TlsClient::new(cert.der.clone()) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("bench_tls_peers: {e}");
-                std::process::exit(1);
-            }
-        };
-        let mut cs = contenders(&o, cert);
+        let tls = TlsClient::new(cert.der.clone())?;
+        let mut cs = contenders(o, cert);
         let mut results: Vec<Results> = cs
             .iter()
             .map(|(c, proto)| Results {
@@ -464,7 +456,7 @@ fn main() {
                     );
                     let (c, proto) = &mut cs[i];
                     let neg = results[i].negotiated.clone();
-                    match tls_load::measure(c.as_mut(), &topo, &spec, &tls, *proto, &neg, &stop) {
+                    match tls_load::measure(c.as_mut(), &topo, &spec, &tls, *proto, &neg, stop) {
                         Ok(m) => {
                             eprintln!(
                                 "bench_tls_peers:   {name}: {} conns ({} resumed), {:.0}/s, {:.0} per core ({:.2} CPU s), {:.1} MB, {} errors, p99 {:.2} ms",
@@ -502,7 +494,7 @@ fn main() {
     drop(topo);
     drop(certs);
 
-    let report = json!({
+    Ok(json!({
         "what": "TLS termination per core: full handshakes (no resumption), resumed handshakes and bulk throughput of nginx (stream, http), HAProxy (mode tcp, mode http) and sluice (TAP lane) with the same client and backend",
         "bench": "tls_peers",
         "setup": {
@@ -543,9 +535,5 @@ fn main() {
             Err(e) => json!({"error": e}),
         },
         "interrupted": stop.load(Ordering::Relaxed),
-    });
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&report).unwrap_or_default()
-    );
+    }))
 }

@@ -253,6 +253,13 @@ pub fn nginx_command(cfg: &std::path::Path) -> (String, Vec<String>) {
     )
 }
 
+/// Whether a failed contender's work directory (configuration, logs) is kept for a
+/// look: only when `SLUICE_BENCH_KEEP` is set (the report carries the logs' last lines
+/// anyway); else every temporary file goes, failure or not.
+pub fn keep_on_failure() -> bool {
+    std::env::var_os("SLUICE_BENCH_KEEP").is_some()
+}
+
 struct ExternalRun {
     proc: ProxyProcess,
     dir: WorkDir,
@@ -281,9 +288,15 @@ impl Instance for ExternalRun {
         let clean = self.proc.stop();
         let mut v = json!({"exited_on_sigterm": clean});
         if failed {
-            self.dir.keep();
             v["log_tail"] = json!(self.proc.log_tail());
-            v["kept_dir"] = json!(self.dir.path.display().to_string());
+            let error_log = std::fs::read_to_string(self.dir.path.join("error.log"));
+            if let Ok(text) = error_log {
+                v["error_log_tail"] = json!(crate::tail(&text));
+            }
+            if keep_on_failure() {
+                self.dir.keep();
+                v["kept_dir"] = json!(self.dir.path.display().to_string());
+            }
         }
         v
     }
@@ -320,7 +333,9 @@ impl Contender for External {
         ) {
             Ok(proc) => Ok(Box::new(ExternalRun { proc, dir })),
             Err(e) => {
-                dir.keep();
+                if keep_on_failure() {
+                    dir.keep();
+                }
                 Err(e)
             }
         }

@@ -90,7 +90,8 @@ stream {{
 }
 
 /// A directory for one contender's files (configuration, logs), removed on drop unless
-/// [`WorkDir::keep`] was called (a failed run keeps its logs).
+/// [`WorkDir::keep`] was called (a failed run may keep its logs:
+/// [`super::keep_on_failure`]).
 #[derive(Debug)]
 pub struct WorkDir {
     /// Its path.

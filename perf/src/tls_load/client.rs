@@ -926,3 +926,163 @@ mod tests {
         );
     }
 }
+
+/// The client against a rustls server on loopback (no namespaces, no root): every mode
+/// answered right, resumption seen, bulk bytes checked, connections held. Only outcomes
+/// are asserted, never how fast.
+#[cfg(test)]
+mod against_rustls {
+    use super::*;
+    use crate::tls_load::backend::{pattern, PATTERN_PERIOD};
+    use crate::tls_load::certs::{Certs, KeyType};
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::PrivateKeyDer;
+    use std::io::BufRead;
+    use std::net::TcpListener;
+
+    /// A server answering the stream protocol of [`crate::tls_load::backend`] itself,
+    /// TLS terminated by rustls (a thread a connection); its address.
+    fn server(cert: &crate::tls_load::certs::Cert) -> SocketAddrV4 {
+        let key = PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).expect("key");
+        let config = Arc::new(
+            rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("TLS 1.3")
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der.clone()], key)
+            .expect("certificate"),
+        );
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let std::net::SocketAddr::V4(addr) = l.local_addr().expect("addr") else {
+            panic!("not IPv4");
+        };
+        std::thread::spawn(move || {
+            for s in l.incoming().flatten() {
+                let config = config.clone();
+                std::thread::spawn(move || {
+                    let conn = rustls::ServerConnection::new(config).expect("server");
+                    let mut tls = rustls::StreamOwned::new(conn, s);
+                    let mut line = String::new();
+                    let mut r = std::io::BufReader::new(&mut tls);
+                    if r.read_line(&mut line).is_err() {
+                        return;
+                    }
+                    drop(r);
+                    let p = pattern();
+                    match line.trim_end().strip_prefix("bulk ") {
+                        Some(n) => {
+                            let mut left: usize = n.parse().unwrap_or(0);
+                            let mut at = 0;
+                            while left > 0 {
+                                let k = left.min(16 * 1024);
+                                if tls.write_all(&p[at..at + k]).is_err() {
+                                    return;
+                                }
+                                at = (at + k) % PATTERN_PERIOD;
+                                left -= k;
+                            }
+                        }
+                        None => {
+                            let _ = tls.write_all(b"backend=a\n");
+                        }
+                    }
+                    if line.trim_end() == "hold" {
+                        // Stay until the client goes.
+                        let _ = tls.read(&mut [0u8; 16]);
+                        return;
+                    }
+                    tls.conn.send_close_notify();
+                    let _ = tls.flush();
+                });
+            }
+        });
+        addr
+    }
+
+    fn spec(target: SocketAddrV4, tls: &TlsClient, mode: Mode) -> TlsLoadSpec {
+        TlsLoadSpec {
+            target,
+            mode,
+            proto: Protocol::Stream,
+            tls: tls.clone(),
+            expect: "a".into(),
+            conns: 2,
+            window_start: Instant::now(),
+            duration: Duration::from_millis(700),
+            timeout: Duration::from_secs(20),
+        }
+    }
+
+    #[test]
+    fn every_mode_answered_and_checked() {
+        let certs = match Certs::generate(&[KeyType::EcdsaP256]) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                return;
+            }
+        };
+        let cert = &certs.certs[0];
+        let target = server(cert);
+        let tls = TlsClient::new(cert.der.clone()).expect("client");
+        let n = probe(target, &tls, Protocol::Stream, "a", Duration::from_secs(10)).expect("probe");
+        assert!(n.contains("TLS13_AES_128_GCM_SHA256"), "{n}");
+
+        let full = run(&spec(target, &tls, Mode::Full)).expect("full");
+        assert!(full.conns > 0 && full.errors.is_empty(), "{full:?}");
+        assert_eq!(full.handshakes_of("resumed"), 0, "{full:?}");
+
+        // Each of the two slots' first connection is full; every later one resumes.
+        let resumed = run(&spec(target, &tls, Mode::Resumed)).expect("resumed");
+        assert!(resumed.errors.is_empty(), "{resumed:?}");
+        assert!(resumed.handshakes_of("full") <= 2, "{resumed:?}");
+        assert!(resumed.handshakes_of("resumed") > 0, "{resumed:?}");
+
+        let bulk = run(&spec(target, &tls, Mode::Bulk { bytes: 300_000 })).expect("bulk");
+        assert!(bulk.errors.is_empty(), "{bulk:?}");
+        assert!(bulk.conns > 0 && bulk.bytes >= 300_000, "{bulk:?}");
+
+        // A server that sends other bytes is caught.
+        let wrong = server_wrong_bulk(cert);
+        let bad = run(&spec(wrong, &tls, Mode::Bulk { bytes: 1000 })).expect("bulk");
+        assert_eq!(bad.conns, 0, "{bad:?}");
+        assert!(bad.errors.contains_key("bulk_bytes_wrong"), "{bad:?}");
+
+        let (held, streams) =
+            hold(&spec(target, &tls, Mode::Full), 5, Duration::from_secs(20)).expect("hold");
+        assert_eq!((held.conns, streams.len()), (5, 5), "{held:?}");
+    }
+
+    /// A server that answers a bulk request with zeros.
+    fn server_wrong_bulk(cert: &crate::tls_load::certs::Cert) -> SocketAddrV4 {
+        let key = PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).expect("key");
+        let config = Arc::new(
+            rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("TLS 1.3")
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der.clone()], key)
+            .expect("certificate"),
+        );
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let std::net::SocketAddr::V4(addr) = l.local_addr().expect("addr") else {
+            panic!("not IPv4");
+        };
+        std::thread::spawn(move || {
+            for s in l.incoming().flatten() {
+                let conn = rustls::ServerConnection::new(config.clone()).expect("server");
+                let mut tls = rustls::StreamOwned::new(conn, s);
+                let mut buf = [0u8; 64];
+                let _ = tls.read(&mut buf);
+                let _ = tls.write_all(&[0u8; 1000]);
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+            }
+        });
+        addr
+    }
+}
