@@ -114,6 +114,11 @@ struct Cli {
     /// control plane today), or a Gateway API HTTPS listener + HTTPRoute.
     #[arg(long, value_enum, default_value_t = ApiArg::Istio)]
     sluice_http_api: ApiArg,
+    /// Print sluice's manifests for the first of `--keys` (stream, then HTTP; with a
+    /// certificate made for the occasion) and exit: what `sluice check -c` should
+    /// accept and serve.
+    #[arg(long)]
+    print_sluice_config: bool,
 }
 
 /// `--mode`.
@@ -193,6 +198,7 @@ struct Opts {
     only: Vec<&'static str>,
     spin: bool,
     http_api: HttpApi,
+    print_config: bool,
 }
 
 fn opts() -> Opts {
@@ -244,6 +250,7 @@ fn opts() -> Opts {
             ApiArg::Istio => HttpApi::Istio,
             ApiArg::GatewayApi => HttpApi::GatewayApi,
         },
+        print_config: c.print_sluice_config,
     }
 }
 
@@ -366,6 +373,25 @@ fn ratios(results: &[Results]) -> Value {
 
 fn main() {
     let o = opts();
+    if o.print_config {
+        let key = o.keys.first().copied().unwrap_or(KeyType::EcdsaP256);
+        match Certs::generate(&[key]) {
+            Ok(certs) => {
+                for (proto, what) in [(Protocol::Stream, "stream"), (Protocol::Http, "http")] {
+                    println!("# sluice-{what} ({})", key.describe());
+                    print!(
+                        "{}",
+                        peers::sluice_manifests(&certs.certs[0], proto, o.http_api)
+                    );
+                }
+            }
+            Err(e) => {
+                eprintln!("bench_tls_peers: certificates: {e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     if !sluice_testkit::sys::can_admin_net() {
         eprintln!("bench_tls_peers: needs root with CAP_NET_ADMIN, /dev/net/tun and iproute2");
         std::process::exit(1);
