@@ -8,14 +8,16 @@
 //! latency percentiles), per-thread CPU time, the forwarding-rate summary ([`Run`]), the
 //! measurement window over a running worker ([`measure_worker`]) and the `dpdk-testpmd`
 //! runner ([`testpmd_run`]), the JSON [`report::Report`] written as figures come in,
-//! [`fixtures`] (the frames and manifests several benchmarks build), and [`sni_load`], the
+//! [`fixtures`] (the frames and manifests several benchmarks build), [`sni_load`], the
 //! kernel-side harness of the SNI routing comparison (namespaces, backends, load client,
-//! HAProxy/nginx processes and the slot for sluice).
+//! HAProxy/nginx processes and the slot for sluice), and [`tls_load`], the same harness
+//! with a TLS client for the TLS termination comparison.
 
 pub mod fixtures;
 pub mod report;
 pub mod sni_load;
 pub mod stats;
+pub mod tls_load;
 
 use stats::median;
 

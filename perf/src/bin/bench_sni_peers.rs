@@ -39,20 +39,11 @@
 
 use clap::{Parser, ValueEnum};
 use serde_json::{json, Value};
-use sluice_dataplane::balancer::{Balancer, BalancerConfig};
-use sluice_dataplane::pipeline::{Forwarder, ForwarderConfig, IfAddr, NeighbourCache, PortConf};
-use sluice_dataplane::port::{tap, Pool};
-use sluice_dataplane::rcu::Publisher;
-use sluice_dataplane::splice::SpliceConfig;
-use sluice_dataplane::stats::Event;
-use sluice_dataplane::worker::{self, Idle, Worker, WorkerConfig};
 use sluice_perf::sni_load::backend::Backends;
 use sluice_perf::sni_load::net::{self, TapLane, Topology};
 use sluice_perf::sni_load::{
-    self, hello, proxy, Contender, CpuSample, External, InProcess, InProcessRun, Round, RoundSpec,
-    Routing,
+    self, hello, proxy, Contender, External, InProcess, InProcessRun, Round, RoundSpec, Routing,
 };
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -198,107 +189,12 @@ status: {{podIP: {ip}}}
     y
 }
 
-/// Starts sluice's balancer (SNI passthrough by delayed binding) on the lane: one worker pinned to the proxy core polling
-/// both TAP ports (`spin`: without ever sleeping).
+/// Starts sluice's balancer (SNI passthrough by delayed binding) on the lane: one worker
+/// pinned to the proxy core polling both TAP ports (`spin`: without ever sleeping).
 fn start_sluice(lane: &TapLane, spin: bool) -> Result<InProcessRun, String> {
     let snapshot = sluice_testkit::config::try_snapshot("sni.yaml", &sni_manifests())
         .map_err(|e| format!("config: {}", e.join("; ")))?;
-    let pool = Pool::new(16 * 1024);
-    let outside = tap::open("outside", &lane.outside_if, 1, &pool)
-        .map_err(|e| format!("TAP {}: {e}", lane.outside_if))?;
-    let inside = tap::open("inside", &lane.inside_if, 1, &pool)
-        .map_err(|e| format!("TAP {}: {e}", lane.inside_if))?;
-    let port = |name: &str, mac, addr| PortConf {
-        name: name.into(),
-        mac,
-        addrs: vec![IfAddr {
-            addr: IpAddr::V4(addr),
-            prefix_len: net::PREFIX,
-        }],
-    };
-    let conf = ForwarderConfig::with_virtual(
-        vec![
-            port("outside", outside.port.mac(), net::LANE_OUTSIDE),
-            port("inside", inside.port.mac(), lane.inside),
-        ],
-        &[],
-        vec![IpAddr::V4(net::LANE_VIP)],
-    )
-    .map_err(|e| e.to_string())?;
-    let publisher = Publisher::new(snapshot, 1);
-    let stage = Balancer::new(
-        Forwarder::new(Arc::new(conf), Arc::new(NeighbourCache::new(256))),
-        publisher.reader().ok_or("no reader slot")?,
-        BalancerConfig {
-            flow_capacity: 1 << 20,
-            // One load generator is one source: no per-source budgets.
-            new_flows_per_second_per_source: 0,
-            splice: SpliceConfig {
-                embryos_per_source: 0,
-                ..SpliceConfig::default()
-            },
-            ..BalancerConfig::default()
-        },
-    );
-    let ports = vec![outside.port.clone(), inside.port.clone()];
-    let mut queues = outside.queues;
-    queues.extend(inside.queues);
-    let w = Worker::new(
-        WorkerConfig {
-            id: 0,
-            core: Some(sni_load::PROXY_CORE),
-            idle: if spin {
-                Idle::Spin
-            } else {
-                // What `sluice run` uses when any port is not DPDK.
-                Idle::Sleep {
-                    after: 256,
-                    max: Duration::from_micros(500),
-                }
-            },
-        },
-        queues,
-        stage,
-    );
-    let shared = w.shared_counters();
-    let stop = Arc::new(AtomicBool::new(false));
-    let handle = worker::spawn(w, stop.clone()).map_err(|e| format!("worker: {e}"))?;
-    let tsc_hz = sluice_dataplane::mem::tsc_hz().max(1) as f64;
-    let cpu = Box::new(move || {
-        let c = shared.snapshot();
-        let os = sluice_perf::thread_cpu_ns("self", "sluice-w0")
-            .ok_or("no thread sluice-w0 (worker gone?)")? as f64
-            / 1e9;
-        let busy = c.busy_cycles as f64 / tsc_hz;
-        Ok(CpuSample {
-            charged_s: if spin { busy } else { os },
-            os_s: os,
-            busy_s: Some(busy),
-        })
-    });
-    let stop_fn = Box::new(move || {
-        stop.store(true, Ordering::Relaxed);
-        let c = handle.join();
-        drop(publisher);
-        drop(ports);
-        let in_use = pool.in_use();
-        match c {
-            Ok(c) => {
-                let drops = sluice_perf::report::drops_json(&c);
-                json!({
-                    "flows_created": c.events_of(Event::FlowCreated),
-                    "packets": c.packets,
-                    "cycles_per_packet": c.cycles_per_packet(),
-                    "busy_polls": c.busy_polls,
-                    "empty_polls": c.empty_polls,
-                    "drops": drops,
-                    "buffers_not_returned": in_use,
-                })
-            }
-            Err(_) => json!({"error": "worker panicked"}),
-        }
-    });
-    Ok(InProcessRun { cpu, stop: stop_fn })
+    sni_load::sluice::start(lane, snapshot, spin)
 }
 
 fn contenders(o: &Opts) -> Vec<Box<dyn Contender>> {
@@ -312,15 +208,10 @@ fn contenders(o: &Opts) -> Vec<Box<dyn Contender>> {
             "nginx" => v.push(Box::new(External::nginx())),
             _ => {
                 let spin = o.sluice_spin;
-                let method = if spin {
-                    "worker busy-polls (Idle::Spin): TSC cycles of its busy poll rounds (counter busy_cycles) / TSC Hz, wall-clock (includes preemption); its thread CPU time (cpu_s_os) is about the wall time"
-                } else {
-                    "worker thread CPU time (schedstat), idle policy of `sluice run` on TAP ports (Idle::Sleep after 256 empty rounds, up to 500 us); busy-cycle seconds in cpu_s_busy_cycles"
-                };
                 v.push(Box::new(InProcess::new(
                     "sluice",
                     Routing::Sni,
-                    method,
+                    sni_load::sluice::cpu_method(spin),
                     move |lane: &TapLane| start_sluice(lane, spin),
                 )))
             }

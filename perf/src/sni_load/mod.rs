@@ -11,6 +11,8 @@
 //! - [`hello`]: the ClientHellos (the Firefox capture of `shared/testdata/tls` with the
 //!   SNI replaced).
 //! - [`proxy`]: HAProxy and nginx configurations, their processes and CPU accounting.
+//! - [`sluice`]: sluice's worker on a TAP lane (the in-process contender of every peer
+//!   comparison).
 //! - here: [`Contender`] (something that can be started, measured and stopped), the two
 //!   kinds of contender ([`External`] processes; [`InProcess`] closures over a TAP lane),
 //!   and [`measure`], which runs one round.
@@ -34,6 +36,7 @@ pub mod client;
 pub mod hello;
 pub mod net;
 pub mod proxy;
+pub mod sluice;
 
 use crate::stats::median;
 use client::{Hello, LoadReport, LoadSpec};
@@ -42,6 +45,7 @@ use proxy::{ProxyProcess, WorkDir};
 use serde_json::{json, Value};
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The core a contender runs on.
@@ -59,6 +63,9 @@ pub enum Routing {
     Sni,
     /// Every connection to one backend whatever its SNI (an L4 route): its name.
     AllTo(String),
+    /// TLS terminated, the decrypted stream (or each request) sent to one backend: its
+    /// name.
+    Terminated(String),
 }
 
 impl Routing {
@@ -73,7 +80,7 @@ impl Routing {
                     bytes: hello::from_testdata(capture_dir, sni)?,
                     expect: match self {
                         Routing::Sni => net::BACKENDS[*b].0.to_string(),
-                        Routing::AllTo(name) => name.clone(),
+                        Routing::AllTo(name) | Routing::Terminated(name) => name.clone(),
                     },
                 })
             })
@@ -85,6 +92,7 @@ impl Routing {
         match self {
             Routing::Sni => "sni".into(),
             Routing::AllTo(b) => format!("l4: every connection to backend {b}, SNI ignored"),
+            Routing::Terminated(b) => format!("TLS terminated, everything to backend {b}"),
         }
     }
 }
@@ -121,6 +129,9 @@ pub trait Instance {
     fn target(&self) -> SocketAddrV4;
     /// CPU time used so far.
     fn cpu(&mut self) -> Result<CpuSample, String>;
+    /// Resident memory so far, KiB: the VmRSS of its processes summed (a proxy process
+    /// and its children), or of this whole process (an in-process contender).
+    fn rss_kib(&self) -> Result<u64, String>;
     /// Stops it; what it wants to add to the round's report (counters, logs).
     fn stop(self: Box<Self>, failed: bool) -> Value;
 }
@@ -148,6 +159,7 @@ pub type StartFn = dyn FnMut(&TapLane) -> Result<InProcessRun, String>;
 /// namespace, pinned to [`PROXY_CORE`], listening on [`net::PROXY_FRONT`]:443.
 pub struct External {
     name: String,
+    routing: Routing,
     /// `(config file name, config text)` from the work directory's path.
     config: Box<ConfigFn>,
     /// The program and its arguments given the config file's path.
@@ -164,9 +176,16 @@ impl External {
     ) -> External {
         External {
             name: name.into(),
+            routing: Routing::Sni,
             config: Box::new(config),
             command: Box::new(command),
         }
+    }
+
+    /// The contender with `routing` as what it does (the default is [`Routing::Sni`]).
+    pub fn with_routing(mut self, routing: Routing) -> External {
+        self.routing = routing;
+        self
     }
 
     /// The SNI routes as `(name, backend address)` on the proxy namespace's link.
@@ -188,12 +207,7 @@ impl External {
                     proxy::haproxy_config(front, &External::routes()),
                 )
             },
-            |cfg| {
-                (
-                    "haproxy".into(),
-                    vec!["-f".into(), cfg.display().to_string(), "-db".into()],
-                )
-            },
+            haproxy_command,
         )
     }
 
@@ -208,22 +222,42 @@ impl External {
                     proxy::nginx_config(dir, front, &External::routes()),
                 )
             },
-            |cfg| {
-                let dir = cfg.parent().unwrap_or(cfg).display().to_string();
-                (
-                    "nginx".into(),
-                    vec![
-                        "-p".into(),
-                        dir.clone(),
-                        "-c".into(),
-                        cfg.display().to_string(),
-                        "-e".into(),
-                        format!("{dir}/error.log"),
-                    ],
-                )
-            },
+            nginx_command,
         )
     }
+}
+
+/// HAProxy's command line for configuration file `cfg`: `haproxy -f CFG -db` (in the
+/// foreground).
+pub fn haproxy_command(cfg: &std::path::Path) -> (String, Vec<String>) {
+    (
+        "haproxy".into(),
+        vec!["-f".into(), cfg.display().to_string(), "-db".into()],
+    )
+}
+
+/// nginx's command line for configuration file `cfg`: `nginx -p DIR -c CFG -e
+/// DIR/error.log` with DIR the file's directory (the configuration says `daemon off`).
+pub fn nginx_command(cfg: &std::path::Path) -> (String, Vec<String>) {
+    let dir = cfg.parent().unwrap_or(cfg).display().to_string();
+    (
+        "nginx".into(),
+        vec![
+            "-p".into(),
+            dir.clone(),
+            "-c".into(),
+            cfg.display().to_string(),
+            "-e".into(),
+            format!("{dir}/error.log"),
+        ],
+    )
+}
+
+/// Whether a failed contender's work directory (configuration, logs) is kept for a
+/// look: only when `SLUICE_BENCH_KEEP` is set (the report carries the logs' last lines
+/// anyway); else every temporary file goes, failure or not.
+pub fn keep_on_failure() -> bool {
+    std::env::var_os("SLUICE_BENCH_KEEP").is_some()
 }
 
 struct ExternalRun {
@@ -246,13 +280,23 @@ impl Instance for ExternalRun {
         })
     }
 
+    fn rss_kib(&self) -> Result<u64, String> {
+        proxy::tree_rss_kib(self.proc.pid)
+    }
+
     fn stop(mut self: Box<Self>, failed: bool) -> Value {
         let clean = self.proc.stop();
         let mut v = json!({"exited_on_sigterm": clean});
         if failed {
-            self.dir.keep();
             v["log_tail"] = json!(self.proc.log_tail());
-            v["kept_dir"] = json!(self.dir.path.display().to_string());
+            let error_log = std::fs::read_to_string(self.dir.path.join("error.log"));
+            if let Ok(text) = error_log {
+                v["error_log_tail"] = json!(crate::tail(&text));
+            }
+            if keep_on_failure() {
+                self.dir.keep();
+                v["kept_dir"] = json!(self.dir.path.display().to_string());
+            }
         }
         v
     }
@@ -264,7 +308,7 @@ impl Contender for External {
     }
 
     fn routing(&self) -> Routing {
-        Routing::Sni
+        self.routing.clone()
     }
 
     fn cpu_method(&self) -> &str {
@@ -289,7 +333,9 @@ impl Contender for External {
         ) {
             Ok(proc) => Ok(Box::new(ExternalRun { proc, dir })),
             Err(e) => {
-                dir.keep();
+                if keep_on_failure() {
+                    dir.keep();
+                }
                 Err(e)
             }
         }
@@ -351,6 +397,10 @@ impl Instance for InProcessInstance {
         }
     }
 
+    fn rss_kib(&self) -> Result<u64, String> {
+        proxy::rss_kib("self")
+    }
+
     fn stop(mut self: Box<Self>, _failed: bool) -> Value {
         self.run.take().map_or(Value::Null, |r| (r.stop)())
     }
@@ -401,11 +451,12 @@ pub struct RoundSpec {
     pub ready_limit: Duration,
 }
 
-/// One round of one contender.
+/// One measured window of one started contender, whatever load it ran (`R`: what the
+/// load client reports).
 #[derive(Debug, Clone, Default)]
-pub struct Round {
+pub struct Window<R> {
     /// What the client saw.
-    pub load: LoadReport,
+    pub load: R,
     /// Window length, seconds.
     pub window_s: f64,
     /// The contender's CPU time in the window.
@@ -421,7 +472,43 @@ pub struct Round {
     pub stopped: Value,
 }
 
-impl Round {
+impl<R> Window<R> {
+    /// Whether the load core was busy (≥ 95 %) for the whole window: the wall-clock rate
+    /// is then the load side's limit as much as the contender's (figures per core are not
+    /// affected: they divide by the contender's own CPU time).
+    pub fn load_bound(&self) -> bool {
+        self.load_core_busy_s >= 0.95 * self.window_s
+    }
+
+    /// `n` per second of the contender's CPU time (0 when it used none).
+    pub fn per_core(&self, n: f64) -> f64 {
+        if self.cpu.charged_s > 0.0 {
+            n / self.cpu.charged_s
+        } else {
+            0.0
+        }
+    }
+
+    /// The fields every window has, as JSON (the load's own figures go beside them).
+    pub fn common_json(&self) -> Value {
+        json!({
+            "cpu_s": self.cpu.charged_s,
+            "cpu_s_os": self.cpu.os_s,
+            "cpu_s_busy_cycles": self.cpu.busy_s,
+            "window_s": self.window_s,
+            "proxy_core_busy_s": self.proxy_core_busy_s,
+            "load_core_busy_s": self.load_core_busy_s,
+            "load_bound": self.load_bound(),
+            "ready_s": self.ready_s,
+            "stopped": self.stopped,
+        })
+    }
+}
+
+/// One round of one contender in the SNI benchmark.
+pub type Round = Window<LoadReport>;
+
+impl Window<LoadReport> {
     /// Right answers per wall-clock second.
     pub fn cps(&self) -> f64 {
         self.load.conns as f64 / self.window_s.max(1e-9)
@@ -429,18 +516,7 @@ impl Round {
 
     /// Right answers per second of the contender's CPU time.
     pub fn cps_per_core(&self) -> f64 {
-        if self.cpu.charged_s > 0.0 {
-            self.load.conns as f64 / self.cpu.charged_s
-        } else {
-            0.0
-        }
-    }
-
-    /// Whether the load core was busy (≥ 95 %) for the whole window: the wall-clock rate
-    /// is then the load side's limit as much as the contender's (cps per core is not
-    /// affected: it divides by the contender's own CPU time).
-    pub fn load_bound(&self) -> bool {
-        self.load_core_busy_s >= 0.95 * self.window_s
+        self.per_core(self.load.conns as f64)
     }
 
     /// The round as JSON.
@@ -489,7 +565,8 @@ pub fn core_busy_s() -> Vec<f64> {
     out
 }
 
-fn busy_delta(a: &[f64], b: &[f64], core: usize) -> f64 {
+/// Core `core`'s busy seconds between two [`core_busy_s`] readings.
+pub fn busy_delta(a: &[f64], b: &[f64], core: usize) -> f64 {
     match (a.get(core), b.get(core)) {
         (Some(x), Some(y)) => y - x,
         _ => 0.0,
@@ -500,7 +577,7 @@ fn busy_delta(a: &[f64], b: &[f64], core: usize) -> f64 {
 pub const INTERRUPTED: &str = "interrupted";
 
 /// Sleeps until `t`, in short steps, returning early (false) when `stop` is set.
-fn sleep_until(t: Instant, stop: &AtomicBool) -> bool {
+pub fn sleep_until(t: Instant, stop: &AtomicBool) -> bool {
     loop {
         if stop.load(Ordering::Relaxed) {
             return false;
@@ -513,12 +590,30 @@ fn sleep_until(t: Instant, stop: &AtomicBool) -> bool {
     }
 }
 
-/// Probes `target` from the client namespace with `hello` until the right backend
-/// answers (`Ok(seconds waited)`) or `limit` passes.
+/// Checks that a contender serves: one connection through it to `target`, blocking
+/// (run inside the client's namespace), `Ok` when it was answered as it must be.
+pub type ProbeFn = dyn Fn(SocketAddrV4) -> Result<(), String> + Send + Sync;
+/// Runs the load against `target` until its window (which opens at the given instant)
+/// closes, inside the client's namespace on the load core; what the client saw.
+pub type LoadFn<R> = dyn FnOnce(SocketAddrV4, Instant) -> Result<R, String> + Send;
+
+/// The timing of one measured window.
+#[derive(Debug, Clone, Copy)]
+pub struct WindowSpec {
+    /// Load before the window.
+    pub warmup: Duration,
+    /// The window.
+    pub duration: Duration,
+    /// Longest wait for the contender to answer a probe after its start.
+    pub ready_limit: Duration,
+}
+
+/// Probes `target` from the client namespace until `probe` says it was answered
+/// (`Ok(seconds waited)`) or `limit` passes.
 fn wait_ready(
     topo: &Topology,
     target: SocketAddrV4,
-    hello: &Hello,
+    probe: &Arc<ProbeFn>,
     limit: Duration,
     inst: &mut dyn Instance,
 ) -> Result<f64, String> {
@@ -527,11 +622,14 @@ fn wait_ready(
     while t0.elapsed() < limit {
         // An external process that died will not become ready.
         inst.cpu()?;
-        let h = hello.clone();
-        let probe = net::spawn_in(&topo.client.name, Some(LOAD_CORE), "sni-probe", move || {
-            client::probe(target, &h, Duration::from_secs(1))
-        })?;
-        match net::join(probe) {
+        let p = probe.clone();
+        let h = net::spawn_in(
+            &topo.client.name,
+            Some(LOAD_CORE),
+            "load-probe",
+            move || p(target),
+        )?;
+        match net::join(h) {
             Ok(()) => return Ok(t0.elapsed().as_secs_f64()),
             Err(e) => last = e,
         }
@@ -540,7 +638,50 @@ fn wait_ready(
     Err(format!("not ready after {limit:?}: {last}"))
 }
 
-/// Runs one round of `c` (see the module docs); `stop` aborts it (SIGINT).
+/// Why a round has no figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoundError {
+    /// The contender did not start (its configuration, its process, its devices).
+    Start(String),
+    /// It started but never answered its probe: it does not serve the benchmark.
+    NotReady {
+        /// The last probe's error.
+        error: String,
+        /// What it reported when stopped.
+        stopped: Value,
+    },
+    /// It served, then the round failed (the contender died, the load client failed).
+    Failed {
+        /// What went wrong.
+        error: String,
+        /// What it reported when stopped.
+        stopped: Value,
+    },
+    /// Cut short by the stop flag (SIGINT).
+    Interrupted,
+}
+
+impl RoundError {
+    /// Whether the contender never served (did not start, or never answered): later
+    /// rounds with the same configuration would fail the same way.
+    pub fn never_served(&self) -> bool {
+        matches!(self, RoundError::Start(_) | RoundError::NotReady { .. })
+    }
+}
+
+impl std::fmt::Display for RoundError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RoundError::Start(e) => write!(f, "did not start: {e}"),
+            RoundError::NotReady { error, stopped } => write!(f, "{error}; on stop: {stopped}"),
+            RoundError::Failed { error, stopped } => write!(f, "{error}; on stop: {stopped}"),
+            RoundError::Interrupted => f.write_str(INTERRUPTED),
+        }
+    }
+}
+
+/// Runs one round of `c` (see the module docs) with the SNI load client; `stop` aborts it
+/// (SIGINT).
 pub fn measure(
     c: &mut dyn Contender,
     topo: &Topology,
@@ -548,56 +689,93 @@ pub fn measure(
     hellos: &[Hello],
     stop: &AtomicBool,
 ) -> Result<Round, String> {
-    let mut inst = c.start(topo)?;
-    let res = run_started(inst.as_mut(), topo, spec, hellos, stop);
+    let first = hellos.first().ok_or("no hellos")?.clone();
+    let probe: Arc<ProbeFn> =
+        Arc::new(move |target| client::probe(target, &first, Duration::from_secs(1)));
+    let (hellos, conns, duration, timeout) =
+        (hellos.to_vec(), spec.conns, spec.duration, spec.timeout);
+    let load: Box<LoadFn<LoadReport>> = Box::new(move |target, window_start| {
+        client::run(&LoadSpec {
+            target,
+            hellos,
+            conns,
+            window_start,
+            duration,
+            timeout,
+        })
+    });
+    let timing = WindowSpec {
+        warmup: spec.warmup,
+        duration: spec.duration,
+        ready_limit: spec.ready_limit,
+    };
+    measure_with(c, topo, &timing, probe, load, stop).map_err(|e| e.to_string())
+}
+
+/// Runs one round of `c` with any load: starts it, waits until `probe` passes, runs
+/// `load` on the load core in the client namespace (a warm-up, then the window), reads
+/// the contender's CPU time at the window's two ends, stops it. `stop` aborts it.
+pub fn measure_with<R: Send + 'static>(
+    c: &mut dyn Contender,
+    topo: &Topology,
+    spec: &WindowSpec,
+    probe: Arc<ProbeFn>,
+    load: Box<LoadFn<R>>,
+    stop: &AtomicBool,
+) -> Result<Window<R>, RoundError> {
+    let mut inst = c.start(topo).map_err(RoundError::Start)?;
+    let res = run_started(inst.as_mut(), topo, spec, &probe, load, stop);
     // A failed round keeps the contender's logs; an interrupted one is not a failure.
-    let failed = matches!(&res, Err(e) if e != INTERRUPTED);
+    let failed = !matches!(&res, Ok(_) | Err(Stage::Interrupted));
     let stopped = inst.stop(failed);
     match res {
         Ok(mut r) => {
             r.stopped = stopped;
             Ok(r)
         }
-        Err(e) => Err(format!("{e}; on stop: {stopped}")),
+        Err(Stage::NotReady(error)) => Err(RoundError::NotReady { error, stopped }),
+        Err(Stage::Failed(error)) => Err(RoundError::Failed { error, stopped }),
+        Err(Stage::Interrupted) => Err(RoundError::Interrupted),
     }
 }
 
-fn run_started(
+/// Where a started round failed.
+enum Stage {
+    NotReady(String),
+    Failed(String),
+    Interrupted,
+}
+
+fn run_started<R: Send + 'static>(
     inst: &mut dyn Instance,
     topo: &Topology,
-    spec: &RoundSpec,
-    hellos: &[Hello],
+    spec: &WindowSpec,
+    probe: &Arc<ProbeFn>,
+    load: Box<LoadFn<R>>,
     stop: &AtomicBool,
-) -> Result<Round, String> {
+) -> Result<Window<R>, Stage> {
     let target = inst.target();
-    let first = hellos.first().ok_or("no hellos")?;
-    let ready_s = wait_ready(topo, target, first, spec.ready_limit, inst)?;
+    let ready_s =
+        wait_ready(topo, target, probe, spec.ready_limit, inst).map_err(Stage::NotReady)?;
     let window_start = Instant::now() + spec.warmup;
-    let load = LoadSpec {
-        target,
-        hellos: hellos.to_vec(),
-        conns: spec.conns,
-        window_start,
-        duration: spec.duration,
-        timeout: spec.timeout,
-    };
-    let handle = net::spawn_in(&topo.client.name, Some(LOAD_CORE), "sni-load", move || {
-        client::run(&load)
-    })?;
+    let handle = net::spawn_in(&topo.client.name, Some(LOAD_CORE), "load", move || {
+        load(target, window_start)
+    })
+    .map_err(Stage::Failed)?;
     if !sleep_until(window_start, stop) {
         let _ = net::join(handle);
-        return Err(INTERRUPTED.into());
+        return Err(Stage::Interrupted);
     }
-    let (cpu0, busy0, t0) = (inst.cpu()?, core_busy_s(), Instant::now());
+    let (cpu0, busy0, t0) = (inst.cpu(), core_busy_s(), Instant::now());
     let end = window_start + spec.duration;
     let finished = sleep_until(end, stop);
     let (cpu1, busy1, t1) = (inst.cpu(), core_busy_s(), Instant::now());
-    let load = net::join(handle)?;
+    let load = net::join(handle).map_err(Stage::Failed)?;
     if !finished {
-        return Err(INTERRUPTED.into());
+        return Err(Stage::Interrupted);
     }
-    let cpu1 = cpu1?;
-    Ok(Round {
+    let (cpu0, cpu1) = (cpu0.map_err(Stage::Failed)?, cpu1.map_err(Stage::Failed)?);
+    Ok(Window {
         load,
         window_s: (t1 - t0).as_secs_f64(),
         cpu: cpu1.since(&cpu0),

@@ -90,7 +90,8 @@ stream {{
 }
 
 /// A directory for one contender's files (configuration, logs), removed on drop unless
-/// [`WorkDir::keep`] was called (a failed run keeps its logs).
+/// [`WorkDir::keep`] was called (a failed run may keep its logs:
+/// [`super::keep_on_failure`]).
 #[derive(Debug)]
 pub struct WorkDir {
     /// Its path.
@@ -198,6 +199,25 @@ pub fn tree_cpu(root: u32) -> TreeCpu {
         }
     }
     t
+}
+
+/// VmRSS of process `pid` (`"self"`: this one), KiB, from `/proc/<pid>/status`.
+pub fn rss_kib(pid: &str) -> Result<u64, String> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| format!("{path}: no VmRSS"))
+}
+
+/// VmRSS of `root` and its descendants summed, KiB (shared pages, such as the program's
+/// text, count once per process: compare readings of one tree, never trees).
+pub fn tree_rss_kib(root: u32) -> Result<u64, String> {
+    process_tree(root)
+        .iter()
+        .map(|p| rss_kib(&p.to_string()))
+        .sum()
 }
 
 /// A proxy process started inside a namespace, pinned to one core, its output in a log
@@ -339,6 +359,12 @@ mod tests {
             "4242 (my (odd) name) S 17 4242 4242 0 -1 4194560 100 0 0 0 123 45 0 0 20 0 1 0 99 0 0";
         assert_eq!(parse_stat(line), Some((17, 168)));
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn this_process_has_resident_memory() {
+        assert!(rss_kib("self").expect("VmRSS") > 0);
+        assert!(tree_rss_kib(std::process::id()).expect("tree") > 0);
     }
 
     #[test]
