@@ -106,6 +106,9 @@ Event {
     TerminateAccepted => "terminate_accepted",
     /// A SYN to a terminating listener was refused with RST: the worker holds its cap.
     TerminateRefused => "terminate_refused",
+    /// Every terminated-connection slot was taken: a half-open one (the client never
+    /// completed the TCP handshake, silent for a second) was reset for a new SYN.
+    TerminateEvicted => "terminate_evicted",
     /// A TLS handshake completed (full or resumed).
     TerminateHandshake => "terminate_handshake",
     /// A TLS handshake completed by resumption (a session ticket).

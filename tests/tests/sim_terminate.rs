@@ -721,3 +721,114 @@ fn tls12_and_resumed_handshakes() {
     assert_eq!(k.events_of(Event::TerminateHandshake), 4);
     assert_eq!(k.events_of(Event::TerminateResumed), 2);
 }
+
+#[test]
+fn an_idle_connection_is_closed_with_close_notify_and_fin() {
+    let pki = pki();
+    let cfg = TerminateConfig {
+        idle_ms: 2_000,
+        ..TerminateConfig::default()
+    };
+    let (mut sim, _p) = sim_snapshot(
+        terminating_snapshot(pki.server.clone()),
+        Faults::NONE,
+        Faults::NONE,
+        config(29, cfg),
+    );
+    let mut backends = EchoBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 1, 64 * 1024);
+    // Handshake, backend connected, then nothing either way.
+    let mut c = [Client::new(
+        &mut sim,
+        &pki,
+        "a.example.test",
+        48_000,
+        Vec::new(),
+    )];
+    let start = sim.now_ms;
+    let mut closed_at = None;
+    while sim.now_ms < start + 6_000 {
+        sim.step();
+        backends.step(&mut sim.hosts[1].sockets);
+        c[0].step(&mut sim);
+        if c[0].state(&sim) == tcp::State::CloseWait {
+            closed_at = Some(sim.now_ms);
+            break;
+        }
+    }
+    print_counters(&sim);
+    let at = closed_at.expect("sluice closed the idle connection");
+    assert!(
+        at - start >= 2_000,
+        "not before idleTimeoutMs: {}",
+        at - start
+    );
+    let mut buf = [0u8; 4];
+    assert_eq!(
+        c[0].tls.reader().read(&mut buf).ok(),
+        Some(0),
+        "close_notify"
+    );
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::TerminateIdleClosed), 1);
+    assert_eq!(k.events_of(Event::TerminateBackendConnected), 1);
+}
+
+#[test]
+fn half_open_connections_give_way_to_new_handshakes_when_the_worker_is_full() {
+    use sluice_tests::raw::{divert_ports, syn_options, RawClient};
+    use std::net::SocketAddr;
+    let pki = pki();
+    let cfg = TerminateConfig {
+        max_connections: 4,
+        ..TerminateConfig::default()
+    };
+    let (mut sim, _p) = sim_snapshot(
+        terminating_snapshot(pki.server.clone()),
+        Faults::NONE,
+        Faults::NONE,
+        config(31, cfg),
+    );
+    let mut backends = EchoBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 2, 64 * 1024);
+    // Four SYNs whose senders never answer the SYN-ACK (their frames are taken off the
+    // client host's wire, as a spoofed flood's would go nowhere).
+    let ports: Vec<u16> = (40_500..40_504).collect();
+    sim.hosts[0]
+        .dev
+        .set_divert(Some(divert_ports(ports.clone())));
+    let vip = SocketAddr::new(ip(VIP), 443);
+    for (i, p) in ports.iter().enumerate() {
+        let mut raw = RawClient::new(
+            0,
+            SocketAddr::new(ip("10.77.0.1"), *p),
+            vip,
+            1000 * i as u32,
+        );
+        raw.syn(&mut sim, syn_options(1460, Some(7), true));
+    }
+    sim.run_until(100, |_| false);
+    assert_eq!(sim.worker.stage().terminator().open(), 4);
+    // Younger than a second: a new SYN is refused.
+    let mut early = [Client::new(
+        &mut sim,
+        &pki,
+        "a.example.test",
+        48_100,
+        b"x".to_vec(),
+    )];
+    run(&mut sim, &mut backends, &mut early, 300);
+    assert_eq!(early[0].state(&sim), tcp::State::Closed, "refused");
+    assert_eq!(sim.worker.counters().events_of(Event::TerminateRefused), 1);
+    // Older: a half-open one gives way and the handshake completes.
+    sim.run_until(1_500, |_| false);
+    let mut later = [Client::new(
+        &mut sim,
+        &pki,
+        "a.example.test",
+        48_101,
+        b"hello".to_vec(),
+    )];
+    run(&mut sim, &mut backends, &mut later, 10_000);
+    print_counters(&sim);
+    assert_eq!(later[0].got, b"hello");
+    assert_eq!(sim.worker.counters().events_of(Event::TerminateEvicted), 1);
+}

@@ -198,6 +198,9 @@ pub struct Terminator {
     lost: u64,
     lost_counted: u64,
     next_scan_ms: u64,
+    /// The earliest time a shard wants polling (the minimum of the shards' `next_ms`):
+    /// the quiescent point looks at the shards only from then.
+    next_due_ms: u64,
 }
 
 impl std::fmt::Debug for Terminator {
@@ -209,6 +212,10 @@ impl std::fmt::Debug for Terminator {
     }
 }
 
+/// Slots probed for a half-open connection to evict when every slot is taken.
+const EVICT_PROBES: u64 = 8;
+/// A half-open connection this silent (ms) may be evicted for a new SYN.
+pub const HALF_OPEN_EVICT_MS: u64 = 1_000;
 /// How often connection deadlines are checked.
 const SCAN_MS: u64 = 50;
 /// An address of every shard interface, never a peer's: AnyIP accepts a destination only
@@ -230,6 +237,7 @@ impl Terminator {
             lost: 0,
             lost_counted: 0,
             next_scan_ms: 0,
+            next_due_ms: u64::MAX,
             capacity,
             cfg,
         }
@@ -373,6 +381,9 @@ impl Engine<'_> {
         if src_mac[0] & 1 != 0 || meta.src().is_multicast() || meta.src().is_unspecified() {
             return Verdict::Drop(DropReason::NoFlow);
         }
+        if self.t.free.is_empty() && self.evict_half_open(meta, ctx) {
+            ctx.counters.event(Event::TerminateEvicted);
+        }
         let Some(idx) = self.t.free.pop() else {
             ctx.counters.event(Event::TerminateRefused);
             ctx.counters.drop(DropReason::TerminateFull);
@@ -459,6 +470,36 @@ impl Engine<'_> {
         Verdict::Drop(DropReason::TerminateConsumed)
     }
 
+    /// Every slot is taken: a connection whose client never completed the TCP handshake
+    /// (SYN-RECEIVED, as a SYN flood leaves them) and has been silent for
+    /// [`HALF_OPEN_EVICT_MS`] gives way, found among [`EVICT_PROBES`] slots spread from
+    /// the new SYN's tuple (as the flow table's early drop probes). Whether one went.
+    fn evict_half_open(&mut self, meta: &Meta, ctx: &mut Ctx<'_>) -> bool {
+        let n = self.t.conns.len() as u64;
+        if n == 0 {
+            return false;
+        }
+        let h = crate::tables::maglev::flow_hash(
+            SocketAddr::new(meta.src(), meta.sport()),
+            SocketAddr::new(meta.dst(), meta.dport()),
+            ip_proto::TCP,
+        );
+        for i in 0..EVICT_PROBES {
+            let idx = (h.wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)) % n) as u32;
+            let half_open = self.t.conns[idx as usize].as_ref().is_some_and(|c| {
+                c.phase == Phase::Handshake
+                    && ctx.now_ms.saturating_sub(c.last_ms) >= HALF_OPEN_EVICT_MS
+            }) && self
+                .conn_socket(idx, |c| Some(c.front))
+                .is_some_and(|s| s.state() == tcp::State::SynReceived);
+            if half_open {
+                self.abort(idx, ctx);
+                return true;
+            }
+        }
+        false
+    }
+
     /// A packet of a terminated connection's flow (either direction).
     #[allow(clippy::too_many_arguments)]
     pub fn packet(
@@ -504,11 +545,21 @@ impl Engine<'_> {
     /// checked.
     pub fn timers(&mut self, snap: &Snapshot, ctx: &mut Ctx<'_>) {
         let now_ms = ctx.now_ms;
-        for si in 0..self.t.shards.len() {
-            let due = matches!(&self.t.shards[si], Some(s) if s.live > 0 && s.next_ms <= now_ms);
-            if due {
-                self.poll_shard(si, snap, ctx);
+        if now_ms >= self.t.next_due_ms {
+            let mut next = u64::MAX;
+            for si in 0..self.t.shards.len() {
+                let due =
+                    matches!(&self.t.shards[si], Some(s) if s.live > 0 && s.next_ms <= now_ms);
+                if due {
+                    self.poll_shard(si, snap, ctx);
+                }
+                if let Some(s) = &self.t.shards[si] {
+                    if s.live > 0 {
+                        next = next.min(s.next_ms);
+                    }
+                }
             }
+            self.t.next_due_ms = next;
         }
         if now_ms >= self.t.next_scan_ms {
             self.t.next_scan_ms = now_ms + SCAN_MS;
@@ -654,6 +705,7 @@ impl Engine<'_> {
             if self.t.out.len() >= room {
                 shard.next_ms = ctx.now_ms;
             }
+            self.t.next_due_ms = self.t.next_due_ms.min(shard.next_ms);
         }
         self.route_out(si, ctx);
     }

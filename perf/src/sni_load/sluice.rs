@@ -14,6 +14,7 @@ use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::splice::SpliceConfig;
 use sluice_dataplane::stats::Event;
 use sluice_dataplane::tables::snapshot::Snapshot;
+use sluice_dataplane::terminate::TerminateConfig;
 use sluice_dataplane::worker::{self, Idle, Worker, WorkerConfig};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -68,6 +69,13 @@ pub fn start(lane: &TapLane, snapshot: Snapshot, spin: bool) -> Result<InProcess
             splice: SpliceConfig {
                 embryos_per_source: 0,
                 ..SpliceConfig::default()
+            },
+            // Room for bench_tls_memory's 20k idle connections (the default caps are
+            // 16384 connections and 512 MiB per worker); buffers stay the defaults.
+            terminate: TerminateConfig {
+                max_connections: 32 * 1024,
+                memory_bytes: 2 << 30,
+                ..TerminateConfig::default()
             },
             ..BalancerConfig::default()
         },
