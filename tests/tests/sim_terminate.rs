@@ -40,6 +40,7 @@ fn pki() -> Pki {
         "b.example.test".to_string(),
         "c.example.test".to_string(),
         "ghost.example.test".to_string(),
+        "refuse.example.test".to_string(),
     ];
     let ck = rcgen::generate_simple_self_signed(names).expect("certificate");
     let cert = CertificateDer::from(ck.cert.der().to_vec());
@@ -88,8 +89,8 @@ fn route(name: &str, backends: &[&str]) -> RouteEntry {
 }
 
 /// The simulated appliance's tables with a terminating listener on VIP:443 (TLS, routed
-/// by SNI): `a.example.test` -> a:7000, `ghost.example.test` -> .98:7000 (nobody), every
-/// other name -> b:7000.
+/// by SNI): `a.example.test` -> a:7000, `ghost.example.test` -> .98:7000 (nobody),
+/// `refuse.example.test` -> a:7999 (refused), every other name -> b:7000.
 fn terminating_snapshot(server: Arc<ServerConfig>) -> Snapshot {
     let mut snap = snapshot();
     snap.listeners = ListenerTable::build(
@@ -102,6 +103,7 @@ fn terminating_snapshot(server: Arc<ServerConfig>) -> Snapshot {
             bindings: vec![
                 ("a.example.test".into(), 0),
                 ("ghost.example.test".into(), 2),
+                ("refuse.example.test".into(), 3),
                 ("*".into(), 1),
             ],
             https_redirect: false,
@@ -115,6 +117,8 @@ fn terminating_snapshot(server: Arc<ServerConfig>) -> Snapshot {
             route("a", &["10.78.0.11:7000"]),
             route("b", &["10.78.0.12:7000"]),
             route("ghost", &["10.78.0.98:7000"]),
+            // Backend a's host, on a port nothing listens on: its stack answers RST.
+            route("refuse", &["10.78.0.11:7999"]),
         ],
     )
     .expect("listeners");
@@ -831,4 +835,54 @@ fn half_open_connections_give_way_to_new_handshakes_when_the_worker_is_full() {
     print_counters(&sim);
     assert_eq!(later[0].got, b"hello");
     assert_eq!(sim.worker.counters().events_of(Event::TerminateEvicted), 1);
+}
+
+#[test]
+fn a_refusing_backend_and_a_client_reset_mid_handshake_leave_nothing_behind() {
+    let pki = pki();
+    let cfg = TerminateConfig {
+        backend_tries: 2,
+        ..TerminateConfig::default()
+    };
+    let (mut sim, _p) = sim_snapshot(
+        terminating_snapshot(pki.server.clone()),
+        Faults::NONE,
+        Faults::NONE,
+        config(37, cfg),
+    );
+    let mut backends = EchoBackends::new();
+    // The backend's stack refuses (RST to the SYN): the next pick, then the client reset.
+    let mut c = [Client::new(
+        &mut sim,
+        &pki,
+        "refuse.example.test",
+        49_000,
+        b"x".to_vec(),
+    )];
+    run(&mut sim, &mut backends, &mut c, 5_000);
+    print_counters(&sim);
+    assert_eq!(c[0].state(&sim), tcp::State::Closed, "client reset");
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::BackendFailover), 1);
+    assert_eq!(k.events_of(Event::TerminateBackendFailed), 1);
+    assert_eq!(sim.worker.stage().terminator().open(), 0);
+
+    // A client that resets after its ClientHello, before the handshake ends.
+    let mut c = Client::new(&mut sim, &pki, "a.example.test", 49_001, b"x".to_vec());
+    for _ in 0..200 {
+        sim.round();
+        c.step(&mut sim);
+        if sim.worker.stage().terminator().open() == 1 && c.state(&sim) == tcp::State::Established {
+            break;
+        }
+    }
+    assert!(c.tls.is_handshaking());
+    sim.hosts[0].sockets.get_mut::<tcp::Socket>(c.h).abort();
+    let gone = sim.run_until(2_000, |s| s.worker.stage().terminator().open() == 0);
+    print_counters(&sim);
+    assert!(gone, "the connection is released at the client's RST");
+    assert_eq!(
+        sim.worker.counters().events_of(Event::TerminateHandshake),
+        1
+    );
 }
