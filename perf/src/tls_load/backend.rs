@@ -36,7 +36,7 @@ const MAX_WRITE: usize = 256 * 1024;
 const MAX_REQUEST: usize = 8 * 1024;
 
 /// The bulk payload: byte `i` is `pattern()[i % PATTERN_PERIOD]`. The vector is longer
-/// than the period (by [`MAX_WRITE`]) so that any window of up to that length starting
+/// than the period (by the largest write, 256 KiB) so that any window of up to that length starting
 /// in the first period is contiguous.
 pub fn pattern() -> Vec<u8> {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
