@@ -25,7 +25,7 @@
 //!   the worker's quiescent point.
 //! - **Out**: smoltcp writes IP packets into fresh buffers of the worker's pool; the
 //!   forwarder routes them (FIB, neighbours, MACs) as any packet sluice writes.
-//! - **TLS**: rustls 0.23 (ring); the listener's `ServerConfig` is taken from the
+//! - **TLS**: rustls 0.23 (the provider is ctrl's choice: aws-lc-rs); the listener's `ServerConfig` is taken from the
 //!   snapshot when the SYN arrives and kept by the connection, so a reload changes the
 //!   certificate of new handshakes only.
 //! - **Backpressure**: ciphertext is read from the client only while rustls holds no

@@ -1,8 +1,8 @@
-//! The handshake's signature, side by side: rustls's ring provider (what sluice's
-//! terminate engine signs with) against OpenSSL (`openssl speed`, what nginx and HAProxy
-//! sign with here), for ECDSA P-256 and RSA-2048 — the part of a full handshake's cost
-//! that the TCP and copy work cannot win back. Prints JSON on stdout; figures are never
-//! asserted.
+//! The handshake's signature, side by side: rustls's aws-lc-rs provider (what sluice's
+//! terminate engine signs with) and its ring provider against OpenSSL (`openssl speed`,
+//! what nginx and HAProxy sign with here), for ECDSA P-256 and RSA-2048 — the part of a
+//! full handshake's cost that the TCP and copy work cannot win back. Prints JSON on
+//! stdout; figures are never asserted.
 //!
 //! Usage: `bench_tls_sign [--seconds S]` (default 2). Keys: the test fixtures in
 //! `ctrl/tests/data/tls/` (`ec-pkcs8.key`, `rsa-pkcs1.key`).
@@ -21,10 +21,21 @@ fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
 }
 
-/// Signatures per second with ring for `key`, scheme `scheme`, over `secs`.
-fn ring_rate(key: &[u8], scheme: SignatureScheme, secs: f64) -> f64 {
+/// Which provider signs.
+#[derive(Clone, Copy)]
+enum Provider {
+    Ring,
+    AwsLc,
+}
+
+/// Signatures per second with `provider` for `key`, scheme `scheme`, over `secs`.
+fn rate(provider: Provider, key: &[u8], scheme: SignatureScheme, secs: f64) -> f64 {
     let der = PrivateKeyDer::from_pem_slice(key).expect("PEM key");
-    let key = rustls::crypto::ring::sign::any_supported_type(&der).expect("supported key");
+    let key = match provider {
+        Provider::Ring => rustls::crypto::ring::sign::any_supported_type(&der),
+        Provider::AwsLc => rustls::crypto::aws_lc_rs::sign::any_supported_type(&der),
+    }
+    .expect("supported key");
     let signer = key.choose_scheme(&[scheme]).expect("scheme");
     let msg = [0x5au8; 130]; // about a TLS 1.3 CertificateVerify's input
     let start = Instant::now();
@@ -79,25 +90,28 @@ fn main() {
             }
         }
     }
-    let ecdsa = ring_rate(
-        &fixture("ec-pkcs8.key"),
+    let (ec, rsa) = (fixture("ec-pkcs8.key"), fixture("rsa-pkcs1.key"));
+    let (ec_s, rsa_s) = (
         SignatureScheme::ECDSA_NISTP256_SHA256,
-        secs,
-    );
-    let rsa = ring_rate(
-        &fixture("rsa-pkcs1.key"),
         SignatureScheme::RSA_PSS_SHA256,
-        secs,
     );
+    let ecdsa_aws = rate(Provider::AwsLc, &ec, ec_s, secs);
+    let ecdsa_ring = rate(Provider::Ring, &ec, ec_s, secs);
+    let rsa_aws = rate(Provider::AwsLc, &rsa, rsa_s, secs);
+    let rsa_ring = rate(Provider::Ring, &rsa, rsa_s, secs);
     let (o_rsa, o_ecdsa) = openssl_rates(secs.ceil() as u32);
     let ratio = |a: f64, b: Option<f64>| b.map(|b| (a / b * 1000.0).round() / 1000.0);
     let out = json!({
         "bench": "tls_sign",
-        "what": "signatures per second on one core: rustls's ring provider vs openssl speed",
-        "ecdsa_p256": {"ring": ecdsa.round(), "openssl": o_ecdsa.map(f64::round),
-                       "ratio_ring_openssl": ratio(ecdsa, o_ecdsa)},
-        "rsa_2048": {"ring": rsa.round(), "openssl": o_rsa.map(f64::round),
-                     "ratio_ring_openssl": ratio(rsa, o_rsa)},
+        "what": "signatures per second on one core: rustls's aws-lc-rs and ring providers vs openssl speed",
+        "ecdsa_p256": {"aws_lc_rs": ecdsa_aws.round(), "ring": ecdsa_ring.round(),
+                       "openssl": o_ecdsa.map(f64::round),
+                       "ratio_aws_lc_rs_openssl": ratio(ecdsa_aws, o_ecdsa),
+                       "ratio_ring_openssl": ratio(ecdsa_ring, o_ecdsa)},
+        "rsa_2048": {"aws_lc_rs": rsa_aws.round(), "ring": rsa_ring.round(),
+                     "openssl": o_rsa.map(f64::round),
+                     "ratio_aws_lc_rs_openssl": ratio(rsa_aws, o_rsa),
+                     "ratio_ring_openssl": ratio(rsa_ring, o_rsa)},
     });
     println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
 }

@@ -190,7 +190,8 @@ pub fn load_pem(
             detail: e.to_string(),
         },
     })?;
-    let signer = rustls::crypto::ring::sign::any_supported_type(&key).map_err(CertError::Key)?;
+    let signer =
+        crate::compile::tls::crypto::sign::any_supported_type(&key).map_err(CertError::Key)?;
     let key_type = match signer.algorithm() {
         rustls::SignatureAlgorithm::RSA => "RSA",
         rustls::SignatureAlgorithm::ECDSA => "ECDSA",
