@@ -7,6 +7,7 @@
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig};
 use sluice_dataplane::balancer::{Balancer, BalancerConfig};
+use sluice_dataplane::rcu::Publisher;
 use sluice_dataplane::stats::{DropReason, Event};
 use sluice_dataplane::tables::listeners::{
     proto, ListenerKind, ListenerSpec, ListenerTable, RouteEntry,
@@ -123,6 +124,17 @@ fn terminating_snapshot(server: Arc<ServerConfig>) -> Snapshot {
     )
     .expect("listeners");
     snap
+}
+
+/// The simulated appliance serving [`terminating_snapshot`] with `pki`'s certificate, no
+/// faults, the worker seeded `seed` with termination settings `cfg`.
+fn world(pki: &Pki, seed: u64, cfg: TerminateConfig) -> (Sim<Balancer>, Publisher<Snapshot>) {
+    sim_snapshot(
+        terminating_snapshot(pki.server.clone()),
+        Faults::NONE,
+        Faults::NONE,
+        config(seed, cfg),
+    )
 }
 
 fn config(seed: u64, terminate: TerminateConfig) -> BalancerConfig {
@@ -330,12 +342,7 @@ fn a_backend_nobody_answers_resets_the_client() {
         backend_tries: 2,
         ..TerminateConfig::default()
     };
-    let (mut sim, _p) = sim_snapshot(
-        terminating_snapshot(pki.server.clone()),
-        Faults::NONE,
-        Faults::NONE,
-        config(3, cfg),
-    );
+    let (mut sim, _p) = world(&pki, 3, cfg);
     let mut backends = EchoBackends::new();
     let mut c = [Client::new(
         &mut sim,
@@ -365,12 +372,7 @@ fn a_silent_client_meets_the_handshake_deadline() {
         handshake_ms: 2_000,
         ..TerminateConfig::default()
     };
-    let (mut sim, _p) = sim_snapshot(
-        terminating_snapshot(pki.server),
-        Faults::NONE,
-        Faults::NONE,
-        config(5, cfg),
-    );
+    let (mut sim, _p) = world(&pki, 5, cfg);
     // A plain TCP client: connects, says nothing.
     let host = &mut sim.hosts[0];
     let mut s = socket(4096, 4096);
@@ -399,12 +401,7 @@ fn a_full_worker_refuses_new_handshakes_and_keeps_the_established() {
         max_connections: 2,
         ..TerminateConfig::default()
     };
-    let (mut sim, _p) = sim_snapshot(
-        terminating_snapshot(pki.server.clone()),
-        Faults::NONE,
-        Faults::NONE,
-        config(9, cfg),
-    );
+    let (mut sim, _p) = world(&pki, 9, cfg);
     let mut backends = EchoBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 4, 64 * 1024);
     let mut rng = Rng::new(3);
     // Two idle clients hold both slots (handshake done, nothing sent yet).
@@ -446,12 +443,7 @@ fn a_full_worker_refuses_new_handshakes_and_keeps_the_established() {
 #[test]
 fn a_client_reset_resets_the_backend() {
     let pki = pki();
-    let (mut sim, _p) = sim_snapshot(
-        terminating_snapshot(pki.server.clone()),
-        Faults::NONE,
-        Faults::NONE,
-        config(13, TerminateConfig::default()),
-    );
+    let (mut sim, _p) = world(&pki, 13, TerminateConfig::default());
     let mut backends = EchoBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 1, 64 * 1024);
     let mut rng = Rng::new(5);
     let mut c = [Client::new(
@@ -581,12 +573,7 @@ fn https_requests_are_routed_by_host_and_path_and_arrive_in_plaintext() {
 #[test]
 fn backend_close_and_reset_reach_the_client() {
     let pki = pki();
-    let (mut sim, _p) = sim_snapshot(
-        terminating_snapshot(pki.server.clone()),
-        Faults::NONE,
-        Faults::NONE,
-        config(19, TerminateConfig::default()),
-    );
+    let (mut sim, _p) = world(&pki, 19, TerminateConfig::default());
     // A backend that answers "bye" and closes (FIN), and one that resets at once.
     let host = &mut sim.hosts[1];
     let mut s = socket(4096, 4096);
@@ -671,12 +658,7 @@ fn backend_close_and_reset_reach_the_client() {
 #[test]
 fn tls12_and_resumed_handshakes() {
     let pki = pki();
-    let (mut sim, _p) = sim_snapshot(
-        terminating_snapshot(pki.server.clone()),
-        Faults::NONE,
-        Faults::NONE,
-        config(23, TerminateConfig::default()),
-    );
+    let (mut sim, _p) = world(&pki, 23, TerminateConfig::default());
     let mut backends = EchoBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 4, 64 * 1024);
     let mut c = [Client::new(
         &mut sim,
@@ -733,12 +715,7 @@ fn an_idle_connection_is_closed_with_close_notify_and_fin() {
         idle_ms: 2_000,
         ..TerminateConfig::default()
     };
-    let (mut sim, _p) = sim_snapshot(
-        terminating_snapshot(pki.server.clone()),
-        Faults::NONE,
-        Faults::NONE,
-        config(29, cfg),
-    );
+    let (mut sim, _p) = world(&pki, 29, cfg);
     let mut backends = EchoBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 1, 64 * 1024);
     // Handshake, backend connected, then nothing either way.
     let mut c = [Client::new(
@@ -786,12 +763,7 @@ fn half_open_connections_give_way_to_new_handshakes_when_the_worker_is_full() {
         max_connections: 4,
         ..TerminateConfig::default()
     };
-    let (mut sim, _p) = sim_snapshot(
-        terminating_snapshot(pki.server.clone()),
-        Faults::NONE,
-        Faults::NONE,
-        config(31, cfg),
-    );
+    let (mut sim, _p) = world(&pki, 31, cfg);
     let mut backends = EchoBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 2, 64 * 1024);
     // Four SYNs whose senders never answer the SYN-ACK (their frames are taken off the
     // client host's wire, as a spoofed flood's would go nowhere).
@@ -844,12 +816,7 @@ fn a_refusing_backend_and_a_client_reset_mid_handshake_leave_nothing_behind() {
         backend_tries: 2,
         ..TerminateConfig::default()
     };
-    let (mut sim, _p) = sim_snapshot(
-        terminating_snapshot(pki.server.clone()),
-        Faults::NONE,
-        Faults::NONE,
-        config(37, cfg),
-    );
+    let (mut sim, _p) = world(&pki, 37, cfg);
     let mut backends = EchoBackends::new();
     // The backend's stack refuses (RST to the SYN): the next pick, then the client reset.
     let mut c = [Client::new(
