@@ -6,7 +6,9 @@
 //! machine's few cores.
 
 use crate::kernel::{Balance, Py, Topology, BACKENDS, VIP};
-use crate::kernel_tls::{require_programs, Certs, TLS_CLIENT, TLS_SERVER};
+use crate::kernel_tls::{
+    require_programs, wait_listening, Certs, HTTP_SERVER, TLS_CLIENT, TLS_SERVER,
+};
 use crate::sys::{can_admin_net, unique_name};
 use sluice_dataplane::balancer::BalancerConfig;
 use sluice_dataplane::port::{tap, Opened, Pool};
@@ -116,6 +118,20 @@ impl Rig {
         let mut py = Py::start(&self.topo.backend, TLS_SERVER, &args);
         assert_eq!(py.line(Duration::from_secs(10)), "ready", "TLS servers");
         py
+    }
+
+    /// The python HTTP servers ([`HTTP_SERVER`]) on backends `a` and `b`, port
+    /// [`HTTP_PORT`], once both listen.
+    pub fn http_servers(&self) -> Py {
+        let port = HTTP_PORT.to_string();
+        let mut servers = Py::start(
+            &self.topo.backend,
+            HTTP_SERVER,
+            &[&port, BACKENDS[0], BACKENDS[1]],
+        );
+        assert_eq!(servers.line(Duration::from_secs(10)), "ready");
+        wait_listening(&self.topo.backend, BACKENDS[1], HTTP_PORT);
+        servers
     }
 
     /// Gives the devices back, stops the workers, closes the ports and deletes the

@@ -30,8 +30,7 @@ use sluice_dataplane::flow::Timeouts;
 use sluice_dataplane::stats::{Counters, DropReason, Event};
 use sluice_tests::kernel::{Py, BACKENDS, CLIENT_AGENT, INSIDE, VIP};
 use sluice_tests::kernel_tls::{
-    curl, first_client_bytes, rss_bytes, s_client, wait_listening, Certs, SServer, HTTP_SERVER,
-    SYN_FLOOD,
+    curl, first_client_bytes, rss_bytes, s_client, Certs, SServer, SYN_FLOOD,
 };
 use std::time::{Duration, Instant};
 
@@ -409,14 +408,7 @@ spec:
     );
     let t = Instant::now();
     let rig = Rig::start(&config);
-    let port = HTTP_PORT.to_string();
-    let mut servers = Py::start(
-        &rig.topo.backend,
-        HTTP_SERVER,
-        &[&port, BACKENDS[0], BACKENDS[1]],
-    );
-    assert_eq!(servers.line(Duration::from_secs(10)), "ready");
-    wait_listening(&rig.topo.backend, BACKENDS[1], HTTP_PORT);
+    let servers = rig.http_servers();
     let client = &rig.topo.client;
     let get = |host: &str, path: &str| {
         curl(

@@ -18,7 +18,7 @@
 use base64::Engine as _;
 use sluice_dataplane::stats::Event;
 use sluice_tests::kernel::{Py, BACKENDS, IDENTIFY_SERVER, PORT, VIP};
-use sluice_tests::kernel_tls::{curl, subject_cn, wait_listening, Certs, Key, HTTP_SERVER};
+use sluice_tests::kernel_tls::{curl, subject_cn, wait_listening, Certs, Key};
 use sluice_tests::sys::Netns;
 use sluice_tests::tls_rig::{inventory, Rig, AGENT_LIMIT, HTTP_PORT};
 use std::time::Duration;
@@ -184,14 +184,7 @@ spec:
 "#
     );
     let rig = Rig::start(&config);
-    let port = HTTP_PORT.to_string();
-    let mut servers = Py::start(
-        &rig.topo.backend,
-        HTTP_SERVER,
-        &[&port, BACKENDS[0], BACKENDS[1]],
-    );
-    assert_eq!(servers.line(Duration::from_secs(10)), "ready");
-    wait_listening(&rig.topo.backend, BACKENDS[1], HTTP_PORT);
+    let servers = rig.http_servers();
     let ca = certs.bundle();
     for (path, backend) in [
         ("/index.html", BACKENDS[0]),
