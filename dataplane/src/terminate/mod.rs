@@ -864,13 +864,21 @@ impl Engine<'_> {
         let Some(Some(c)) = self.t.conns.get_mut(idx as usize) else {
             return;
         };
-        let sni = c.tls.server_name().map(str::to_owned);
+        // The SNI, copied to the stack (no allocation per packet while the head comes in).
+        let mut sni_buf = [0u8; 256];
+        let sni_len = c.tls.server_name().map(|n| {
+            let b = n.as_bytes();
+            let l = b.len().min(sni_buf.len());
+            sni_buf[..l].copy_from_slice(&b[..l]);
+            l
+        });
+        let sni = sni_len.and_then(|l| std::str::from_utf8(&sni_buf[..l]).ok());
         let mut answer = [0u8; route::ANSWER_MAX];
         let decision = route::decide(
             snap,
             c.client,
             ours,
-            sni.as_deref(),
+            sni,
             http.then_some(&c.head[..]),
             end,
             c.tries,
