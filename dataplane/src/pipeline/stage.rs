@@ -159,6 +159,22 @@ impl StageIo {
     }
 }
 
+/// Sends a packet a stage made outside the burst (through [`StageIo`]) as `v` says, or
+/// counts its drop.
+pub fn dispatch(v: Verdict, p: Pkt, ctx: &mut Ctx<'_>) {
+    match v {
+        Verdict::Tx(port) => {
+            if let Some(io) = ctx.io.as_mut() {
+                if io.send(port as usize, p).is_err() {
+                    ctx.counters.drop(DropReason::TxFull);
+                }
+            }
+        }
+        Verdict::Drop(r) => ctx.counters.drop(r),
+        Verdict::Kept | Verdict::Redirect(_) => {}
+    }
+}
+
 /// A packet-processing stage.
 pub trait Stage: Send {
     /// Decides every packet of a burst received on `in_port`; `verdicts[i]` is the fate of

@@ -24,7 +24,7 @@ use crate::pipeline::forward::Forwarder;
 use crate::pipeline::nat::{admit, forget, rekey_snat, SnatPorts};
 use crate::pipeline::parse::Meta;
 use crate::pipeline::reply::{write_seg, Seg};
-use crate::pipeline::stage::{Ctx, Verdict};
+use crate::pipeline::stage::{dispatch, Ctx, Verdict};
 use crate::port::Pkt;
 use crate::stats::{DropReason, Event};
 use crate::tables::snapshot::Snapshot;
@@ -1065,22 +1065,5 @@ impl Engine<'_> {
             self.splice.embryos.get_mut(idx).deadline_ms = ctx.now_ms + SCAN_MS;
         }
         dispatch(v, p, ctx);
-    }
-}
-
-/// Sends a packet sluice made outside the burst (through [`StageIo`]) or counts its drop.
-///
-/// [`StageIo`]: crate::pipeline::StageIo
-fn dispatch(v: Verdict, p: Pkt, ctx: &mut Ctx<'_>) {
-    match v {
-        Verdict::Tx(port) => {
-            if let Some(io) = ctx.io.as_mut() {
-                if io.send(port as usize, p).is_err() {
-                    ctx.counters.drop(DropReason::TxFull);
-                }
-            }
-        }
-        Verdict::Drop(r) => ctx.counters.drop(r),
-        Verdict::Kept | Verdict::Redirect(_) => {}
     }
 }

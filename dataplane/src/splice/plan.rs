@@ -76,10 +76,7 @@ pub(super) fn decide(
                         },
                     }
                 } else {
-                    let table = match (&route.table_v6, vip.is_ipv6()) {
-                        (Some(t), true) => t,
-                        _ => &route.table,
-                    };
+                    let table = route.table_for(vip.is_ipv6());
                     (pick(table), 0)
                 }
             }

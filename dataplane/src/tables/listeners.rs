@@ -123,6 +123,15 @@ impl RouteEntry {
             .find(|r| r.paths.is_empty() || r.paths.iter().any(|m| m.matches(path)))
     }
 
+    /// The table for a connection to a virtual address of this family (TCP/TLS routes).
+    #[inline]
+    pub fn table_for(&self, dst_v6: bool) -> &MaglevTable {
+        match (&self.table_v6, dst_v6) {
+            (Some(t), true) => t,
+            _ => &self.table,
+        }
+    }
+
     /// Whether the route applies to this destination address.
     pub fn applies_to(&self, dst: IpAddr) -> bool {
         self.subnets.is_empty()
@@ -135,11 +144,8 @@ impl RouteEntry {
     /// The backend (or reject) for a flow.
     #[inline]
     pub fn pick(&self, src: SocketAddr, dst: SocketAddr, proto: u8) -> Pick {
-        let table = match (&self.table_v6, dst.is_ipv6()) {
-            (Some(t), true) => t,
-            _ => &self.table,
-        };
-        table.pick(flow_hash(src, dst, proto))
+        self.table_for(dst.is_ipv6())
+            .pick(flow_hash(src, dst, proto))
     }
 }
 

@@ -41,99 +41,31 @@
 //!   connection cap and the memory cap); a SYN beyond it is answered with RST and
 //!   counted (`terminate_refused`); established connections continue.
 
+mod config;
+mod conn;
 mod device;
 mod route;
 
+pub use config::{TerminateConfig, TLS_STATE_BYTES};
+
 use crate::flow::{Dir, FlowId, FlowTable, Splice, TcpState, Tuple};
 use crate::pipeline::forward::Forwarder;
-use crate::pipeline::nat::{admit, forget, rekey_snat, SnatPorts};
+use crate::pipeline::nat::{admit, forget, SnatPorts};
 use crate::pipeline::parse::Meta;
 use crate::pipeline::reply::tcp_reset;
-use crate::pipeline::stage::{Ctx, Verdict};
+use crate::pipeline::stage::{dispatch, Ctx, Verdict};
 use crate::port::Pkt;
 use crate::stats::{DropReason, Event};
 use crate::tables::snapshot::Snapshot;
 use crate::wire::ip_proto;
+use conn::{flush_tls, new_socket};
 use device::{Wire, L2};
-use route::Decision;
 use rustls::server::ServerConnection;
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
-use smoltcp::socket::{tcp, AnySocket};
-use smoltcp::time::{Duration, Instant};
+use smoltcp::socket::tcp;
+use smoltcp::time::Instant;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint};
-use std::io::{self, Read, Write};
 use std::net::SocketAddr;
-
-/// Termination settings of a worker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TerminateConfig {
-    /// Terminated connections a worker holds at once.
-    pub max_connections: usize,
-    /// Memory a worker may spend on terminated connections (TCP buffers and TLS state,
-    /// as [`TerminateConfig::connection_bytes`] estimates them).
-    pub memory_bytes: usize,
-    /// Receive and send buffer of the client's TCP connection, each.
-    pub client_buffer: usize,
-    /// Receive and send buffer of the backend's TCP connection, each.
-    pub backend_buffer: usize,
-    /// Time from the SYN to the end of the TLS handshake (and, for HTTPS, the first
-    /// request head).
-    pub handshake_ms: u64,
-    /// A connection with no packet either way for this long is closed.
-    pub idle_ms: u64,
-    /// Time a backend has to accept the connection before the next one is tried.
-    pub connect_ms: u64,
-    /// Backends tried for one connection.
-    pub backend_tries: u8,
-    /// TCP keep-alive towards the client and the backend (0: off).
-    pub keep_alive_ms: u64,
-    /// The largest HTTP request head read before routing (HTTPS listeners).
-    pub head_bytes: usize,
-    /// Connections per shard (one smoltcp interface and socket set).
-    pub shard_connections: usize,
-    /// IP MTU of the packets sluice writes.
-    pub mtu: usize,
-    /// Seeds the TCP initial sequence numbers (mixed with the clock).
-    pub seed: u64,
-}
-
-/// Memory rustls keeps for an established connection, as the cap counts it (measured
-/// with `bench_tls_memory`: the figure is in `perf/NOTES.md`).
-pub const TLS_STATE_BYTES: usize = 12 * 1024;
-
-impl Default for TerminateConfig {
-    fn default() -> Self {
-        TerminateConfig {
-            max_connections: 16 * 1024,
-            memory_bytes: 512 << 20,
-            client_buffer: 8 * 1024,
-            backend_buffer: 8 * 1024,
-            handshake_ms: 10_000,
-            idle_ms: 300_000,
-            connect_ms: 3_000,
-            backend_tries: 3,
-            keep_alive_ms: 60_000,
-            head_bytes: 16 * 1024,
-            shard_connections: 16,
-            mtu: 1500,
-            seed: 0x7e4d_5eed,
-        }
-    }
-}
-
-impl TerminateConfig {
-    /// Memory one connection is counted for: four TCP buffers and the TLS state.
-    pub fn connection_bytes(&self) -> usize {
-        2 * self.client_buffer + 2 * self.backend_buffer + TLS_STATE_BYTES
-    }
-
-    /// Connections a worker holds at once: the connection cap or what the memory cap
-    /// pays for, whichever is lower.
-    pub fn capacity(&self) -> usize {
-        self.max_connections
-            .min(self.memory_bytes / self.connection_bytes().max(1))
-    }
-}
 
 /// Where a terminated connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -337,24 +269,6 @@ fn ip_bytes<'p>(pkt: &'p Pkt, meta: &Meta) -> &'p [u8] {
     let end = (meta.l4 + hl + meta.payload as usize).min(d.len());
     d.get(L2..end).unwrap_or(&[])
 }
-
-/// `io::Write` into a TCP socket's send buffer (`WouldBlock` when full).
-struct SendTo<'a, 'b>(&'a mut tcp::Socket<'b>);
-
-impl Write for SendTo<'_, '_> {
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        match self.0.send_slice(b) {
-            Ok(0) => Err(io::ErrorKind::WouldBlock.into()),
-            Ok(n) => Ok(n),
-            Err(_) => Err(io::ErrorKind::BrokenPipe.into()),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 impl Engine<'_> {
     /// A SYN to a terminating listener (`meta` parsed; the listener's TLS settings
     /// looked up from `snap`): a connection slot, a flow, a listening socket that
@@ -707,12 +621,12 @@ impl Engine<'_> {
             }
             self.t.next_due_ms = self.t.next_due_ms.min(shard.next_ms);
         }
-        self.route_out(si, ctx);
+        self.route_out(ctx);
     }
 
     /// Routes the packets smoltcp wrote (as if received on the first port: the forwarder
     /// picks the way out by destination).
-    fn route_out(&mut self, _si: usize, ctx: &mut Ctx<'_>) {
+    fn route_out(&mut self, ctx: &mut Ctx<'_>) {
         let mut out = std::mem::take(&mut self.t.out);
         for mut p in out.drain(..) {
             let Some(&mac) = self.macs.first() else {
@@ -730,379 +644,6 @@ impl Engine<'_> {
             dispatch(v, p, ctx);
         }
         self.t.out = out;
-    }
-
-    /// Moves connection `idx`'s bytes as far as its buffers allow and advances its
-    /// phase.
-    fn pump(&mut self, idx: u32, snap: &Snapshot, ctx: &mut Ctx<'_>) {
-        let si = self.t.shard_of(idx);
-        let (Some(Some(c)), Some(Some(shard))) = (
-            self.t.conns.get_mut(idx as usize),
-            self.t.shards.get_mut(si),
-        ) else {
-            return;
-        };
-        // Ciphertext in, while rustls has room (no undelivered plaintext).
-        let front = shard.sockets.get_mut::<tcp::Socket>(c.front);
-        let mut tls_failed = false;
-        while c.tls.wants_read() && front.can_recv() {
-            let tls = &mut c.tls;
-            let read = front.recv(|buf| match tls.read_tls(&mut &buf[..]) {
-                Ok(n) => (n, n),
-                Err(_) => (0, 0),
-            });
-            if !matches!(read, Ok(n) if n > 0) {
-                break;
-            }
-            match c.tls.process_new_packets() {
-                Ok(st) => {
-                    if st.peer_has_closed() {
-                        c.client_done = true;
-                    }
-                }
-                Err(_) => {
-                    tls_failed = true;
-                    break;
-                }
-            }
-        }
-        // Handshake messages (and alerts) out.
-        flush_tls(&mut c.tls, front);
-        // A FIN without close_notify also ends the client's side.
-        if fin_received(front.state()) && !front.can_recv() {
-            c.client_done = true;
-        }
-        let front_state = front.state();
-        if tls_failed {
-            ctx.counters.event(Event::TerminateTlsFailed);
-            // rustls queued the alert: send it, then FIN; the backend side goes.
-            flush_tls(&mut c.tls, front);
-            front.close();
-            c.front_closed = true;
-            c.phase = Phase::Closing;
-            if let Some(b) = c.back {
-                shard.sockets.get_mut::<tcp::Socket>(b).abort();
-            }
-            self.reap_if_done(idx, ctx);
-            return;
-        }
-        if front_state == tcp::State::Closed && c.phase != Phase::Handshake {
-            // Reset by the client (or gone): the backend is reset.
-            if !c.front_closed {
-                ctx.counters.event(Event::TerminateReset);
-                if let Some(b) = c.back {
-                    shard.sockets.get_mut::<tcp::Socket>(b).abort();
-                }
-                c.phase = Phase::Closing;
-            }
-        }
-        if c.phase == Phase::Handshake && !c.tls.is_handshaking() {
-            ctx.counters.event(Event::TerminateHandshake);
-            if c.tls.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
-                ctx.counters.event(Event::TerminateResumed);
-            }
-            c.phase = Phase::Routing;
-        }
-        if c.phase == Phase::Handshake && front_state == tcp::State::Closed {
-            c.phase = Phase::Closing;
-        }
-        if c.phase == Phase::Routing {
-            self.route(idx, snap, ctx);
-        }
-        self.connecting(idx, snap, ctx);
-        self.stream(idx, ctx);
-        self.reap_if_done(idx, ctx);
-    }
-
-    /// Routing: the name (SNI, or the first request head's Host and path) picks a route
-    /// and a backend; the backend socket connects.
-    fn route(&mut self, idx: u32, snap: &Snapshot, ctx: &mut Ctx<'_>) {
-        let si = self.t.shard_of(idx);
-        let head_max = self.t.cfg.head_bytes;
-        let (Some(Some(c)), Some(Some(_))) =
-            (self.t.conns.get(idx as usize), self.t.shards.get(si))
-        else {
-            return;
-        };
-        let vip = c.client.destination();
-        let ours = self.fwd.config().is_ours(vip.ip(), &snap.addresses);
-        let http = route::listener(snap, vip, ours)
-            .and_then(|l| l.tls.as_ref())
-            .is_some_and(|t| t.http);
-        // HTTPS: read the request head into the connection's buffer.
-        let mut end = false;
-        if http {
-            let Some(Some(c)) = self.t.conns.get_mut(idx as usize) else {
-                return;
-            };
-            if c.head.capacity() == 0 {
-                c.head.reserve_exact(head_max.min(4096));
-            }
-            let mut chunk = [0u8; 2048];
-            loop {
-                let room = head_max.saturating_sub(c.head.len()).min(chunk.len());
-                if room == 0 {
-                    end = true;
-                    break;
-                }
-                match c.tls.reader().read(&mut chunk[..room]) {
-                    Ok(0) => {
-                        end = true;
-                        break;
-                    }
-                    Ok(n) => c.head.extend_from_slice(&chunk[..n]),
-                    Err(_) => break,
-                }
-                if route::head_complete(&c.head) {
-                    break;
-                }
-            }
-            if c.client_done {
-                end = true;
-            }
-        }
-        let Some(Some(c)) = self.t.conns.get_mut(idx as usize) else {
-            return;
-        };
-        // The SNI, copied to the stack (no allocation per packet while the head comes in).
-        let mut sni_buf = [0u8; 256];
-        let sni_len = c.tls.server_name().map(|n| {
-            let b = n.as_bytes();
-            let l = b.len().min(sni_buf.len());
-            sni_buf[..l].copy_from_slice(&b[..l]);
-            l
-        });
-        let sni = sni_len.and_then(|l| std::str::from_utf8(&sni_buf[..l]).ok());
-        let mut answer = [0u8; route::ANSWER_MAX];
-        let decision = route::decide(
-            snap,
-            c.client,
-            ours,
-            sni,
-            http.then_some(&c.head[..]),
-            end,
-            c.tries,
-            c.backend,
-            &mut answer,
-            ctx.counters,
-        );
-        match decision {
-            Decision::NeedMore => {}
-            Decision::NoRoute => {
-                ctx.counters.event(Event::TerminateNoRoute);
-                self.abort(idx, ctx);
-            }
-            Decision::Answer(n) => {
-                // sluice's own answer (a redirect) inside TLS, then close.
-                let _ = c.tls.writer().write_all(&answer[..n]);
-                ctx.counters.event(Event::HttpRedirectSent);
-                self.close_both(idx);
-            }
-            Decision::Connect(None) => {
-                ctx.counters.event(Event::TerminateBackendFailed);
-                ctx.counters.drop(DropReason::BackendRejected);
-                self.abort(idx, ctx);
-            }
-            Decision::Connect(Some(b)) => self.connect(idx, b, snap, ctx),
-        }
-    }
-
-    /// Opens the backend connection of `idx` to `backend`: policy, SNAT tuple, socket.
-    fn connect(&mut self, idx: u32, backend: SocketAddr, snap: &Snapshot, ctx: &mut Ctx<'_>) {
-        let now_s = (ctx.now_ms / 1000) as u32;
-        let Some(Some(c)) = self.t.conns.get(idx as usize) else {
-            return;
-        };
-        let client = c.client.source();
-        let flow = c.flow;
-        if backend.is_ipv4() != client.is_ipv4() {
-            ctx.counters.event(Event::TerminateBackendFailed);
-            ctx.counters.drop(DropReason::BackendRejected);
-            return self.abort(idx, ctx);
-        }
-        if !snap
-            .policy
-            .verdict(client.ip(), backend.ip(), ip_proto::TCP, backend.port())
-            .is_allow()
-        {
-            ctx.counters.drop(DropReason::PolicyDenied);
-            return self.abort(idx, ctx);
-        }
-        let Some(nh) = self.fwd.config().fib.lookup(backend.ip()) else {
-            ctx.counters.drop(DropReason::NoRoute);
-            return self.abort(idx, ctx);
-        };
-        let Some(snat_ip) = self.fwd.config().addr_on(nh.port, backend.ip()) else {
-            ctx.counters.drop(DropReason::NoSnatAddress);
-            return self.abort(idx, ctx);
-        };
-        if let Err(r) = rekey_snat(self.flows, self.snat, flow, backend, snat_ip, now_s) {
-            ctx.counters.drop(r);
-            return self.abort(idx, ctx);
-        }
-        // Tracked as established: the engine, not the flow's TCP state, ends it.
-        self.flows.get_mut(flow).state = TcpState::Established;
-        self.flows.touch(flow, now_s);
-        let local = self.flows.get(flow).reply().destination();
-        let si = self.t.shard_of(idx);
-        let (buf, ka, connect_ms) = (
-            self.t.cfg.backend_buffer,
-            self.t.cfg.keep_alive_ms,
-            self.t.cfg.connect_ms,
-        );
-        let (Some(Some(c)), Some(Some(shard))) = (
-            self.t.conns.get_mut(idx as usize),
-            self.t.shards.get_mut(si),
-        ) else {
-            return;
-        };
-        let mut s = new_socket(buf, ka);
-        if s.connect(shard.iface.context(), endpoint(backend), endpoint(local))
-            .is_err()
-        {
-            ctx.counters.drop(DropReason::NoFlow);
-            return self.abort(idx, ctx);
-        }
-        if let Some(old) = c.back.take() {
-            shard.sockets.remove(old);
-        }
-        c.back = Some(shard.sockets.add(s));
-        c.backend = Some(backend);
-        c.tries += 1;
-        c.phase = Phase::Connecting;
-        c.deadline_ms = ctx.now_ms + connect_ms;
-    }
-
-    /// Connecting: established -> open; reset or refused -> the next backend.
-    fn connecting(&mut self, idx: u32, snap: &Snapshot, ctx: &mut Ctx<'_>) {
-        let Some(s) = self.conn_socket(idx, |c| {
-            (c.phase == Phase::Connecting).then_some(c.back).flatten()
-        }) else {
-            return;
-        };
-        match s.state() {
-            tcp::State::Established | tcp::State::CloseWait => {
-                ctx.counters.event(Event::TerminateBackendConnected);
-                if let Some(Some(c)) = self.t.conns.get_mut(idx as usize) {
-                    c.phase = Phase::Open;
-                }
-            }
-            tcp::State::Closed => self.backend_failed(idx, snap, ctx),
-            _ => {}
-        }
-    }
-
-    /// The backend of `idx` refused or stayed silent: the next pick, or the client reset.
-    fn backend_failed(&mut self, idx: u32, snap: &Snapshot, ctx: &mut Ctx<'_>) {
-        let tries = self.t.cfg.backend_tries;
-        let Some(Some(c)) = self.t.conns.get_mut(idx as usize) else {
-            return;
-        };
-        if c.tries >= tries {
-            ctx.counters.event(Event::TerminateBackendFailed);
-            return self.abort(idx, ctx);
-        }
-        ctx.counters.event(Event::BackendFailover);
-        c.phase = Phase::Routing;
-        self.route(idx, snap, ctx);
-    }
-
-    /// Open: plaintext to the backend, backend bytes encrypted to the client, closes
-    /// passed on.
-    fn stream(&mut self, idx: u32, ctx: &mut Ctx<'_>) {
-        let si = self.t.shard_of(idx);
-        let (Some(Some(c)), Some(Some(shard))) = (
-            self.t.conns.get_mut(idx as usize),
-            self.t.shards.get_mut(si),
-        ) else {
-            return;
-        };
-        if !matches!(c.phase, Phase::Open | Phase::Closing) {
-            return;
-        }
-        let Some(bh) = c.back else {
-            return;
-        };
-        // Client -> backend: the held head first, then rustls's plaintext.
-        {
-            let back = shard.sockets.get_mut::<tcp::Socket>(bh);
-            while c.head_sent < c.head.len() && back.can_send() {
-                match back.send_slice(&c.head[c.head_sent..]) {
-                    Ok(n) if n > 0 => c.head_sent += n,
-                    _ => break,
-                }
-            }
-            if c.head_sent >= c.head.len() && !c.head.is_empty() {
-                c.head = Vec::new();
-                c.head_sent = 0;
-            }
-            if c.head.is_empty() {
-                while back.can_send() {
-                    let tls = &mut c.tls;
-                    let r = back.send(|buf| match tls.reader().read(buf) {
-                        Ok(n) => (n, Some(n)),
-                        Err(_) => (0, None),
-                    });
-                    match r {
-                        Ok(Some(n)) if n > 0 => {}
-                        _ => break,
-                    }
-                }
-            }
-        }
-        // Backend -> client: encrypt what the client's send buffer has room for.
-        {
-            let Some((front, back)) = two_sockets(&mut shard.sockets, c.front, bh) else {
-                return;
-            };
-            flush_tls(&mut c.tls, front);
-            while back.can_recv() && !c.tls.wants_write() {
-                let room = front.send_capacity().saturating_sub(front.send_queue());
-                if room <= 64 {
-                    break;
-                }
-                let tls = &mut c.tls;
-                let took = back.recv(|buf| {
-                    let n = buf.len().min(room - 64);
-                    let w = tls.writer().write(&buf[..n]).unwrap_or(0);
-                    (w, w)
-                });
-                flush_tls(&mut c.tls, front);
-                if !matches!(took, Ok(n) if n > 0) {
-                    break;
-                }
-            }
-            // The backend's FIN, once its bytes are all encrypted: close_notify and FIN.
-            if fin_received(back.state()) && !back.can_recv() {
-                c.backend_done = true;
-            }
-            let reset = back.state() == tcp::State::Closed && !c.backend_done && !c.back_closed;
-            if reset {
-                ctx.counters.event(Event::TerminateReset);
-                front.abort();
-                c.front_closed = true;
-                c.phase = Phase::Closing;
-            } else if c.backend_done && !c.front_closed {
-                c.tls.send_close_notify();
-                flush_tls(&mut c.tls, front);
-                if !c.tls.wants_write() {
-                    front.close();
-                    c.front_closed = true;
-                }
-            }
-            // The client's end, once every plaintext byte reached the backend: FIN.
-            let delivered = c.head.is_empty()
-                && c.tls
-                    .process_new_packets()
-                    .is_ok_and(|st| st.plaintext_bytes_to_read() == 0);
-            if c.client_done && delivered && !c.back_closed {
-                back.close();
-                c.back_closed = true;
-            }
-            if c.front_closed && c.back_closed {
-                c.phase = Phase::Closing;
-            }
-        }
     }
 
     /// Releases connection `idx` once both its sockets are closed.
@@ -1186,71 +727,5 @@ impl Engine<'_> {
             ctx.counters.event(Event::TerminateClosed);
         }
         self.t.release(idx);
-    }
-}
-
-/// Two distinct sockets of a set, mutably.
-fn two_sockets<'s>(
-    set: &'s mut SocketSet<'static>,
-    a: SocketHandle,
-    b: SocketHandle,
-) -> Option<(&'s mut tcp::Socket<'static>, &'s mut tcp::Socket<'static>)> {
-    let mut first = None;
-    let mut second = None;
-    for item in set.iter_mut() {
-        let (h, s) = item;
-        if h == a {
-            first = tcp::Socket::downcast_mut(s);
-        } else if h == b {
-            second = tcp::Socket::downcast_mut(s);
-        }
-    }
-    first.zip(second)
-}
-
-/// Whether a socket in `state` has its peer's FIN (every byte before it received).
-fn fin_received(state: tcp::State) -> bool {
-    matches!(
-        state,
-        tcp::State::CloseWait | tcp::State::LastAck | tcp::State::Closing | tcp::State::TimeWait
-    )
-}
-
-/// Writes rustls's pending records into the client's send buffer, as far as it takes.
-fn flush_tls(tls: &mut ServerConnection, front: &mut tcp::Socket<'static>) {
-    while tls.wants_write() {
-        match tls.write_tls(&mut SendTo(front)) {
-            Ok(n) if n > 0 => {}
-            _ => break,
-        }
-    }
-}
-
-/// A TCP socket with `buf` bytes each way, Cubic, no Nagle, keep-alive every `ka_ms`.
-fn new_socket(buf: usize, ka_ms: u64) -> tcp::Socket<'static> {
-    let mut s = tcp::Socket::new(
-        tcp::SocketBuffer::new(vec![0u8; buf]),
-        tcp::SocketBuffer::new(vec![0u8; buf]),
-    );
-    s.set_nagle_enabled(false);
-    s.set_congestion_control(tcp::CongestionControl::Cubic);
-    if ka_ms > 0 {
-        s.set_keep_alive(Some(Duration::from_millis(ka_ms)));
-    }
-    s
-}
-
-/// Sends a packet sluice wrote outside the burst, or counts its drop.
-fn dispatch(v: Verdict, p: Pkt, ctx: &mut Ctx<'_>) {
-    match v {
-        Verdict::Tx(port) => {
-            if let Some(io) = ctx.io.as_mut() {
-                if io.send(port as usize, p).is_err() {
-                    ctx.counters.drop(DropReason::TxFull);
-                }
-            }
-        }
-        Verdict::Drop(r) => ctx.counters.drop(r),
-        Verdict::Kept | Verdict::Redirect(_) => {}
     }
 }

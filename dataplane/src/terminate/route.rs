@@ -81,10 +81,7 @@ pub(super) fn decide(
         else {
             return Decision::NoRoute;
         };
-        let table = match (&route.table_v6, vip.is_ipv6()) {
-            (Some(t), true) => t,
-            _ => &route.table,
-        };
+        let table = route.table_for(vip.is_ipv6());
         return connect(pick_backend(table, src, vip, tries, failed));
     };
     let end_why = end.then_some(Event::FirstBytesOverflow);
@@ -104,10 +101,7 @@ pub(super) fn decide(
                 return Decision::NoRoute;
             };
             if route.http.is_empty() {
-                let table = match (&route.table_v6, vip.is_ipv6()) {
-                    (Some(t), true) => t,
-                    _ => &route.table,
-                };
+                let table = route.table_for(vip.is_ipv6());
                 return connect(pick_backend(table, src, vip, tries, failed));
             }
             let Some(rule) = route.http_rule(path) else {

@@ -1,0 +1,72 @@
+//! A worker's termination settings and the connection cap they make.
+
+/// Termination settings of a worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TerminateConfig {
+    /// Terminated connections a worker holds at once.
+    pub max_connections: usize,
+    /// Memory a worker may spend on terminated connections (TCP buffers and TLS state,
+    /// as [`TerminateConfig::connection_bytes`] estimates them).
+    pub memory_bytes: usize,
+    /// Receive and send buffer of the client's TCP connection, each.
+    pub client_buffer: usize,
+    /// Receive and send buffer of the backend's TCP connection, each.
+    pub backend_buffer: usize,
+    /// Time from the SYN to the end of the TLS handshake (and, for HTTPS, the first
+    /// request head).
+    pub handshake_ms: u64,
+    /// A connection with no packet either way for this long is closed.
+    pub idle_ms: u64,
+    /// Time a backend has to accept the connection before the next one is tried.
+    pub connect_ms: u64,
+    /// Backends tried for one connection.
+    pub backend_tries: u8,
+    /// TCP keep-alive towards the client and the backend (0: off).
+    pub keep_alive_ms: u64,
+    /// The largest HTTP request head read before routing (HTTPS listeners).
+    pub head_bytes: usize,
+    /// Connections per shard (one smoltcp interface and socket set).
+    pub shard_connections: usize,
+    /// IP MTU of the packets sluice writes.
+    pub mtu: usize,
+    /// Seeds the TCP initial sequence numbers (mixed with the clock).
+    pub seed: u64,
+}
+
+/// Memory rustls keeps for an established connection, as the cap counts it (measured
+/// with `bench_tls_memory`: the figure is in `perf/NOTES.md`).
+pub const TLS_STATE_BYTES: usize = 12 * 1024;
+
+impl Default for TerminateConfig {
+    fn default() -> Self {
+        TerminateConfig {
+            max_connections: 16 * 1024,
+            memory_bytes: 512 << 20,
+            client_buffer: 8 * 1024,
+            backend_buffer: 8 * 1024,
+            handshake_ms: 10_000,
+            idle_ms: 300_000,
+            connect_ms: 3_000,
+            backend_tries: 3,
+            keep_alive_ms: 60_000,
+            head_bytes: 16 * 1024,
+            shard_connections: 16,
+            mtu: 1500,
+            seed: 0x7e4d_5eed,
+        }
+    }
+}
+
+impl TerminateConfig {
+    /// Memory one connection is counted for: four TCP buffers and the TLS state.
+    pub fn connection_bytes(&self) -> usize {
+        2 * self.client_buffer + 2 * self.backend_buffer + TLS_STATE_BYTES
+    }
+
+    /// Connections a worker holds at once: the connection cap or what the memory cap
+    /// pays for, whichever is lower.
+    pub fn capacity(&self) -> usize {
+        self.max_connections
+            .min(self.memory_bytes / self.connection_bytes().max(1))
+    }
+}
