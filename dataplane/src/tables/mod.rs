@@ -2,6 +2,7 @@
 
 pub mod addresses;
 pub mod hosts;
+pub mod http;
 pub mod ipcache;
 pub mod listeners;
 pub mod lpm;
