@@ -19,6 +19,8 @@
 //! - [`terminate`]: TLS termination: a TCP endpoint per worker (smoltcp sockets in
 //!   shards) with rustls on the decrypted side and a backend connection from sluice's
 //!   own address.
+//! - [`http`]: the HTTP/1.1 message codec of the reverse proxy: request and response
+//!   heads, body framing, and the heads it writes (no I/O).
 //! - [`balancer`]: the L4 load-balancing stage in front of the forwarder (flows, Maglev,
 //!   policy, full NAT); it hands SNI/Host listeners to the splice engine.
 //! - [`worker`]: pinned run-to-completion loops: burst rx, the pipeline, per-port tx
@@ -40,6 +42,7 @@
 
 pub mod balancer;
 pub mod flow;
+pub mod http;
 pub mod inspect;
 #[allow(unsafe_code)]
 pub mod mem;

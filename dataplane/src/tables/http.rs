@@ -15,7 +15,7 @@ use super::maglev::MaglevTable;
 
 /// One header of a request, as the parser found it (name as sent; compare it
 /// case-insensitively).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header<'a> {
     /// Field name.
     pub name: &'a str,
