@@ -43,13 +43,24 @@ enum State {
     Length(u64),
     UntilClose,
     /// In the hex digits of a chunk size (`digits` read so far).
-    Size { size: u64, digits: u32 },
+    Size {
+        size: u64,
+        digits: u32,
+    },
     /// Whitespace after the size: a `;` must follow.
-    SizeSpace { size: u64, line: u32 },
+    SizeSpace {
+        size: u64,
+        line: u32,
+    },
     /// In the chunk extensions, up to CR.
-    Ext { size: u64, line: u32 },
+    Ext {
+        size: u64,
+        line: u32,
+    },
     /// CR of the chunk-size line seen.
-    SizeLf { size: u64 },
+    SizeLf {
+        size: u64,
+    },
     /// In chunk data, this many bytes left.
     Data(u64),
     /// Chunk data read: CR expected.
@@ -57,13 +68,21 @@ enum State {
     /// CR after chunk data: LF expected.
     DataLf,
     /// At the start of a trailer line or of the final empty line.
-    TrailerStart { total: u32 },
+    TrailerStart {
+        total: u32,
+    },
     /// In a trailer field name.
-    TrailerName { total: u32 },
+    TrailerName {
+        total: u32,
+    },
     /// In a trailer field value, up to CR.
-    TrailerValue { total: u32 },
+    TrailerValue {
+        total: u32,
+    },
     /// CR of a trailer line seen.
-    TrailerLf { total: u32 },
+    TrailerLf {
+        total: u32,
+    },
     /// CR of the final empty line seen.
     EndLf,
 }
@@ -232,11 +251,9 @@ fn step(state: State, b: u8) -> Result<State, BodyError> {
             b'\n' => State::Done,
             _ => return Err(BadChunk),
         },
-        State::Done
-        | State::Failed(_)
-        | State::Length(_)
-        | State::UntilClose
-        | State::Data(_) => return Err(BadChunk),
+        State::Done | State::Failed(_) | State::Length(_) | State::UntilClose | State::Data(_) => {
+            return Err(BadChunk)
+        }
     })
 }
 

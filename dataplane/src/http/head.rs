@@ -373,7 +373,11 @@ pub(crate) struct Target<'a> {
 /// (`CONNECT` only, port required) or asterisk form (`OPTIONS` only); `None` for any
 /// other target, for a fragment, and for bytes outside visible ASCII.
 pub(crate) fn classify_target<'a>(method: &str, target: &'a str) -> Option<Target<'a>> {
-    if target.is_empty() || !target.bytes().all(|b| matches!(b, 0x21..=0x7e) && b != b'#') {
+    if target.is_empty()
+        || !target
+            .bytes()
+            .all(|b| matches!(b, 0x21..=0x7e) && b != b'#')
+    {
         return None;
     }
     if method == "CONNECT" {
@@ -444,7 +448,7 @@ pub(crate) fn valid_authority(a: &[u8], port_required: bool) -> bool {
     };
     let port_ok = match port {
         None => !port_required,
-        Some(p) if p.is_empty() => !port_required,
+        Some([]) => !port_required,
         Some(p) => p.len() <= 5 && parse_decimal(p).is_some_and(|n| n <= 65535),
     };
     host_ok && port_ok

@@ -98,13 +98,10 @@ pub fn write_request_head(
     }
 
     let named = connection_names_extra(head.headers);
-    let last_xff = head
-        .headers
-        .iter()
-        .rposition(|h| {
-            h.name.eq_ignore_ascii_case("x-forwarded-for")
-                && !(named && named_in_connection(h.name, head.headers))
-        });
+    let last_xff = head.headers.iter().rposition(|h| {
+        h.name.eq_ignore_ascii_case("x-forwarded-for")
+            && !(named && named_in_connection(h.name, head.headers))
+    });
     let mut content_length_sent = false;
     for (i, h) in head.headers.iter().enumerate() {
         let name = h.name;
