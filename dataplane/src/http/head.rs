@@ -11,13 +11,15 @@ use crate::tables::http::Header;
 
 /// Parses the start of a client stream as a request head (see the [module docs](super)).
 ///
-/// `headers` receives the header lines; the head borrows it. Errors map to a status with
+/// `headers` receives the header lines; the head borrows it (and `buf`). The array can be
+/// reused for later calls on the same, unchanged buffer; over a buffer that changes
+/// between calls, make it afresh for each call (`[EMPTY_HEADER; MAX_HEADERS]`). Errors map to a status with
 /// [`HeadError::status`]: 400 for a malformed head, 431 for one too large, 501 for a
 /// transfer coding other than `chunked`, 505 for a version other than 1.0 and 1.1.
-pub fn parse_request<'b>(
+pub fn parse_request<'b, 'h>(
     buf: &'b [u8],
-    headers: &'b mut [Header<'b>; MAX_HEADERS],
-) -> Parse<RequestHead<'b>> {
+    headers: &'h mut [Header<'b>; MAX_HEADERS],
+) -> Parse<RequestHead<'h>> {
     let window = buf.get(..MAX_HEAD_LEN).unwrap_or(buf);
     let mut raw = [MaybeUninit::<httparse::Header<'b>>::uninit(); MAX_HEADERS];
     let mut req = httparse::Request::new(&mut []);
@@ -40,7 +42,7 @@ pub fn parse_request<'b>(
         Version::Http11
     };
     let n = copy_headers(req.headers, headers);
-    let headers: &'b [Header<'b>] = headers.get(..n).unwrap_or_default();
+    let headers: &'h [Header<'h>] = headers.get(..n).unwrap_or_default();
     match request(method, target, version, headers, len) {
         Ok(head) => Parse::Done(head),
         Err(e) => Parse::Error(e),
@@ -53,11 +55,11 @@ pub fn parse_request<'b>(
 /// An error means the backend's response cannot be forwarded safely: the proxy closes
 /// the backend connection and answers the client 502 (RFC 9112 §6.3), whatever
 /// [`HeadError::status`] says.
-pub fn parse_response<'b>(
+pub fn parse_response<'b, 'h>(
     buf: &'b [u8],
     request_method: &str,
-    headers: &'b mut [Header<'b>; MAX_HEADERS],
-) -> Parse<ResponseHead<'b>> {
+    headers: &'h mut [Header<'b>; MAX_HEADERS],
+) -> Parse<ResponseHead<'h>> {
     let window = buf.get(..MAX_HEAD_LEN).unwrap_or(buf);
     let mut raw = [MaybeUninit::<httparse::Header<'b>>::uninit(); MAX_HEADERS];
     let mut res = httparse::Response::new(&mut []);
@@ -81,7 +83,7 @@ pub fn parse_response<'b>(
     };
     let reason = res.reason.unwrap_or("");
     let n = copy_headers(res.headers, headers);
-    let headers: &'b [Header<'b>] = headers.get(..n).unwrap_or_default();
+    let headers: &'h [Header<'h>] = headers.get(..n).unwrap_or_default();
     match response(status, reason, version, headers, len, request_method) {
         Ok(head) => Parse::Done(head),
         Err(e) => Parse::Error(e),

@@ -1,6 +1,7 @@
 //! HTTP/1.1 message codec for the reverse proxy: request and response heads parsed into
 //! views of the received bytes ([`head`]), message bodies delimited as they stream by
-//! ([`body`]), and the heads sluice sends written into a caller's buffer ([`write`]).
+//! ([`body`]), and the heads sluice sends written into a caller's buffer
+//! ([`write`](mod@write)).
 //!
 //! The codec does no I/O and keeps no connection state beyond one [`Body`]; the engine
 //! that owns the sockets calls it.
