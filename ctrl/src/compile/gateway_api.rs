@@ -274,6 +274,7 @@ impl Ctx<'_> {
             destination_subnets: Vec::new(),
             backends,
             http: Vec::new(),
+            http_matches: Vec::new(),
             maglev_table_size: maglev,
         });
         Some(ri)

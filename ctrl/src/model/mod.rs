@@ -651,10 +651,10 @@ fn strip_nulls(v: &mut Value) {
 fn unserved_kind(api_version: &str, kind: &str) -> Option<&'static str> {
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
     Some(match (group, kind) {
-        ("gateway.networking.k8s.io", "HTTPRoute") => {
-            "HTTPRoute is not implemented yet: its requests get no route"
+        ("gateway.networking.k8s.io", "GRPCRoute") => {
+            "GRPCRoute is not served by sluice (gRPC routing is not implemented): its \
+             requests get no route"
         }
-        ("gateway.networking.k8s.io", "GRPCRoute") => "GRPCRoute is not implemented",
         ("gateway.networking.k8s.io", "BackendTLSPolicy") => {
             "BackendTLSPolicy is not implemented: sluice does not originate TLS to backends"
         }
@@ -723,32 +723,13 @@ pub fn unimplemented_fields(kind: Kind) -> &'static [(&'static str, Effect)] {
             ("spec.servers[].tls.caCertificatesFile", R),
         ],
         Kind::VirtualService => &[
-            ("spec.http[].headers", R),
-            ("spec.http[].rewrite", R),
-            ("spec.http[].timeout", T),
-            ("spec.http[].retries", T),
             ("spec.http[].fault", R),
-            ("spec.http[].mirror", R),
-            ("spec.http[].mirrors", R),
-            ("spec.http[].mirrorPercentage", R),
             ("spec.http[].mirrorPercent", R),
             ("spec.http[].mirror_percent", R),
             ("spec.http[].corsPolicy", R),
-            ("spec.http[].directResponse", R),
             ("spec.http[].delegate", R),
-            ("spec.http[].route[].headers", R),
-            ("spec.http[].match[].headers", R),
-            ("spec.http[].match[].scheme", R),
-            ("spec.http[].match[].method", R),
-            ("spec.http[].match[].queryParams", R),
-            ("spec.http[].match[].ignoreUriCase", R),
-            ("spec.http[].match[].withoutHeaders", R),
             ("spec.http[].match[].sourceLabels", R),
-            ("spec.http[].match[].sourceNamespace", R),
             ("spec.http[].match[].statPrefix", T),
-            ("spec.http[].match[].uri.regex", R),
-            ("spec.http[].match[].authority.regex", R),
-            ("spec.http[].redirect.derivePort", R),
             ("spec.tls[].match[].sourceLabels", R),
             ("spec.tls[].match[].sourceNamespace", R),
             ("spec.tcp[].match[].sourceNamespace", R),
