@@ -167,7 +167,9 @@ fn http_route_match(m: &gw::HttpRouteMatch) -> HttpMatch {
         }
     }
     HttpMatch {
-        path: Some(path),
+        // `PathPrefix /` holds for every path: no condition (so a route of one such
+        // match can be served once per connection).
+        path: (path != StringMatch::PathPrefix(String::new())).then_some(path),
         method: m.method.clone(),
         headers,
         query,
@@ -202,11 +204,13 @@ fn path_modifier(p: &gw::HttpPathModifier) -> Option<PathRewrite> {
 
 impl Ctx<'_> {
     /// An HTTP or HTTPS listener: the HTTPRoutes that attach to it, merged per hostname
-    /// (as Envoy's virtual hosts: a request's Host picks the most specific hostname, and
-    /// only the routes with exactly that hostname, after narrowing to the listener's,
-    /// are tried; no fallthrough to a wildcard's routes). One IR route per distinct set
-    /// of HTTPRoutes, its matches sorted by the Gateway API precedence. Returns how
-    /// many routes attached.
+    /// pattern (narrowed to the listener's): a request's Host picks the most specific
+    /// pattern (the listener's host matcher), whose table holds the rules of every
+    /// route with a hostname covering that pattern, sorted by the Gateway API match
+    /// precedence (hostname specificity is not a key: upstream conformance
+    /// `HTTPRouteMatchingAcrossRoutes` wants `example.com /v2` to reach a `*.com`
+    /// route's `/v2` before an `example.com` route's `/`). One IR route per distinct
+    /// set of HTTPRoutes. Returns how many routes attached.
     fn http_listener(
         &mut self,
         l: &gw::Listener,
@@ -216,8 +220,8 @@ impl Ctx<'_> {
         ir: &mut Ir,
     ) -> usize {
         let items = self.items;
-        let mut per_host: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        let mut attached = 0;
+        // Each attached route with its hostnames narrowed to the listener's.
+        let mut attached_hosts: Vec<(usize, Vec<String>)> = Vec::new();
         for item in self.by.routes_for(gns, gname, l) {
             self.stats.candidates += 1;
             let Object::HttpRoute(hr) = &items[item].object else {
@@ -244,19 +248,24 @@ impl Ctx<'_> {
                     for pi in selecting {
                         self.attachment.record(item, pi, Attach::Attached);
                     }
-                    attached += 1;
-                    for h in hosts {
-                        let set = per_host.entry(h).or_default();
-                        if !set.contains(&item) {
-                            set.push(item);
-                        }
-                    }
+                    attached_hosts.push((item, hosts));
                 }
             }
         }
+        // The host matcher picks the most specific pattern for a request's Host; that
+        // pattern's table holds every route with a hostname covering it (upstream
+        // `HTTPRouteMatchingAcrossRoutes`: `*.com`'s rules apply to `example.com`
+        // requests too, merged by match precedence).
+        let patterns: std::collections::BTreeSet<&String> =
+            attached_hosts.iter().flat_map(|(_, h)| h.iter()).collect();
         let mut by_set: BTreeMap<Vec<usize>, Vec<String>> = BTreeMap::new();
-        for (h, set) in per_host {
-            by_set.entry(set).or_default().push(h);
+        for h in patterns {
+            let set: Vec<usize> = attached_hosts
+                .iter()
+                .filter(|(_, hosts)| hosts.iter().any(|p| hostname::istio_subset_of(h, p)))
+                .map(|(item, _)| *item)
+                .collect();
+            by_set.entry(set).or_default().push(h.clone());
         }
         for (set, hosts) in by_set {
             let ri = self.http_route_ir(&set, ir);
@@ -264,7 +273,7 @@ impl Ctx<'_> {
                 listener.bindings.push(Binding { host, route: ri });
             }
         }
-        attached
+        attached_hosts.len()
     }
 
     /// The IR route of the HTTPRoutes `set` (item indices) on one hostname.
