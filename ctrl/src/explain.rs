@@ -171,6 +171,10 @@ fn backends_json(backends: &[Backend]) -> Value {
     )
 }
 
+/// The table a connection picks from, the backends it was built from, and (HTTP) the
+/// status answered for an invalid backend.
+type Picked<'t> = (&'t MaglevTable, Vec<Backend>, Option<u16>);
+
 /// One trace in progress: the built configuration, the query, and the answer so far.
 struct Trace<'a> {
     built: &'a Built,
@@ -290,7 +294,7 @@ impl Trace<'_> {
         &mut self,
         index: usize,
         entry: &'t RouteEntry,
-    ) -> Result<(&'t MaglevTable, Vec<Backend>, Option<u16>), (&'static str, String)> {
+    ) -> Result<Picked<'t>, (&'static str, String)> {
         let route = &self.built.ir.routes[index];
         let dst_v6 = self.q.dst.is_ipv6();
         if route.kind != RouteKind::Http {

@@ -382,3 +382,50 @@ proptest! {
         }
     }
 }
+
+/// `configs/gateway-api/httproute.yaml`: GET /api/... on shop.example.com reaches the
+/// shop Service with its path rewritten; other paths are redirected to https; the
+/// listener is routed per request.
+#[test]
+fn gateway_api_httproute_example() {
+    use sluice_dataplane::tables::http::{HttpAction, HttpScratch, Request};
+    let built = compile_paths(&[configs().join("gateway-api")]).expect("compiles");
+    let listeners = &built.snapshot.listeners;
+    let l = listeners
+        .lookup("10.77.0.31".parse().expect("ip"), 80, 6)
+        .expect("HTTP listener");
+    assert!(l.proxy);
+    let route = listeners
+        .route(l.route(b"shop.example.com").expect("route"))
+        .expect("route");
+    let req = |method, path| Request {
+        method,
+        scheme: "http",
+        authority: "shop.example.com",
+        path,
+        query: "q=1",
+        headers: &[],
+        port: 80,
+        source: "198.51.100.1".parse().expect("ip"),
+    };
+    let get = req("GET", "/api/cart");
+    let (m, rule) = route.http.find(&get).expect("api rule");
+    assert_eq!(&*rule.name, "HTTPRoute shop/shop rules[0] (api)");
+    assert!(matches!(rule.action, HttpAction::Forward { .. }));
+    assert_eq!(rule.timeout_ms, 10_000);
+    let mut out = [0u8; 64];
+    let n = rule
+        .rewrite
+        .write_path(&get, m, &mut HttpScratch::new(), &mut out)
+        .expect("fits");
+    assert_eq!(&out[..n], b"/v1/cart");
+    let post = req("POST", "/api/cart");
+    let (m, rule) = route.http.find(&post).expect("redirect rule");
+    let HttpAction::Redirect(r) = &rule.action else {
+        panic!("{rule:?}");
+    };
+    let n = r.write_location(&post, m, &mut out).expect("fits");
+    assert_eq!(r.code, 301);
+    assert_eq!(&out[..n], b"https://shop.example.com/api/cart?q=1");
+    assert!(l.route(b"other.example.com").is_none());
+}

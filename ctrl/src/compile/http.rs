@@ -38,7 +38,7 @@ pub fn duration_ms(s: &str) -> Option<u64> {
         total += n * unit_ms;
         rest = tail;
     }
-    (total.is_finite() && total >= 0.0 && total < 1e15).then(|| total.round() as u64)
+    (0.0..1e15).contains(&total).then(|| total.round() as u64)
 }
 
 /// An Istio `StringMatch` as an IR condition: `exact`, `prefix` or `regex`; with none
@@ -69,7 +69,7 @@ fn str_match(m: &StringMatch) -> Result<dp::StrMatch, dp::RegexError> {
         StringMatch::Exact(e) => dp::StrMatch::Exact(e.as_str().into()),
         StringMatch::Prefix(p) => dp::StrMatch::Prefix(p.as_str().into()),
         StringMatch::PathPrefix(p) => dp::StrMatch::PathPrefix(p.as_str().into()),
-        StringMatch::Regex(r) => dp::StrMatch::Regex(dp::Regex::new(r)?),
+        StringMatch::Regex(r) => dp::StrMatch::Regex(Box::new(dp::Regex::new(r)?)),
         StringMatch::Present => dp::StrMatch::Present,
     })
 }

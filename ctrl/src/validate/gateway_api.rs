@@ -464,7 +464,7 @@ fn backend_refs(
             );
         }
         if !index.grant_allows(
-            ("gateway.networking.k8s.io", route_kind, &ns),
+            ("gateway.networking.k8s.io", route_kind, ns),
             ("", "Service", &bns, &b.name),
         ) {
             r.warn(&it.path(&format!("{here}.namespace")), format!("reference to Service {bns}/{} is not permitted by any ReferenceGrant: invalid backend, its share will be rejected", b.name));
@@ -652,14 +652,14 @@ pub(super) fn http_route(it: &Item, spec: &gw::HttpRouteSpec, index: &Index, r: 
                             // Upstream: "ReplacePrefixMatch is only compatible with a
                             // PathPrefix HTTPRouteMatch".
                             r.not_served_because(
-                                &it.path(&format!("{here}")),
+                                &it.path(&here),
                                 "UnsupportedValue",
                                 "ReplacePrefixMatch needs every match of the rule to be a PathPrefix match",
                             );
                         }
                     }
                     _ => r.error(
-                        &it.path(&format!("{here}")),
+                        &it.path(&here),
                         "path: type ReplaceFullPath with replaceFullPath, or ReplacePrefixMatch with replacePrefixMatch",
                     ),
                 }

@@ -286,7 +286,7 @@ pub enum StrMatch {
     /// `/`, matches every path).
     PathPrefix(Box<str>),
     /// The whole value matches the expression.
-    Regex(Regex),
+    Regex(Box<Regex>),
     /// Present, whatever the value (a header or query parameter named with no value
     /// condition).
     Present,

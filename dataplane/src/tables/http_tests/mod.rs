@@ -19,8 +19,8 @@ fn req<'a>(path: &'a str, headers: &'a [Header<'a>]) -> Request<'a> {
     }
 }
 
-fn re(p: &str) -> Regex {
-    Regex::new(p).expect("regex")
+fn re(p: &str) -> Box<Regex> {
+    Box::new(Regex::new(p).expect("regex"))
 }
 
 fn path(m: StrMatch) -> RequestMatch {

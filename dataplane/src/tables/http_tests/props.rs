@@ -97,7 +97,7 @@ fn compile_cond(c: &Cond) -> StrMatch {
         Cond::Exact(s) => StrMatch::Exact(s.as_str().into()),
         Cond::Prefix(s) => StrMatch::Prefix(s.as_str().into()),
         Cond::Segments(s) => StrMatch::PathPrefix(s.as_str().into()),
-        Cond::Regex(s) => StrMatch::Regex(Regex::new(s).expect("regex")),
+        Cond::Regex(s) => StrMatch::Regex(Box::new(Regex::new(s).expect("regex"))),
         Cond::Present => StrMatch::Present,
     }
 }
