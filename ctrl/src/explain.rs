@@ -11,12 +11,20 @@
 //! certificate the handshake gets for the SNI — `source`, `sans`, `notAfter`, `keyType`,
 //! the `listener` whose it is and the `match`: `exact`, `wildcard` or `default` — or
 //! null, the verdict `reject` and the reason when the handshake would fail) and `reason`.
+//!
+//! On an HTTP route the request (`--http-method`, `--http-path` with its `?query`,
+//! `--http-header`, `--http-scheme`, the Host; or what the payload says) is looked up
+//! in the route's HTTP rules as the dataplane looks it up: `rule` names the rule that
+//! matched, and the action is either the `backend` picked (forward) or the `answer`
+//! sluice gives (`{"status", "location"}`: a redirect, a direct response, 404 when no
+//! rule matches, 500/503 for an invalid backend).
 
 use std::net::{IpAddr, SocketAddr};
 
 use serde_json::{json, Value};
 use sluice_dataplane::inspect::{self, Inspected};
 
+use sluice_dataplane::tables::http::{Header, HttpAction, Request};
 use sluice_dataplane::tables::listeners::{ListenerEntry, RouteEntry};
 use sluice_dataplane::tables::maglev::{flow_hash, MaglevTable, Pick};
 use sluice_dataplane::tables::tls::CertMatch;
@@ -43,6 +51,29 @@ pub struct Query {
     pub http_host: Option<String>,
     /// The first bytes the client sends, parsed as the dataplane parses them.
     pub payload: Option<Vec<u8>>,
+    /// The HTTP request's other parts (HTTP routes).
+    pub http: HttpQuery,
+}
+
+/// The parts of a hypothetical HTTP request besides its Host.
+#[derive(Debug, Clone, Default)]
+pub struct HttpQuery {
+    /// Method (default `GET`, or the payload's).
+    pub method: Option<String>,
+    /// Path with an optional `?query` (default `/`, or the payload's).
+    pub path: Option<String>,
+    /// Header lines `(name, value)`.
+    pub headers: Vec<(String, String)>,
+    /// `http` or `https` (default: `https` on a terminating listener, else `http`).
+    pub scheme: Option<String>,
+}
+
+/// Parses a `Name: value` header argument.
+pub fn parse_header(s: &str) -> Result<(String, String), String> {
+    match s.split_once(':') {
+        Some((n, v)) if !n.trim().is_empty() => Ok((n.trim().to_string(), v.trim().to_string())),
+        _ => Err(format!("`{s}` is not `Name: value`")),
+    }
 }
 
 /// What the first bytes said, in a form the JSON and the router use.
@@ -52,6 +83,7 @@ struct Parsed {
     sni: Option<String>,
     http_host: Option<String>,
     path: Option<String>,
+    method: Option<String>,
 }
 
 fn inspect_payload(q: &Query) -> Parsed {
@@ -83,6 +115,7 @@ fn inspect_payload(q: &Query) -> Parsed {
                 let host = head.host.map(|h| h.to_string());
                 p.http_host = host.clone().or(p.http_host);
                 p.path = Some(head.path.to_string());
+                p.method = Some(head.method.to_string());
                 json!({"result": "http", "sni": Value::Null, "alpn": [], "http_host": host,
                        "method": head.method, "path": head.path})
             }
@@ -137,6 +170,10 @@ fn backends_json(backends: &[Backend]) -> Value {
             .collect(),
     )
 }
+
+/// The table a connection picks from, the backends it was built from, and (HTTP) the
+/// status answered for an invalid backend.
+type Picked<'t> = (&'t MaglevTable, Vec<Backend>, Option<u16>);
 
 /// One trace in progress: the built configuration, the query, and the answer so far.
 struct Trace<'a> {
@@ -251,36 +288,128 @@ impl Trace<'_> {
     }
 
     /// The Maglev table the dataplane picks from for this connection on route `index`,
-    /// with the IR backends it was built from; `Err` ends the trace (no rule, redirect).
+    /// with the IR backends it was built from and (HTTP) the status answered for an
+    /// invalid backend; `Err` ends the trace (no rule, an answer).
     fn table<'t>(
-        &self,
+        &mut self,
         index: usize,
         entry: &'t RouteEntry,
-    ) -> Result<(&'t MaglevTable, Vec<Backend>), (&'static str, String)> {
+    ) -> Result<Picked<'t>, (&'static str, String)> {
         let route = &self.built.ir.routes[index];
         let dst_v6 = self.q.dst.is_ipv6();
         if route.kind != RouteKind::Http {
             return Ok((
                 table_of(&entry.table, entry.table_v6.as_ref(), dst_v6),
                 route.backends.clone(),
+                None,
             ));
         }
-        let path = self.parsed.path.clone().unwrap_or_else(|| "/".into());
-        let Some(rule) = entry.http_rule(&path) else {
+        let (answer, found) = self.http_lookup(entry);
+        let Some((rule_name, action)) = found else {
+            self.set("answer", answer);
             return Err((
                 "reject",
-                format!("no http rule of {} matches path {path}", route.name),
+                format!("no HTTP rule of {} matches the request: 404", route.name),
             ));
         };
-        let at = entry
-            .http
-            .iter()
-            .position(|h| std::ptr::eq(h, rule))
-            .unwrap_or(0);
-        if let Some(r) = &route.http[at].redirect {
-            return Err(("reject", format!("redirect {} to {:?}", r.code, r)));
+        self.set("rule", json!(rule_name));
+        match action {
+            HttpAction::Forward {
+                table,
+                table_v6,
+                invalid_status,
+            } => {
+                let backends = route
+                    .http
+                    .iter()
+                    .find(|r| r.name == rule_name)
+                    .map(|r| match &r.action {
+                        crate::compile::ir::HttpAction::Forward { backends, .. } => {
+                            backends.clone()
+                        }
+                        _ => Vec::new(),
+                    })
+                    .unwrap_or_default();
+                Ok((
+                    table_of(table, table_v6.as_ref(), dst_v6),
+                    backends,
+                    Some(*invalid_status),
+                ))
+            }
+            _ => {
+                self.set("answer", answer);
+                Err(("reject", format!("rule {rule_name} answers itself")))
+            }
         }
-        Ok((rule.table_for(dst_v6), route.http[at].backends.clone()))
+    }
+
+    /// Looks the query's HTTP request up in a route's rules: the answer sluice gives
+    /// (404 when no rule matches, the redirect, the direct response), and the rule.
+    fn http_lookup<'t>(&self, entry: &'t RouteEntry) -> (Value, Option<(String, &'t HttpAction)>) {
+        let h = &self.q.http;
+        let target = h
+            .path
+            .clone()
+            .or_else(|| self.parsed.path.clone())
+            .unwrap_or_else(|| "/".into());
+        let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+        let terminating = self
+            .built
+            .snapshot
+            .listeners
+            .lookup(
+                self.q.dst.ip(),
+                self.q.dst.port(),
+                proto_number(self.q.proto),
+            )
+            .is_some_and(|l| l.tls.is_some());
+        let scheme = h
+            .scheme
+            .clone()
+            .unwrap_or_else(|| if terminating { "https" } else { "http" }.into());
+        let method = h
+            .method
+            .clone()
+            .or_else(|| self.parsed.method.clone())
+            .unwrap_or_else(|| "GET".into());
+        let authority = self.parsed.http_host.clone().unwrap_or_default();
+        let headers: Vec<Header> = h
+            .headers
+            .iter()
+            .map(|(n, v)| Header {
+                name: n,
+                value: v.as_bytes(),
+            })
+            .collect();
+        let req = Request {
+            method: &method,
+            scheme: &scheme,
+            authority: &authority,
+            path,
+            query,
+            headers: &headers,
+            port: self.q.dst.port(),
+            source: self.q.src.ip(),
+        };
+        let Some((m, rule)) = entry.http.find(&req) else {
+            return (json!({"status": 404, "location": Value::Null}), None);
+        };
+        let answer = match &rule.action {
+            HttpAction::Redirect(r) => {
+                let mut out = [0u8; 4096];
+                let location = r
+                    .write_location(&req, m, &mut out)
+                    .map(|n| String::from_utf8_lossy(&out[..n]).into_owned());
+                json!({"status": r.code, "location": location})
+            }
+            HttpAction::Direct { status, body } => {
+                json!({"status": status, "location": Value::Null, "body_bytes": body.len()})
+            }
+            HttpAction::Forward { invalid_status, .. } => {
+                json!({"status": invalid_status, "location": Value::Null})
+            }
+        };
+        (answer, Some((rule.name.to_string(), &rule.action)))
     }
 
     /// The listener took the connection: route by name, check the route's destination
@@ -332,9 +461,14 @@ impl Trace<'_> {
             let why = format!("{} is outside the route's destinationSubnets", q.dst.ip());
             return self.end("reject", why);
         }
-        let (table, backends) = match self.table(index as usize, route) {
+        let (table, backends, invalid_status) = match self.table(index as usize, route) {
             Ok(t) => t,
             Err((verdict, why)) => return self.end(verdict, why),
+        };
+        let invalid_answer = |t: &mut Self| {
+            if let Some(status) = invalid_status {
+                t.set("answer", json!({"status": status, "location": Value::Null}));
+            }
         };
         self.set("backends", backends_json(&backends));
         let valid_weight: u64 = backends
@@ -343,9 +477,12 @@ impl Trace<'_> {
             .map(|b| u64::from(b.weight))
             .sum();
         if valid_weight == 0 {
-            let why =
-                "every backend of the route is invalid or has weight 0: connections are rejected";
-            return self.end("reject", why.to_string());
+            invalid_answer(&mut self);
+            let why = match invalid_status {
+                Some(s) => format!("every backend of the rule is invalid or has weight 0: requests are answered with {s}"),
+                None => "every backend of the route is invalid or has weight 0: connections are rejected".to_string(),
+            };
+            return self.end("reject", why);
         }
         let hash = flow_hash(q.src, q.dst, proto_number(q.proto));
         let slot = hash % table.size() as u64;
@@ -371,6 +508,7 @@ impl Trace<'_> {
                 self.end(if allowed { "forward" } else { "drop" }, why)
             }
             Pick::Reject => {
+                invalid_answer(&mut self);
                 let why = format!(
                     "listener {} -> route {} -> Maglev slot {slot} belongs to an invalid backend: connection rejected (TCP RST / ICMP port unreachable)",
                     l.name, route.name

@@ -61,6 +61,18 @@ enum Command {
         /// HTTP Host the client sends.
         #[arg(long = "http-host")]
         http_host: Option<String>,
+        /// HTTP method (default GET).
+        #[arg(long = "http-method")]
+        http_method: Option<String>,
+        /// HTTP path, with an optional `?query` (default `/`).
+        #[arg(long = "http-path")]
+        http_path: Option<String>,
+        /// An HTTP header, `Name: value` (repeatable).
+        #[arg(long = "http-header", value_parser = explain::parse_header)]
+        http_header: Vec<(String, String)>,
+        /// `http` or `https` (default: `https` on a terminating listener).
+        #[arg(long = "http-scheme")]
+        http_scheme: Option<String>,
         /// File with the connection's first bytes (a ClientHello or an HTTP request),
         /// parsed the way the dataplane parses them.
         #[arg(long = "payload-file")]
@@ -123,6 +135,10 @@ fn main() -> ExitCode {
             dst,
             sni,
             http_host,
+            http_method,
+            http_path,
+            http_header,
+            http_scheme,
             payload_file,
         } => {
             let payload = match payload_file.map(std::fs::read).transpose() {
@@ -145,6 +161,12 @@ fn main() -> ExitCode {
                 sni,
                 http_host,
                 payload,
+                http: explain::HttpQuery {
+                    method: http_method,
+                    path: http_path,
+                    headers: http_header,
+                    scheme: http_scheme,
+                },
             };
             let v = explain::explain(&built, &q);
             sluice_ctrl::stdout::line(&serde_json::to_string_pretty(&v).unwrap_or_default());

@@ -96,15 +96,14 @@ fn bookinfo_binds_as_istio_does() {
             )
         })
         .collect();
-    // The cookie rule (a `headers` match) would send every /reviews request to QA if
-    // ignored: the whole VirtualService is left out. The SIMPLE server on 443 names
-    // certificate files this machine does not have (/etc/certs/...): left out too; the
-    // one on 9443 terminates with the credentialName Secret.
+    // The cookie rule (a `headers` match) is served: requests are routed one by one.
+    // The SIMPLE server on 443 names certificate files this machine does not have
+    // (/etc/certs/...): left out; the one on 9443 terminates with the credentialName
+    // Secret.
     assert_eq!(
         not_served,
         [
             "Gateway.networking.istio.io some-config-namespace/my-gateway spec.servers[1].tls.serverCertificate",
-            "VirtualService bookinfo-namespace/bookinfo-rule spec.http[0].match[0].headers",
         ]
     );
     let ir = built.ir;
@@ -116,8 +115,17 @@ fn bookinfo_binds_as_istio_does() {
     let cert = &https.members[0].certificates[0];
     assert_eq!(cert.source, "Secret some-config-namespace/bookinfo-secret");
     assert_eq!(cert.sans, ["bookinfo.com", "*.bookinfo.com"]);
-    // 9080 takes only bookinfo-rule, which is not served: no route for any host.
-    assert!(l(9080).expect("listener").bindings.is_empty());
+    // 9080 takes bookinfo-rule: the cookie match first, then /reviews/ (80/20).
+    let l9080 = l(9080).expect("listener");
+    assert!(!l9080.bindings.is_empty());
+    let r = &ir.routes[l9080.bindings[0].route];
+    assert_eq!(
+        r.name,
+        "VirtualService bookinfo-namespace/bookinfo-rule http"
+    );
+    assert_eq!(r.http_matches.len(), 2);
+    assert_eq!(r.http_matches[0].0.headers[0].name, "cookie");
+    assert!(sluice_ctrl::compile::tables::proxies(&ir, l9080));
     // 2379 has no tcp route (the seed's mongo route matches port 27017 only)
     assert!(l(2379).expect("listener").bindings.is_empty());
     let mongo = &ir.routes[l(27017).expect("listener").bindings[0].route];
@@ -373,4 +381,51 @@ proptest! {
             prop_assert!(!d.message.is_empty());
         }
     }
+}
+
+/// `configs/gateway-api/httproute.yaml`: GET /api/... on shop.example.com reaches the
+/// shop Service with its path rewritten; other paths are redirected to https; the
+/// listener is routed per request.
+#[test]
+fn gateway_api_httproute_example() {
+    use sluice_dataplane::tables::http::{HttpAction, HttpScratch, Request};
+    let built = compile_paths(&[configs().join("gateway-api")]).expect("compiles");
+    let listeners = &built.snapshot.listeners;
+    let l = listeners
+        .lookup("10.77.0.31".parse().expect("ip"), 80, 6)
+        .expect("HTTP listener");
+    assert!(l.proxy);
+    let route = listeners
+        .route(l.route(b"shop.example.com").expect("route"))
+        .expect("route");
+    let req = |method, path| Request {
+        method,
+        scheme: "http",
+        authority: "shop.example.com",
+        path,
+        query: "q=1",
+        headers: &[],
+        port: 80,
+        source: "198.51.100.1".parse().expect("ip"),
+    };
+    let get = req("GET", "/api/cart");
+    let (m, rule) = route.http.find(&get).expect("api rule");
+    assert_eq!(&*rule.name, "HTTPRoute shop/shop rules[0] (api)");
+    assert!(matches!(rule.action, HttpAction::Forward { .. }));
+    assert_eq!(rule.timeout_ms, 10_000);
+    let mut out = [0u8; 64];
+    let n = rule
+        .rewrite
+        .write_path(&get, m, &mut HttpScratch::new(), &mut out)
+        .expect("fits");
+    assert_eq!(&out[..n], b"/v1/cart");
+    let post = req("POST", "/api/cart");
+    let (m, rule) = route.http.find(&post).expect("redirect rule");
+    let HttpAction::Redirect(r) = &rule.action else {
+        panic!("{rule:?}");
+    };
+    let n = r.write_location(&post, m, &mut out).expect("fits");
+    assert_eq!(r.code, 301);
+    assert_eq!(&out[..n], b"https://shop.example.com/api/cart?q=1");
+    assert!(l.route(b"other.example.com").is_none());
 }

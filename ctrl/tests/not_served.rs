@@ -111,18 +111,48 @@ macro_rules! match_field_not_served {
 }
 
 match_field_not_served! {
-    http_match_headers: "headers: {cookie: {exact: user=dev-123}}" => "spec.http[0].match[0].headers";
-    http_match_without_headers: "withoutHeaders: {x: {exact: y}}" => "spec.http[0].match[0].withoutHeaders";
-    http_match_scheme: "scheme: {exact: https}" => "spec.http[0].match[0].scheme";
-    http_match_method: "method: {exact: GET}" => "spec.http[0].match[0].method";
-    http_match_query_params: "queryParams: {a: {exact: b}}" => "spec.http[0].match[0].queryParams";
-    http_match_ignore_uri_case: "{uri: {prefix: /a}, ignoreUriCase: true}" => "spec.http[0].match[0].ignoreUriCase";
     http_match_source_labels: "sourceLabels: {app: x}" => "spec.http[0].match[0].sourceLabels";
-    http_match_source_namespace: "sourceNamespace: other" => "spec.http[0].match[0].sourceNamespace";
-    http_match_uri_regex: "uri: {regex: '/a.*'}" => "spec.http[0].match[0].uri.regex";
-    http_match_authority_exact: "authority: {exact: h1.example.com}" => "spec.http[0].match[0].authority";
-    http_match_authority_prefix: "authority: {prefix: h1}" => "spec.http[0].match[0].authority";
-    http_match_authority_regex: "authority: {regex: 'h.*'}" => "spec.http[0].match[0].authority.regex";
+    http_match_method_prefix: "method: {prefix: G}" => "spec.http[0].match[0].method";
+    http_match_authority_bad_regex: "authority: {regex: '(h'}" => "spec.http[0].match[0].authority.regex";
+}
+
+/// `case` (a VirtualService `vs` using a match field) is served: no not-served
+/// diagnostic, and its route's first match carries the condition.
+fn vs_served(case: &str) -> sluice_ctrl::compile::ir::HttpMatch {
+    let b = built(case);
+    let d: Vec<String> = b.not_served().map(ToString::to_string).collect();
+    assert!(d.is_empty(), "{d:#?}");
+    let r =
+        b.ir.routes
+            .iter()
+            .find(|r| r.name.contains("default/vs"))
+            .expect("served");
+    r.http_matches.first().expect("a match").0.clone()
+}
+
+macro_rules! match_field_served {
+    ($($name:ident: $m:expr => $check:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            let m = vs_served(&vs_with_match($m));
+            let check: fn(&sluice_ctrl::compile::ir::HttpMatch) -> bool = $check;
+            assert!(check(&m), "{m:?}");
+        }
+    )*};
+}
+
+match_field_served! {
+    http_match_headers: "headers: {cookie: {exact: user=dev-123}}" => |m| m.headers.len() == 1 && !m.headers[0].invert;
+    http_match_without_headers: "withoutHeaders: {x: {exact: y}}" => |m| m.headers.len() == 1 && m.headers[0].invert;
+    http_match_scheme: "scheme: {exact: https}" => |m| m.scheme.is_some();
+    http_match_method: "method: {exact: GET}" => |m| m.method.as_deref() == Some("GET");
+    http_match_query_params: "queryParams: {a: {exact: b}}" => |m| m.query.len() == 1;
+    http_match_ignore_uri_case: "{uri: {prefix: /a}, ignoreUriCase: true}" => |m| m.ignore_case;
+    http_match_source_namespace: "sourceNamespace: default" => |m| m.sources.len() == 1;
+    http_match_uri_regex: "uri: {regex: '/a.*'}" => |m| m.path.is_some();
+    http_match_authority_exact: "authority: {exact: h1.example.com}" => |m| m.authority.is_some();
+    http_match_authority_prefix: "authority: {prefix: h1}" => |m| m.authority.is_some();
+    http_match_authority_regex: "authority: {regex: 'h.*'}" => |m| m.authority.is_some();
 }
 
 fn vs_with_http(extra: &str) -> String {
@@ -168,15 +198,17 @@ spec:
 }
 
 http_field_not_served! {
-    http_headers: "headers: {request: {set: {a: b}}}" => "spec.http[0].headers";
-    http_rewrite: "rewrite: {uri: /x}" => "spec.http[0].rewrite";
     http_fault: "fault: {abort: {httpStatus: 500}}" => "spec.http[0].fault";
-    http_mirror: "mirror: {host: svc}" => "spec.http[0].mirror";
+    http_delegate: "delegate: {name: other}" => "spec.http[0].delegate";
+    http_method_regex: "match: [{method: {regex: 'GE.'}}]" => "spec.http[0].match[0].method";
+    http_query_prefix: "match: [{queryParams: {a: {prefix: x}}}]" => "spec.http[0].match[0].queryParams.a";
+    http_bad_regex: "match: [{uri: {regex: '(a'}}]" => "spec.http[0].match[0].uri.regex";
     http_cors_policy: "corsPolicy: {allowOrigins: [{exact: a}]}" => "spec.http[0].corsPolicy";
 }
 
+/// Timeouts and retries are compiled now: no warning; an unknown `retryOn` name is.
 #[test]
-fn tuning_fields_stay_warnings_and_the_route_is_served() {
+fn timeouts_and_retries_are_compiled() {
     let b = built(
         r#"apiVersion: networking.istio.io/v1
 kind: VirtualService
@@ -187,18 +219,29 @@ spec:
   http:
   - route: [{destination: {host: svc}}]
     timeout: 5s
-    retries: {attempts: 3}
+    retries: {attempts: 3, retryOn: "5xx,retriable-4xx"}
 "#,
     );
     assert_eq!(b.not_served().count(), 0);
     let w: Vec<String> = b.warnings().filter_map(|d| d.path.clone()).collect();
-    assert!(w.contains(&"spec.http[0].timeout".to_string()), "{w:?}");
-    assert!(w.contains(&"spec.http[0].retries".to_string()), "{w:?}");
+    assert!(!w.contains(&"spec.http[0].timeout".to_string()), "{w:?}");
+    assert!(
+        w.contains(&"spec.http[0].retries.retryOn".to_string()),
+        "{w:?}"
+    );
+    let r =
+        b.ir.routes
+            .iter()
+            .find(|r| r.name.contains("default/vs"))
+            .expect("route");
+    assert_eq!(r.http[0].timeout_ms, 5000);
+    assert_eq!(r.http[0].retries.attempts, 3);
+    assert!(r.http[0].retries.server_error);
     assert!(route_names(&b).iter().any(|n| n.contains("default/vs")));
 }
 
-/// Implemented: `uri` exact/prefix, `port` and `gateways`. The paths of a rule are those
-/// of the matches that apply to the server; a match without `uri` admits every path.
+/// `port` and `gateways` pick the matches that apply to the server; a match without
+/// `uri` admits every path.
 #[test]
 fn implemented_match_fields_route_as_upstream_says() {
     let b = built(
@@ -227,9 +270,20 @@ spec:
             .expect("route");
     use sluice_ctrl::compile::ir::StringMatch;
     // /b is for port 9999: not on this server.
-    assert_eq!(r.http[0].uri, vec![StringMatch::Prefix("/a".into())]);
-    // The second rule's `port` match has no uri: every path.
-    assert!(r.http[1].uri.is_empty(), "{:?}", r.http[1].uri);
+    let m: Vec<(Option<StringMatch>, Option<u16>, usize)> = r
+        .http_matches
+        .iter()
+        .map(|(m, i)| (m.path.clone(), m.port, *i))
+        .collect();
+    assert_eq!(
+        m,
+        vec![
+            (Some(StringMatch::Prefix("/a".into())), Some(8080), 0),
+            (Some(StringMatch::Exact("/c".into())), None, 1),
+            // The second rule's `port` match has no uri: every path.
+            (None, Some(8080), 1),
+        ]
+    );
 }
 
 #[test]
@@ -251,10 +305,10 @@ spec:
 }
 
 #[test]
-fn http_route_kind_is_not_served_and_the_rest_is() {
+fn grpc_route_kind_is_not_served_and_the_rest_is() {
     let b = built(
         r#"apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
+kind: GRPCRoute
 metadata: {name: web, namespace: default}
 spec:
   parentRefs: [{name: g}]
@@ -264,7 +318,7 @@ spec:
     let d: Vec<String> = b.not_served().map(ToString::to_string).collect();
     assert_eq!(d.len(), 1, "{d:?}");
     assert!(
-        d[0].contains("HTTPRoute default/web: kind: HTTPRoute is not implemented"),
+        d[0].contains("GRPCRoute default/web: kind: GRPCRoute is not served by sluice"),
         "{d:?}"
     );
     assert!(route_names(&b).iter().any(|n| n.contains("default/served")));
@@ -370,18 +424,29 @@ fn explain_says_why_traffic_for_what_is_not_served_gets_nowhere() {
         reason.contains("spec.servers[1].tls.serverCertificate is not served: cannot read /etc/certs/servercert.pem"),
         "{reason}"
     );
-    let v = explain(&[
-        "--dst",
-        "10.77.0.110:9080",
-        "--http-host",
-        "uk.bookinfo.com",
-    ]);
-    assert_eq!(v["verdict"], "reject");
-    assert!(
-        v["not_served"][0]
-            .as_str()
-            .expect("not served")
-            .starts_with("VirtualService bookinfo-namespace/bookinfo-rule is not served: spec.http[0].match[0].headers"),
+    // bookinfo-rule is served now: the cookie picks QA, /reviews/ the 80/20 split, any
+    // other path gets 404 from the proxy.
+    let rule = |extra: &[&str]| {
+        let mut args = vec![
+            "--dst",
+            "10.77.0.110:9080",
+            "--http-host",
+            "uk.bookinfo.com",
+        ];
+        args.extend_from_slice(extra);
+        explain(&args)
+    };
+    let v = rule(&["--http-header", "Cookie: user=dev-123"]);
+    assert_eq!(
+        v["rule"], "VirtualService bookinfo-namespace/bookinfo-rule http[0]",
         "{v}"
     );
+    let v = rule(&["--http-path", "/reviews/1?x=y"]);
+    assert_eq!(
+        v["rule"], "VirtualService bookinfo-namespace/bookinfo-rule http[1]",
+        "{v}"
+    );
+    let v = rule(&["--http-path", "/other"]);
+    assert_eq!(v["verdict"], "reject");
+    assert_eq!(v["answer"]["status"], 404, "{v}");
 }

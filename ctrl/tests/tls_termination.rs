@@ -489,6 +489,7 @@ fn several_certificates_are_chosen_by_sni_in_real_handshakes() {
         sni: Some(sni.into()),
         http_host: None,
         payload: None,
+        http: Default::default(),
     };
     let v = explain(&b, &q("www.example.com"));
     assert_eq!(v["certificate"]["source"], "Secret default/wild", "{v}");

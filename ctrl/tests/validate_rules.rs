@@ -235,9 +235,9 @@ spec:
   gateways: [igw]
   http:
   - route: [{destination: {host: svc}}]
-    retries: {attempts: 3} #<-
+    match: [{uri: {prefix: /a}, statPrefix: a}] #<-
 "#,
-        "spec.http[0].retries",
+        "spec.http[0].match[0].statPrefix",
         "not implemented",
     );
 }

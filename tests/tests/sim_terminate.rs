@@ -85,7 +85,7 @@ fn route(name: &str, backends: &[&str]) -> RouteEntry {
         subnets: Box::new([]),
         table: MaglevTable::build(&entries, 251).expect("maglev"),
         table_v6: None,
-        http: Box::new([]),
+        http: Default::default(),
     }
 }
 
@@ -113,6 +113,7 @@ fn terminating_snapshot(server: Arc<ServerConfig>) -> Snapshot {
                 config: server,
                 http: false,
             })),
+            proxy: false,
         }],
         vec![
             route("a", &["10.78.0.11:7000"]),
@@ -478,7 +479,9 @@ fn a_client_reset_resets_the_backend() {
 /// An HTTPS listener (`http: true`) on VIP:443: `www.example.test` with `/api/` -> a,
 /// anything else -> b; no other host.
 fn https_snapshot(server: Arc<ServerConfig>) -> Snapshot {
-    use sluice_dataplane::tables::listeners::{HttpRuleEntry, PathMatch};
+    use sluice_dataplane::tables::http::{
+        HttpAction, HttpRoutes, HttpRule, RequestMatch, StrMatch,
+    };
     let table = |b: &str| {
         MaglevTable::build(
             &[Entry {
@@ -504,27 +507,45 @@ fn https_snapshot(server: Arc<ServerConfig>) -> Snapshot {
                 config: server,
                 http: true,
             })),
+            proxy: true,
         }],
         vec![RouteEntry {
             name: "www".into(),
             subnets: Box::new([]),
             table: table("10.78.0.13:7000"),
             table_v6: None,
-            http: vec![
-                HttpRuleEntry {
-                    paths: Box::new([PathMatch::Prefix("/api/".into())]),
-                    table: table("10.78.0.11:7000"),
-                    table_v6: None,
-                    redirect: None,
-                },
-                HttpRuleEntry {
-                    paths: Box::new([]),
-                    table: table("10.78.0.12:7000"),
-                    table_v6: None,
-                    redirect: None,
-                },
-            ]
-            .into_boxed_slice(),
+            http: {
+                let rule = |name: &str, backend: &str| HttpRule {
+                    name: name.into(),
+                    action: HttpAction::Forward {
+                        table: table(backend),
+                        table_v6: None,
+                        invalid_status: 503,
+                    },
+                    rewrite: Default::default(),
+                    request_headers: Default::default(),
+                    response_headers: Default::default(),
+                    timeout_ms: 0,
+                    retries: Default::default(),
+                    mirrors: Box::new([]),
+                };
+                HttpRoutes {
+                    rules: Box::new([
+                        rule("api", "10.78.0.11:7000"),
+                        rule("rest", "10.78.0.12:7000"),
+                    ]),
+                    matches: Box::new([
+                        (
+                            RequestMatch {
+                                path: Some(StrMatch::Prefix("/api/".into())),
+                                ..RequestMatch::default()
+                            },
+                            0,
+                        ),
+                        (RequestMatch::default(), 1),
+                    ]),
+                }
+            },
         }],
     )
     .expect("listeners");

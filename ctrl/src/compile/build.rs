@@ -259,7 +259,7 @@ fn warn_unready_backends(ir: &Ir, items: &[Item], out: &mut Vec<Diagnostic>) {
         let backends = r
             .backends
             .iter()
-            .chain(r.http.iter().flat_map(|h| h.backends.iter()));
+            .chain(r.http.iter().flat_map(|h| h.backends()));
         for b in backends {
             let BackendTarget::Invalid(why) = &b.target else {
                 continue;

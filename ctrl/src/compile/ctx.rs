@@ -136,6 +136,7 @@ impl<'a> Lookups<'a> {
                 Object::TcpRoute(r) => by.add_route(i, &r.meta, &r.spec.parent_refs),
                 Object::UdpRoute(r) => by.add_route(i, &r.meta, &r.spec.parent_refs),
                 Object::TlsRoute(r) => by.add_route(i, &r.meta, &r.spec.parent_refs),
+                Object::HttpRoute(r) => by.add_route(i, &r.meta, &r.spec.parent_refs),
                 Object::VirtualService(vs) => by.add_virtual_service(i, &vs.meta, &vs.spec),
                 _ => {}
             }

@@ -82,7 +82,351 @@ fn want_kinds(l: &gw::Listener) -> &'static [&'static str] {
     validate::route_kinds_of(l)
 }
 
+/// The precedence key of one HTTPRoute match among all matches on a listener hostname
+/// (Gateway API `HTTPRouteRule.matches`: "Exact path match", "Prefix path match with
+/// largest number of characters", "Method match", "Largest number of header matches",
+/// "Largest number of query param matches"; then the oldest route, then
+/// `namespace/name`, then rule and match order). Regular-expression paths, whose order
+/// upstream leaves to implementations, come after every prefix.
+type MatchKey = (
+    u8,
+    std::cmp::Reverse<usize>,
+    bool,
+    std::cmp::Reverse<usize>,
+    std::cmp::Reverse<usize>,
+    crate::model::meta::Precedence,
+    usize,
+    usize,
+);
+
+fn match_key(
+    m: &gw::HttpRouteMatch,
+    precedence: &crate::model::meta::Precedence,
+    rule: usize,
+    at: usize,
+) -> MatchKey {
+    let (kind, len) = match &m.path {
+        Some(p) => {
+            let v = p.value.as_deref().unwrap_or("/");
+            match p.kind.as_deref().unwrap_or("PathPrefix") {
+                "Exact" => (0, v.len()),
+                "PathPrefix" => (1, v.len()),
+                _ => (2, v.len()),
+            }
+        }
+        None => (1, 1),
+    };
+    (
+        kind,
+        std::cmp::Reverse(len),
+        m.method.is_none(),
+        std::cmp::Reverse(m.headers.len()),
+        std::cmp::Reverse(m.query_params.len()),
+        precedence.clone(),
+        rule,
+        at,
+    )
+}
+
+/// An HTTPRoute match as the IR's (validated): the first header or query entry of a
+/// name counts, later ones are ignored (upstream).
+fn http_route_match(m: &gw::HttpRouteMatch) -> HttpMatch {
+    let value = |kind: Option<&str>, v: &str| match kind.unwrap_or("Exact") {
+        "RegularExpression" => StringMatch::Regex(v.to_string()),
+        _ => StringMatch::Exact(v.to_string()),
+    };
+    let path = match &m.path {
+        None => StringMatch::PathPrefix(String::new()),
+        Some(p) => {
+            let v = p.value.as_deref().unwrap_or("/");
+            match p.kind.as_deref().unwrap_or("PathPrefix") {
+                "Exact" => StringMatch::Exact(v.to_string()),
+                "RegularExpression" => StringMatch::Regex(v.to_string()),
+                _ => StringMatch::PathPrefix(v.trim_end_matches('/').to_string()),
+            }
+        }
+    };
+    let mut headers: Vec<HeaderMatch> = Vec::new();
+    for h in &m.headers {
+        let name = h.name.to_ascii_lowercase();
+        if headers.iter().all(|x| x.name != name) {
+            headers.push(HeaderMatch {
+                name,
+                value: value(h.kind.as_deref(), &h.value),
+                invert: false,
+            });
+        }
+    }
+    let mut query: Vec<QueryMatch> = Vec::new();
+    for q in &m.query_params {
+        if query.iter().all(|x| x.name != q.name) {
+            query.push(QueryMatch {
+                name: q.name.clone(),
+                value: value(q.kind.as_deref(), &q.value),
+            });
+        }
+    }
+    HttpMatch {
+        // `PathPrefix /` holds for every path: no condition (so a route of one such
+        // match can be served once per connection).
+        path: (path != StringMatch::PathPrefix(String::new())).then_some(path),
+        method: m.method.clone(),
+        headers,
+        query,
+        ..HttpMatch::default()
+    }
+}
+
+fn header_filter(f: Option<&gw::HttpHeaderFilter>) -> HeaderOps {
+    f.map(|f| HeaderOps {
+        set: f
+            .set
+            .iter()
+            .map(|h| (h.name.clone(), h.value.clone()))
+            .collect(),
+        add: f
+            .add
+            .iter()
+            .map(|h| (h.name.clone(), h.value.clone()))
+            .collect(),
+        remove: f.remove.clone(),
+    })
+    .unwrap_or_default()
+}
+
+fn path_modifier(p: &gw::HttpPathModifier) -> Option<PathRewrite> {
+    match p.kind.as_str() {
+        "ReplaceFullPath" => p.replace_full_path.clone().map(PathRewrite::Full),
+        "ReplacePrefixMatch" => p.replace_prefix_match.clone().map(PathRewrite::Prefix),
+        _ => None,
+    }
+}
+
 impl Ctx<'_> {
+    /// An HTTP or HTTPS listener: the HTTPRoutes that attach to it, merged per hostname
+    /// pattern (narrowed to the listener's): a request's Host picks the most specific
+    /// pattern (the listener's host matcher), whose table holds the rules of every
+    /// route with a hostname covering that pattern, sorted by the Gateway API match
+    /// precedence (hostname specificity is not a key: upstream conformance
+    /// `HTTPRouteMatchingAcrossRoutes` wants `example.com /v2` to reach a `*.com`
+    /// route's `/v2` before an `example.com` route's `/`). One IR route per distinct
+    /// set of HTTPRoutes. Returns how many routes attached.
+    fn http_listener(
+        &mut self,
+        l: &gw::Listener,
+        gns: &str,
+        gname: &str,
+        listener: &mut Listener,
+        ir: &mut Ir,
+    ) -> usize {
+        let items = self.items;
+        // Each attached route with its hostnames narrowed to the listener's.
+        let mut attached_hosts: Vec<(usize, Vec<String>)> = Vec::new();
+        for item in self.by.routes_for(gns, gname, l) {
+            self.stats.candidates += 1;
+            let Object::HttpRoute(hr) = &items[item].object else {
+                continue;
+            };
+            let c = Candidate {
+                item: &items[item],
+                kind: "HTTPRoute",
+                parents: &hr.spec.parent_refs,
+                hostnames: &hr.spec.hostnames,
+                rules: &[],
+            };
+            let selecting = selecting_parents(&c, l, gns, gname);
+            if selecting.is_empty() {
+                continue;
+            }
+            match self.attach_hosts(&c, l, gns) {
+                Err(why) => {
+                    for pi in selecting {
+                        self.attachment.record(item, pi, Attach::Refused(why));
+                    }
+                }
+                Ok(hosts) => {
+                    for pi in selecting {
+                        self.attachment.record(item, pi, Attach::Attached);
+                    }
+                    attached_hosts.push((item, hosts));
+                }
+            }
+        }
+        // The host matcher picks the most specific pattern for a request's Host; that
+        // pattern's table holds every route with a hostname covering it (upstream
+        // `HTTPRouteMatchingAcrossRoutes`: `*.com`'s rules apply to `example.com`
+        // requests too, merged by match precedence).
+        let patterns: std::collections::BTreeSet<&String> =
+            attached_hosts.iter().flat_map(|(_, h)| h.iter()).collect();
+        let mut by_set: BTreeMap<Vec<usize>, Vec<String>> = BTreeMap::new();
+        for h in patterns {
+            let set: Vec<usize> = attached_hosts
+                .iter()
+                .filter(|(_, hosts)| hosts.iter().any(|p| hostname::istio_subset_of(h, p)))
+                .map(|(item, _)| *item)
+                .collect();
+            by_set.entry(set).or_default().push(h.clone());
+        }
+        for (set, hosts) in by_set {
+            let ri = self.http_route_ir(&set, ir);
+            for host in hosts {
+                listener.bindings.push(Binding { host, route: ri });
+            }
+        }
+        attached_hosts.len()
+    }
+
+    /// The IR route of the HTTPRoutes `set` (item indices) on one hostname.
+    fn http_route_ir(&self, set: &[usize], ir: &mut Ir) -> usize {
+        let mut rules: Vec<HttpRule> = Vec::new();
+        let mut keyed: Vec<(MatchKey, HttpMatch, usize)> = Vec::new();
+        let mut labels = Vec::new();
+        let mut maglev = None;
+        for &item in set {
+            let Object::HttpRoute(hr) = &self.items[item].object else {
+                continue;
+            };
+            let rns = hr.meta.namespace();
+            labels.push(format!("{rns}/{}", hr.meta.name));
+            let precedence = hr.meta.precedence();
+            for (ri, rule) in hr.spec.rules.iter().enumerate() {
+                let index = rules.len();
+                let name = match &rule.name {
+                    Some(n) => format!("HTTPRoute {rns}/{} rules[{ri}] ({n})", hr.meta.name),
+                    None => format!("HTTPRoute {rns}/{} rules[{ri}]", hr.meta.name),
+                };
+                if maglev.is_none() {
+                    maglev = rule.backend_refs.first().map(|b| {
+                        self.maglev_size_for(b.namespace.as_deref().unwrap_or(rns), &b.name)
+                    });
+                }
+                rules.push(self.http_route_rule(name, rule, rns));
+                let default = [gw::HttpRouteMatch::default()];
+                let matches: &[gw::HttpRouteMatch] = if rule.matches.is_empty() {
+                    &default
+                } else {
+                    &rule.matches
+                };
+                for (mi, m) in matches.iter().enumerate() {
+                    keyed.push((
+                        match_key(m, &precedence, ri, mi),
+                        http_route_match(m),
+                        index,
+                    ));
+                }
+            }
+        }
+        // Stable: routes come in `set` order, which is precedence order already; the key
+        // holds it too.
+        keyed.sort_by(|a, b| a.0.cmp(&b.0));
+        let ri = ir.routes.len();
+        ir.routes.push(Route {
+            name: if labels.len() == 1 {
+                format!("HTTPRoute {}", labels[0])
+            } else {
+                format!("HTTPRoutes {}", labels.join(", "))
+            },
+            kind: RouteKind::Http,
+            destination_subnets: Vec::new(),
+            backends: Vec::new(),
+            http: rules,
+            http_matches: keyed.into_iter().map(|(_, m, i)| (m, i)).collect(),
+            maglev_table_size: maglev.unwrap_or(self.default_maglev),
+        });
+        ri
+    }
+
+    /// The IR rule of one HTTPRoute rule (validated): a RequestRedirect answers; else it
+    /// forwards to its backendRefs (none, or all invalid: 500), with the other filters.
+    fn http_route_rule(&self, name: String, rule: &gw::HttpRouteRule, rns: &str) -> HttpRule {
+        let filter = |kind: &str| rule.filters.iter().find(|f| f.kind == kind);
+        let action = match filter("RequestRedirect").and_then(|f| f.request_redirect.as_ref()) {
+            Some(x) => HttpAction::Redirect(Redirect {
+                code: x
+                    .status_code
+                    .and_then(|c| u16::try_from(c).ok())
+                    .unwrap_or(302),
+                scheme: x.scheme.clone(),
+                host: x.hostname.clone(),
+                // Upstream: no port given -> the scheme's well-known port when a scheme
+                // is given, else the Gateway listener's port; omitted when it is the
+                // scheme's default.
+                port: match (x.port.and_then(|p| u16::try_from(p).ok()), &x.scheme) {
+                    (Some(p), _) => RedirectPort::Port(p),
+                    (None, Some(_)) => RedirectPort::SchemeDefault,
+                    (None, None) => RedirectPort::Listener,
+                },
+                path: x.path.as_ref().and_then(path_modifier),
+            }),
+            None => HttpAction::Forward {
+                backends: rule
+                    .backend_refs
+                    .iter()
+                    .map(|b| self.backend_ref(&b.plain(), rns, "HTTPRoute"))
+                    .collect(),
+                invalid_status: 500,
+            },
+        };
+        let rewrite = filter("URLRewrite")
+            .and_then(|f| f.url_rewrite.as_ref())
+            .map(|x| Rewrite {
+                path: x.path.as_ref().and_then(path_modifier),
+                authority: x.hostname.clone(),
+            })
+            .unwrap_or_default();
+        let mirrors = rule
+            .filters
+            .iter()
+            .filter_map(|f| {
+                f.request_mirror
+                    .as_ref()
+                    .filter(|_| f.kind == "RequestMirror")
+            })
+            .map(|m| {
+                let mut b = m.backend_ref.clone();
+                b.weight = Some(1);
+                Mirror {
+                    backends: vec![self.backend_ref(&b, rns, "HTTPRoute")],
+                    per_million: match (&m.percent, &m.fraction) {
+                        (Some(p), _) => (p.clamp(&0, &100) * 10_000) as u32,
+                        (None, Some(f)) => {
+                            let d = f.denominator.unwrap_or(100).max(1);
+                            ((f.numerator.clamp(0, d) as f64 / d as f64) * 1_000_000.0).round()
+                                as u32
+                        }
+                        (None, None) => 1_000_000,
+                    },
+                }
+            })
+            .collect();
+        let timeouts = rule.timeouts.as_ref();
+        HttpRule {
+            name,
+            action,
+            rewrite,
+            request_headers: header_filter(
+                filter("RequestHeaderModifier").and_then(|f| f.request_header_modifier.as_ref()),
+            ),
+            response_headers: header_filter(
+                filter("ResponseHeaderModifier").and_then(|f| f.response_header_modifier.as_ref()),
+            ),
+            timeout_ms: timeouts
+                .and_then(|t| t.request.as_deref())
+                .and_then(super::http::duration_ms)
+                .unwrap_or(0),
+            retries: Retries {
+                // `backendRequest` bounds each request to a backend: the per-try deadline
+                // (with no retries configured it is the one attempt's).
+                per_try_timeout_ms: timeouts
+                    .and_then(|t| t.backend_request.as_deref())
+                    .and_then(super::http::duration_ms)
+                    .unwrap_or(0),
+                ..Retries::default()
+            },
+            mirrors,
+        }
+    }
+
     /// Adds a listener per listener of a Gateway API Gateway, with the routes attached
     /// to it; routes that cannot attach are warned about in `diags`.
     pub(super) fn gateway_api(
@@ -120,6 +464,12 @@ impl Ctx<'_> {
                 certificates: Vec::new(),
             }];
             let want_kinds = want_kinds(l);
+            if want_kinds.contains(&"HTTPRoute") {
+                let attached = self.http_listener(l, &gns, &gname, &mut listener, ir);
+                self.attachment.listeners.insert((gi, li), attached);
+                ir.listeners.push(listener);
+                continue;
+            }
             // Hosts bound so far, and the route that took each.
             let mut bound: HashMap<String, String> = HashMap::new();
             let items = self.items;
@@ -274,6 +624,7 @@ impl Ctx<'_> {
             destination_subnets: Vec::new(),
             backends,
             http: Vec::new(),
+            http_matches: Vec::new(),
             maglev_table_size: maglev,
         });
         Some(ri)

@@ -175,48 +175,258 @@ pub enum RouteKind {
     Http,
 }
 
-/// A string match on an HTTP request field.
+/// A condition on a string field of an HTTP request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum StringMatch {
     /// Equal.
     Exact(String),
-    /// Starts with.
+    /// Starts with (Istio `prefix`).
     Prefix(String),
+    /// Gateway API `PathPrefix`: path-segment-wise, stored without a trailing `/`.
+    PathPrefix(String),
+    /// The whole value matches this RE2 expression (validated when compiled).
+    Regex(String),
+    /// Present, any value.
+    Present,
 }
 
-impl StringMatch {
-    /// Whether `s` matches.
-    pub fn matches(&self, s: &str) -> bool {
-        match self {
-            StringMatch::Exact(e) => s == e,
-            StringMatch::Prefix(p) => s.starts_with(p.as_str()),
-        }
+/// A header condition (name lower case; `invert`: Istio `withoutHeaders`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HeaderMatch {
+    /// Lower-case name.
+    pub name: String,
+    /// Condition on the first line's value.
+    pub value: StringMatch,
+    /// The condition must not hold.
+    pub invert: bool,
+}
+
+/// A query-parameter condition (name compared exactly, first occurrence).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueryMatch {
+    /// Name.
+    pub name: String,
+    /// Condition on the value.
+    pub value: StringMatch,
+}
+
+/// The conditions of one match (ANDed); see `sluice_dataplane::tables::http::RequestMatch`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HttpMatch {
+    /// On the path.
+    pub path: Option<StringMatch>,
+    /// Exact and prefix path conditions compare ASCII case-insensitively.
+    pub ignore_case: bool,
+    /// Method.
+    pub method: Option<String>,
+    /// On the scheme.
+    pub scheme: Option<StringMatch>,
+    /// On the authority.
+    pub authority: Option<StringMatch>,
+    /// Header conditions.
+    pub headers: Vec<HeaderMatch>,
+    /// Query conditions.
+    pub query: Vec<QueryMatch>,
+    /// The listener port.
+    pub port: Option<u16>,
+    /// Client address prefixes (empty = any).
+    pub sources: Vec<ipnet::IpNet>,
+}
+
+impl HttpMatch {
+    /// Whether it has no condition.
+    pub fn is_unconditional(&self) -> bool {
+        *self == HttpMatch::default()
     }
 }
 
-/// One HTTP rule: matches (any), then backends or a redirect.
+/// Header changes: set, add, remove (names as given; remove lower case).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HeaderOps {
+    /// Replace.
+    pub set: Vec<(String, String)>,
+    /// Append.
+    pub add: Vec<(String, String)>,
+    /// Remove.
+    pub remove: Vec<String>,
+}
+
+impl HeaderOps {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
+/// A path rewrite (see `sluice_dataplane::tables::http::PathRewrite`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct HttpRule {
-    /// URI matches; empty = every request.
-    pub uri: Vec<StringMatch>,
-    /// Weighted backends.
-    pub backends: Vec<Backend>,
-    /// Redirect `(status, scheme, authority, path)` instead of forwarding.
-    pub redirect: Option<Redirect>,
+#[serde(rename_all = "snake_case")]
+pub enum PathRewrite {
+    /// The whole path.
+    Full(String),
+    /// The matched prefix.
+    Prefix(String),
+    /// Every match of the expression, with `\1` references.
+    Regex {
+        /// RE2 expression.
+        regex: String,
+        /// Replacement.
+        replacement: String,
+    },
+}
+
+/// A change of the request before forwarding.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Rewrite {
+    /// Path.
+    pub path: Option<PathRewrite>,
+    /// Authority.
+    pub authority: Option<String>,
+}
+
+/// How a redirect's port is chosen (see `sluice_dataplane::tables::http::RedirectPort`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedirectPort {
+    /// The request's.
+    Keep,
+    /// This one.
+    Port(u16),
+    /// The scheme's default (none written).
+    SchemeDefault,
+    /// The listener's.
+    Listener,
 }
 
 /// An HTTP redirect.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Redirect {
-    /// Status code (301 by default).
+    /// Status code.
     pub code: u16,
-    /// New scheme, if any.
+    /// New scheme.
     pub scheme: Option<String>,
-    /// New authority, if any.
-    pub authority: Option<String>,
-    /// New path, if any.
-    pub path: Option<String>,
+    /// New host (no port).
+    pub host: Option<String>,
+    /// Port.
+    pub port: RedirectPort,
+    /// New path: `Full` or `Prefix` (never `Regex`).
+    pub path: Option<PathRewrite>,
+}
+
+/// What a rule does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HttpAction {
+    /// Forward to weighted backends; a request given to an invalid one is answered with
+    /// `invalid_status` (Gateway API 500, Istio 503), as is a rule with no backend.
+    Forward {
+        /// Backends.
+        backends: Vec<Backend>,
+        /// The answer for invalid backends.
+        invalid_status: u16,
+    },
+    /// Redirect.
+    Redirect(Redirect),
+    /// Direct answer.
+    Direct {
+        /// Status.
+        status: u16,
+        /// Body.
+        body: Vec<u8>,
+    },
+}
+
+/// Retries (see `sluice_dataplane::tables::http::Retries`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Retries {
+    /// Further attempts.
+    pub attempts: u8,
+    /// Per-attempt deadline, ms (0 = the route's).
+    pub per_try_timeout_ms: u64,
+    /// `connect-failure`.
+    pub connect_failure: bool,
+    /// `refused-stream` / `reset`.
+    pub reset: bool,
+    /// `5xx`.
+    pub server_error: bool,
+    /// `gateway-error`.
+    pub gateway_error: bool,
+}
+
+/// A mirror: a share of requests copied to other backends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Mirror {
+    /// Backends (one).
+    pub backends: Vec<Backend>,
+    /// Millionths of requests.
+    pub per_million: u32,
+}
+
+/// One HTTP rule: what matching requests get.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HttpRule {
+    /// `VirtualService ns/name http[i]` or `HTTPRoute ns/name rules[i]` (with its name).
+    pub name: String,
+    /// The action.
+    pub action: HttpAction,
+    /// Request rewrite.
+    pub rewrite: Rewrite,
+    /// Request header changes.
+    pub request_headers: HeaderOps,
+    /// Response header changes.
+    pub response_headers: HeaderOps,
+    /// Whole-request deadline, ms (0 = none).
+    pub timeout_ms: u64,
+    /// Retries.
+    pub retries: Retries,
+    /// Mirrors.
+    pub mirrors: Vec<Mirror>,
+}
+
+impl HttpRule {
+    /// A rule that forwards to `backends` and changes nothing.
+    pub fn forward(name: String, backends: Vec<Backend>, invalid_status: u16) -> HttpRule {
+        HttpRule {
+            name,
+            action: HttpAction::Forward {
+                backends,
+                invalid_status,
+            },
+            rewrite: Rewrite::default(),
+            request_headers: HeaderOps::default(),
+            response_headers: HeaderOps::default(),
+            timeout_ms: 0,
+            retries: Retries::default(),
+            mirrors: Vec::new(),
+        }
+    }
+
+    /// Whether a connection's first request decides for the whole connection: a plain
+    /// forward (no header changes, rewrite, timeout, retries, mirrors) or an answer.
+    pub fn once_per_connection(&self) -> bool {
+        match self.action {
+            HttpAction::Forward { .. } => {
+                self.rewrite == Rewrite::default()
+                    && self.request_headers.is_empty()
+                    && self.response_headers.is_empty()
+                    && self.timeout_ms == 0
+                    && self.retries == Retries::default()
+                    && self.mirrors.is_empty()
+            }
+            HttpAction::Redirect(_) | HttpAction::Direct { .. } => true,
+        }
+    }
+
+    /// Every backend the rule names (its action's and its mirrors').
+    pub fn backends(&self) -> impl Iterator<Item = &Backend> {
+        let own: &[Backend] = match &self.action {
+            HttpAction::Forward { backends, .. } => backends,
+            _ => &[],
+        };
+        own.iter()
+            .chain(self.mirrors.iter().flat_map(|m| m.backends.iter()))
+    }
 }
 
 /// A route: where connections that reach it go.
@@ -232,6 +442,9 @@ pub struct Route {
     pub backends: Vec<Backend>,
     /// HTTP rules (HTTP routes).
     pub http: Vec<HttpRule>,
+    /// HTTP matches in precedence order, each naming a rule of `http` (first that holds
+    /// wins; none: the proxy answers 404).
+    pub http_matches: Vec<(HttpMatch, usize)>,
     /// Maglev table size for this route (prime).
     pub maglev_table_size: u64,
 }

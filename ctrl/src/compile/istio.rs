@@ -16,25 +16,6 @@ use crate::validate;
 use super::ctx::{Ctx, CLUSTER_DOMAIN};
 use super::ir::*;
 
-/// The path conditions of an `http` entry on the server `b` binds to: those of its
-/// matches that apply to the server's port and gateway (ORed). Empty (every path) when
-/// the entry has no match, or when one applicable match has no `uri` condition (that
-/// match alone admits every path).
-fn applicable_uris(h: &istio::HttpRoute, b: &VsBinding) -> Vec<StringMatch> {
-    let mut uris = Vec::new();
-    for m in &h.matches {
-        if m.port.is_some_and(|p| p != b.port) || !b.gw_ok(&m.gateways) {
-            continue;
-        }
-        match m.uri.as_ref().map(|u| (&u.exact, &u.prefix)) {
-            Some((Some(e), _)) => uris.push(StringMatch::Exact(e.clone())),
-            Some((None, Some(p))) => uris.push(StringMatch::Prefix(p.clone())),
-            _ => return Vec::new(),
-        }
-    }
-    uris
-}
-
 /// Istio's binding of a VirtualService host to a Gateway server host: they bind when
 /// they overlap (`host.Name.Matches`), and the route serves the more specific of the two.
 pub fn istio_bound_host(server_host: &str, vs_host: &str) -> Option<String> {
@@ -174,6 +155,100 @@ impl Bind<'_> {
                 self.listener.bindings.push(Binding { host, route: ri });
             }
         }
+    }
+}
+
+/// The IR match of an Istio `HTTPMatchRequest` (validated), or `None` when it can hold
+/// for no request (a `sourceNamespace` without pods).
+fn istio_match(m: &istio::HttpMatchRequest, workloads: &[Workload]) -> Option<HttpMatch> {
+    use super::http::istio_string_match as sm;
+    let sources: Vec<ipnet::IpNet> = match &m.source_namespace {
+        None => Vec::new(),
+        Some(ns) => {
+            let ips: Vec<ipnet::IpNet> = workloads
+                .iter()
+                .filter(|w| w.namespace == *ns)
+                .map(|w| ipnet::IpNet::from(w.ip))
+                .collect();
+            if ips.is_empty() {
+                return None;
+            }
+            ips
+        }
+    };
+    let header = |invert: bool| {
+        move |(name, v): (&String, &istio::StringMatch)| HeaderMatch {
+            name: name.to_ascii_lowercase(),
+            value: sm(v),
+            invert,
+        }
+    };
+    Some(HttpMatch {
+        path: m.uri.as_ref().map(sm),
+        ignore_case: m.ignore_uri_case,
+        method: m.method.as_ref().and_then(|x| x.exact.clone()),
+        scheme: m.scheme.as_ref().map(sm),
+        authority: m.authority.as_ref().map(sm),
+        headers: m
+            .headers
+            .iter()
+            .map(header(false))
+            .chain(m.without_headers.iter().map(header(true)))
+            .collect(),
+        query: m
+            .query_params
+            .iter()
+            .map(|(name, v)| QueryMatch {
+                name: name.clone(),
+                value: sm(v),
+            })
+            .collect(),
+        port: m.port.and_then(|p| u16::try_from(p).ok()),
+        sources,
+    })
+}
+
+/// A `directResponse` body's bytes (validation checked the base64).
+fn istio_body(b: &istio::HttpBody) -> Vec<u8> {
+    use base64::Engine as _;
+    match (&b.string, &b.bytes) {
+        (Some(s), _) => s.clone().into_bytes(),
+        (None, Some(x)) => base64::engine::general_purpose::STANDARD
+            .decode(x.trim())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+/// Envoy's `retryOn` names sluice retries on (others are warned about in validation).
+pub const RETRY_ON: &[&str] = &[
+    "connect-failure",
+    "refused-stream",
+    "reset",
+    "5xx",
+    "gateway-error",
+];
+
+/// An Istio `HTTPRetry`.
+fn istio_retries(r: &istio::HttpRetry) -> Retries {
+    let on: Vec<&str> = r
+        .retry_on
+        .as_deref()
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .collect();
+    Retries {
+        attempts: u8::try_from(r.attempts.clamp(0, i64::from(u8::MAX))).unwrap_or(u8::MAX),
+        per_try_timeout_ms: r
+            .per_try_timeout
+            .as_deref()
+            .and_then(super::http::duration_ms)
+            .unwrap_or(0),
+        connect_failure: on.contains(&"connect-failure"),
+        reset: on.contains(&"refused-stream") || on.contains(&"reset"),
+        server_error: on.contains(&"5xx"),
+        gateway_error: on.contains(&"gateway-error"),
     }
 }
 
@@ -392,6 +467,7 @@ impl Ctx<'_> {
                 destination_subnets: subnets(snis.iter().flat_map(|(_, s)| s.iter())),
                 backends: self.istio_destinations(&t.route, &b.vns),
                 http: Vec::new(),
+                http_matches: Vec::new(),
                 maglev_table_size: self.maglev_of(&t.route, &b.vns),
             });
             for (sni, _) in snis {
@@ -421,40 +497,43 @@ impl Ctx<'_> {
                 ),
                 backends: self.istio_destinations(&t.route, &b.vns),
                 http: Vec::new(),
+                http_matches: Vec::new(),
                 maglev_table_size: self.maglev_of(&t.route, &b.vns),
             });
             to.take("*".into(), ri);
         }
     }
 
-    /// An HTTP (or HTTPS-terminating) server: the applicable `http` entries become the
-    /// rules of one route, bound to every host of the binding.
+    /// An HTTP (or HTTPS-terminating) server: the `http` entries become the rules of
+    /// one route, bound to every host of the binding, in order (Istio: "the first rule
+    /// matching an incoming request is used"); each entry's matches that apply to this
+    /// server (port, gateways) become its matches, ORed; an entry without matches
+    /// matches every request, one whose matches all apply elsewhere is left out.
     fn bind_http(&self, b: &VsBinding, to: &mut Bind) {
         let vs = b.vs;
-        let rules: Vec<HttpRule> = vs
-            .spec
-            .http
-            .iter()
-            .filter(|h| {
-                h.matches.is_empty()
-                    || h.matches
-                        .iter()
-                        .any(|m| m.port.is_none_or(|p| p == b.port) && b.gw_ok(&m.gateways))
-            })
-            .map(|h| HttpRule {
-                uri: applicable_uris(h, b),
-                backends: self.istio_destinations(&h.route, &b.vns),
-                redirect: h.redirect.as_ref().map(|r| Redirect {
-                    code: r
-                        .redirect_code
-                        .and_then(|c| u16::try_from(c).ok())
-                        .unwrap_or(301),
-                    scheme: r.scheme.clone(),
-                    authority: r.authority.clone(),
-                    path: r.uri.clone(),
-                }),
-            })
-            .collect();
+        let mut rules: Vec<HttpRule> = Vec::new();
+        let mut matches: Vec<(HttpMatch, usize)> = Vec::new();
+        for (hi, h) in vs.spec.http.iter().enumerate() {
+            let applicable: Vec<&istio::HttpMatchRequest> = h
+                .matches
+                .iter()
+                .filter(|m| m.port.is_none_or(|p| p == b.port) && b.gw_ok(&m.gateways))
+                .collect();
+            if !h.matches.is_empty() && applicable.is_empty() {
+                continue;
+            }
+            let ri = rules.len();
+            rules.push(self.istio_http_rule(b, hi, h));
+            if h.matches.is_empty() {
+                matches.push((HttpMatch::default(), ri));
+            }
+            for m in applicable {
+                // A sourceNamespace without pods matches no request: no match at all.
+                if let Some(hm) = istio_match(m, &to.ir.workloads) {
+                    matches.push((hm, ri));
+                }
+            }
+        }
         if rules.is_empty() {
             return;
         }
@@ -463,8 +542,7 @@ impl Ctx<'_> {
             .spec
             .http
             .iter()
-            .flat_map(|h| h.route.iter())
-            .cloned()
+            .flat_map(|h| h.route.iter().map(istio::HttpRouteDestination::plain))
             .collect::<Vec<_>>();
         to.ir.routes.push(Route {
             name: b.label("http"),
@@ -472,6 +550,7 @@ impl Ctx<'_> {
             destination_subnets: Vec::new(),
             backends: Vec::new(),
             http: rules,
+            http_matches: matches,
             maglev_table_size: self.maglev_of(&first, &b.vns),
         });
         for h in &b.hosts {
@@ -479,6 +558,114 @@ impl Ctx<'_> {
         }
     }
 
+    /// The IR rule of `http[hi]` (validation has checked every field).
+    fn istio_http_rule(&self, b: &VsBinding, hi: usize, h: &istio::HttpRoute) -> HttpRule {
+        let name = match &h.name {
+            Some(n) => b.label(&format!("http[{hi}] ({n})")),
+            None => b.label(&format!("http[{hi}]")),
+        };
+        let action = if let Some(r) = &h.redirect {
+            HttpAction::Redirect(Redirect {
+                code: r
+                    .redirect_code
+                    .and_then(|c| u16::try_from(c).ok())
+                    .unwrap_or(301),
+                scheme: r.scheme.clone(),
+                host: r.authority.clone(),
+                port: match (
+                    r.port.and_then(|p| u16::try_from(p).ok()),
+                    r.derive_port.as_deref(),
+                ) {
+                    (Some(p), _) => RedirectPort::Port(p),
+                    (None, Some("FROM_PROTOCOL_DEFAULT")) => RedirectPort::SchemeDefault,
+                    (None, Some("FROM_REQUEST_PORT")) => RedirectPort::Listener,
+                    _ => RedirectPort::Keep,
+                },
+                path: r.uri.clone().map(PathRewrite::Full),
+            })
+        } else if let Some(d) = &h.direct_response {
+            HttpAction::Direct {
+                status: u16::try_from(d.status).unwrap_or(500),
+                body: d.body.as_ref().map(istio_body).unwrap_or_default(),
+            }
+        } else {
+            let plain: Vec<istio::RouteDestination> = h
+                .route
+                .iter()
+                .map(istio::HttpRouteDestination::plain)
+                .collect();
+            HttpAction::Forward {
+                backends: self.istio_destinations(&plain, &b.vns),
+                invalid_status: 503,
+            }
+        };
+        let ops = |o: Option<&istio::HeaderOperations>| {
+            o.map(|o| HeaderOps {
+                set: o.set.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                add: o.add.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                remove: o.remove.clone(),
+            })
+            .unwrap_or_default()
+        };
+        let headers = h.headers.as_ref();
+        let mut mirrors = Vec::new();
+        let pct = |p: Option<&istio::Percent>| {
+            p.map_or(1_000_000, |p| {
+                (p.value.clamp(0.0, 100.0) * 10_000.0).round() as u32
+            })
+        };
+        let mirror_backend = |d: &istio::Destination| {
+            let (ns, svc) = validate::service_of_host(&d.host, &b.vns);
+            self.backend(
+                ns,
+                svc,
+                d.port.as_ref().map(|p| p.number),
+                None,
+                d.subset.as_deref(),
+                1,
+            )
+        };
+        if let Some(m) = &h.mirror {
+            mirrors.push(Mirror {
+                backends: vec![mirror_backend(m)],
+                per_million: pct(h.mirror_percentage.as_ref()),
+            });
+        }
+        for m in &h.mirrors {
+            mirrors.push(Mirror {
+                backends: vec![mirror_backend(&m.destination)],
+                per_million: pct(m.percentage.as_ref()),
+            });
+        }
+        HttpRule {
+            name,
+            action,
+            rewrite: h
+                .rewrite
+                .as_ref()
+                .map(|r| Rewrite {
+                    path: match (&r.uri, &r.uri_regex_rewrite) {
+                        (Some(u), _) => Some(PathRewrite::Prefix(u.clone())),
+                        (None, Some(x)) => Some(PathRewrite::Regex {
+                            regex: x.pattern.clone(),
+                            replacement: x.rewrite.clone(),
+                        }),
+                        _ => None,
+                    },
+                    authority: r.authority.clone(),
+                })
+                .unwrap_or_default(),
+            request_headers: ops(headers.and_then(|h| h.request.as_ref())),
+            response_headers: ops(headers.and_then(|h| h.response.as_ref())),
+            timeout_ms: h
+                .timeout
+                .as_deref()
+                .and_then(super::http::duration_ms)
+                .unwrap_or(0),
+            retries: h.retries.as_ref().map(istio_retries).unwrap_or_default(),
+            mirrors,
+        }
+    }
     /// AUTO_PASSTHROUGH: the destination is in the SNI, `outbound_.<port>_.<subset>_.<host>`
     /// (Istio's cluster naming). Every Service port (and DestinationRule subset) whose
     /// host `name.ns.svc.cluster.local` the server's hosts admit becomes an exact SNI
@@ -538,6 +725,7 @@ impl Ctx<'_> {
                         destination_subnets: Vec::new(),
                         backends: vec![backend],
                         http: Vec::new(),
+                        http_matches: Vec::new(),
                         maglev_table_size: self.maglev_size_for(ns, &svc.meta.name),
                     });
                     listener.bindings.push(Binding {

@@ -27,6 +27,7 @@ pub mod certs;
 mod ctx;
 mod gateway_api;
 pub mod hostname;
+pub mod http;
 pub mod ir;
 mod istio;
 mod merge;
@@ -43,5 +44,5 @@ mod to_ir;
 pub use build::{build, build_paths, check_machine, diagnostics, Built, PolicyReport};
 
 pub use ctx::{BuildStats, CLUSTER_DOMAIN, DEFAULT_MAGLEV_TABLE_SIZE};
-pub use istio::istio_bound_host;
+pub use istio::{istio_bound_host, RETRY_ON};
 pub use to_ir::{build_ir, build_ir_with_stats};

@@ -107,10 +107,18 @@ fn route_json(r: &RouteEntry) -> Value {
     if r.http.is_empty() {
         tables(&r.table, r.table_v6.as_ref())
     } else {
+        use sluice_dataplane::tables::http::HttpAction;
         Value::Array(
             r.http
+                .rules
                 .iter()
-                .map(|h| tables(&h.table, h.table_v6.as_ref()))
+                .map(|h| match &h.action {
+                    HttpAction::Forward {
+                        table, table_v6, ..
+                    } => tables(table, table_v6.as_ref()),
+                    HttpAction::Redirect(x) => json!({ "redirect": x.code }),
+                    HttpAction::Direct { status, .. } => json!({ "direct": status }),
+                })
                 .collect(),
         )
     }
@@ -179,7 +187,7 @@ fn listeners_summary(ir: &Ir, s: &mut String) {
         .flat_map(|r| {
             r.backends
                 .iter()
-                .chain(r.http.iter().flat_map(|h| h.backends.iter()))
+                .chain(r.http.iter().flat_map(|h| h.backends()))
         })
         .collect();
     let invalid = backends

@@ -157,6 +157,29 @@ impl StatusInput<'_> {
                 Object::UdpRoute(r) => {
                     self.route(i, &r.spec.parent_refs, &r.spec.rules, "UDPRoute", &index)
                 }
+                Object::HttpRoute(r) => {
+                    // ResolvedRefs reads the backendRefs (mirrors' included).
+                    let rules: Vec<gw::RouteRule> = r
+                        .spec
+                        .rules
+                        .iter()
+                        .map(|rule| gw::RouteRule {
+                            name: None,
+                            backend_refs: rule
+                                .backend_refs
+                                .iter()
+                                .map(gw::HttpBackendRef::plain)
+                                .chain(
+                                    rule.filters
+                                        .iter()
+                                        .filter_map(|f| f.request_mirror.as_ref())
+                                        .map(|m| m.backend_ref.clone()),
+                                )
+                                .collect(),
+                        })
+                        .collect();
+                    self.route(i, &r.spec.parent_refs, &rules, "HTTPRoute", &index)
+                }
                 _ => continue,
             };
             let m = it.object.meta();

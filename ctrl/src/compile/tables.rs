@@ -1,13 +1,13 @@
 //! IR -> the dataplane's listener and route tables ([`ListenerTable`]), the part of the
 //! snapshot a new flow is routed with.
 
+use sluice_dataplane::tables::http::HttpRoutes;
 use sluice_dataplane::tables::listeners::{
-    proto, HttpRuleEntry, ListenerKind as DpKind, ListenerSpec, ListenerTable, PathMatch, Redirect,
-    RouteEntry,
+    proto, ListenerKind as DpKind, ListenerSpec, ListenerTable, RouteEntry,
 };
 
 use super::backends::{maglev_table, mixes_families, table_for};
-use super::ir::{Ir, ListenerKind, RouteKind, StringMatch, L4};
+use super::ir::{Ir, Listener, ListenerKind, RouteKind, L4};
 
 fn kind(k: ListenerKind) -> DpKind {
     match k {
@@ -30,6 +30,14 @@ pub enum TableError {
         route: String,
         /// Why.
         source: sluice_dataplane::tables::maglev::BuildError,
+    },
+    /// A route's HTTP rules.
+    #[error("{route}: {source}")]
+    Http {
+        /// The route's name.
+        route: String,
+        /// Why.
+        source: super::http::HttpTableError,
     },
     /// The listener table (host patterns, caps).
     #[error(transparent)]
@@ -61,33 +69,14 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, TableError> {
         } else {
             (maglev_table(&r.backends, size).map_err(err)?, None)
         };
-        let mut http = Vec::new();
-        if r.kind == RouteKind::Http {
-            for rule in &r.http {
-                http.push(HttpRuleEntry {
-                    paths: rule
-                        .uri
-                        .iter()
-                        .map(|m| match m {
-                            StringMatch::Exact(e) => PathMatch::Exact(e.as_str().into()),
-                            StringMatch::Prefix(p) => PathMatch::Prefix(p.as_str().into()),
-                        })
-                        .collect(),
-                    table: table_for(&rule.backends, size, false).map_err(err)?,
-                    table_v6: if mixes_families(&rule.backends) {
-                        Some(table_for(&rule.backends, size, true).map_err(err)?)
-                    } else {
-                        None
-                    },
-                    redirect: rule.redirect.as_ref().map(|x| Redirect {
-                        code: x.code,
-                        scheme: x.scheme.as_deref().map(Into::into),
-                        authority: x.authority.as_deref().map(Into::into),
-                        path: x.path.as_deref().map(Into::into),
-                    }),
-                });
-            }
-        }
+        let http = if r.kind == RouteKind::Http {
+            super::http::routes(r).map_err(|source| TableError::Http {
+                route: r.name.clone(),
+                source,
+            })?
+        } else {
+            HttpRoutes::default()
+        };
         routes.push(RouteEntry {
             name: r.name.as_str().into(),
             subnets: r
@@ -97,7 +86,7 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, TableError> {
                 .collect(),
             table,
             table_v6,
-            http: http.into_boxed_slice(),
+            http,
         });
     }
     let mut specs = Vec::with_capacity(ir.listeners.len());
@@ -135,9 +124,28 @@ pub fn listener_table(ir: &Ir) -> Result<ListenerTable, TableError> {
             https_redirect: l.https_redirect,
             transparent: l.transparent,
             tls,
+            proxy: proxies(ir, l),
         });
     }
     Ok(ListenerTable::build(specs, routes)?)
+}
+
+/// Whether a listener's HTTP requests are routed one by one by the proxy (see
+/// `ListenerEntry::proxy`): a terminating HTTPS listener with any HTTP route; a plain
+/// HTTP listener with a route that cannot decide once per connection exactly.
+pub fn proxies(ir: &Ir, l: &Listener) -> bool {
+    let mut http_routes = l
+        .bindings
+        .iter()
+        .filter_map(|b| ir.routes.get(b.route))
+        .filter(|r| r.kind == RouteKind::Http);
+    match l.kind {
+        ListenerKind::TlsTerminate if l.tls.as_ref().is_some_and(|t| t.http) => {
+            http_routes.next().is_some()
+        }
+        ListenerKind::Http => http_routes.any(|r| !super::http::once_per_connection(r)),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -177,16 +185,33 @@ mod tests {
         let r = t
             .route(l.route(b"www.demo.sluice.dev").expect("route"))
             .expect("route");
-        let api = r.http_rule("/api/orders").expect("rule");
+        let backends = |path: &str| {
+            let req = sluice_dataplane::tables::http::Request {
+                method: "GET",
+                scheme: "http",
+                authority: "www.demo.sluice.dev",
+                path,
+                query: "",
+                headers: &[],
+                port: 8080,
+                source: "10.77.0.1".parse().expect("ip"),
+            };
+            match r.http.find(&req).map(|(_, rule)| &rule.action) {
+                Some(sluice_dataplane::tables::http::HttpAction::Forward { table, .. }) => {
+                    table.backends()
+                }
+                other => panic!("{path}: {other:?}"),
+            }
+        };
         assert_eq!(
-            api.table.backends(),
+            backends("/api/orders"),
             ["10.78.0.11:7000".parse().expect("a")]
         );
-        let web = r.http_rule("/index.html").expect("rule");
         assert_eq!(
-            web.table.backends(),
+            backends("/index.html"),
             ["10.78.0.31:8080".parse().expect("a")]
         );
+        assert!(l.proxy, "path rules need the proxy");
     }
 
     fn compile_text(text: &str) -> Result<crate::compile::Built, crate::diag::Diagnostics> {

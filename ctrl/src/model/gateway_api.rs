@@ -285,3 +285,274 @@ pub struct ReferenceGrantTo {
     #[serde(default)]
     pub name: Option<String>,
 }
+
+/// `HTTPRoute.spec`: HTTP requests by hostname, path, headers, query and method.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteSpec {
+    /// Gateways (and listeners) this route attaches to.
+    #[serde(default)]
+    pub parent_refs: Vec<ParentReference>,
+    /// Hostnames (exact or `*.` wildcard) the route matches; empty = the listener's.
+    #[serde(default)]
+    pub hostnames: Vec<String>,
+    /// Rules (upstream default: one rule matching `PathPrefix /` with no backend).
+    #[serde(default)]
+    pub rules: Vec<HttpRouteRule>,
+}
+
+/// `HTTPRouteRule`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteRule {
+    /// Rule name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Conditions, ORed (empty = `PathPrefix /`).
+    #[serde(default)]
+    pub matches: Vec<HttpRouteMatch>,
+    /// Filters applied to matching requests.
+    #[serde(default)]
+    pub filters: Vec<HttpRouteFilter>,
+    /// Weighted backends.
+    #[serde(default)]
+    pub backend_refs: Vec<HttpBackendRef>,
+    /// Timeouts.
+    #[serde(default)]
+    pub timeouts: Option<HttpRouteTimeouts>,
+}
+
+/// `HTTPRouteMatch`: conditions ANDed.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteMatch {
+    /// Path condition (default `PathPrefix /`).
+    #[serde(default)]
+    pub path: Option<HttpPathMatch>,
+    /// Header conditions.
+    #[serde(default)]
+    pub headers: Vec<HttpNameValueMatch>,
+    /// Query parameter conditions.
+    #[serde(default)]
+    pub query_params: Vec<HttpNameValueMatch>,
+    /// Method.
+    #[serde(default)]
+    pub method: Option<String>,
+}
+
+/// `HTTPPathMatch`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpPathMatch {
+    /// `Exact`, `PathPrefix` (default) or `RegularExpression`.
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    /// Value (default `/`).
+    #[serde(default)]
+    pub value: Option<String>,
+}
+
+/// `HTTPHeaderMatch` / `HTTPQueryParamMatch`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpNameValueMatch {
+    /// `Exact` (default) or `RegularExpression`.
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+    /// Value.
+    #[serde(default)]
+    pub value: String,
+}
+
+/// `HTTPRouteFilter`: `type` names the one field set.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteFilter {
+    /// `RequestHeaderModifier`, `ResponseHeaderModifier`, `RequestMirror`,
+    /// `RequestRedirect`, `URLRewrite`, `ExtensionRef`, `CORS`, `ExternalAuth`.
+    #[serde(default, rename = "type")]
+    pub kind: String,
+    /// Request header changes.
+    #[serde(default)]
+    pub request_header_modifier: Option<HttpHeaderFilter>,
+    /// Response header changes.
+    #[serde(default)]
+    pub response_header_modifier: Option<HttpHeaderFilter>,
+    /// Mirror.
+    #[serde(default)]
+    pub request_mirror: Option<HttpRequestMirrorFilter>,
+    /// Redirect.
+    #[serde(default)]
+    pub request_redirect: Option<HttpRequestRedirectFilter>,
+    /// Rewrite.
+    #[serde(default)]
+    pub url_rewrite: Option<HttpUrlRewriteFilter>,
+    /// Not served (an extension sluice does not know).
+    #[serde(default)]
+    pub extension_ref: Option<serde_json::Value>,
+    /// Not served.
+    #[serde(default)]
+    pub cors: Option<serde_json::Value>,
+    /// Not served.
+    #[serde(default)]
+    pub external_auth: Option<serde_json::Value>,
+}
+
+/// `HTTPHeaderFilter`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpHeaderFilter {
+    /// Overwrite.
+    #[serde(default)]
+    pub set: Vec<HttpHeader>,
+    /// Append.
+    #[serde(default)]
+    pub add: Vec<HttpHeader>,
+    /// Remove (names).
+    #[serde(default)]
+    pub remove: Vec<String>,
+}
+
+/// `HTTPHeader`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpHeader {
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+    /// Value.
+    #[serde(default)]
+    pub value: String,
+}
+
+/// `HTTPRequestMirrorFilter`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRequestMirrorFilter {
+    /// Where copies go.
+    #[serde(default)]
+    pub backend_ref: BackendRef,
+    /// Percent of requests (0..=100).
+    #[serde(default)]
+    pub percent: Option<i64>,
+    /// Fraction of requests.
+    #[serde(default)]
+    pub fraction: Option<Fraction>,
+}
+
+/// `Fraction`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Fraction {
+    /// Numerator.
+    #[serde(default)]
+    pub numerator: i64,
+    /// Denominator (default 100).
+    #[serde(default)]
+    pub denominator: Option<i64>,
+}
+
+/// `HTTPRequestRedirectFilter`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRequestRedirectFilter {
+    /// `http` or `https`.
+    #[serde(default)]
+    pub scheme: Option<String>,
+    /// New host.
+    #[serde(default)]
+    pub hostname: Option<String>,
+    /// New path.
+    #[serde(default)]
+    pub path: Option<HttpPathModifier>,
+    /// New port.
+    #[serde(default)]
+    pub port: Option<u32>,
+    /// 301 or 302 (default 302).
+    #[serde(default)]
+    pub status_code: Option<u32>,
+}
+
+/// `HTTPURLRewriteFilter`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpUrlRewriteFilter {
+    /// New Host.
+    #[serde(default)]
+    pub hostname: Option<String>,
+    /// New path.
+    #[serde(default)]
+    pub path: Option<HttpPathModifier>,
+}
+
+/// `HTTPPathModifier`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpPathModifier {
+    /// `ReplaceFullPath` or `ReplacePrefixMatch`.
+    #[serde(default, rename = "type")]
+    pub kind: String,
+    /// The path (ReplaceFullPath).
+    #[serde(default)]
+    pub replace_full_path: Option<String>,
+    /// The prefix (ReplacePrefixMatch).
+    #[serde(default)]
+    pub replace_prefix_match: Option<String>,
+}
+
+/// `HTTPBackendRef`: a [`BackendRef`] with filters (not served).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpBackendRef {
+    /// API group ("" = core).
+    #[serde(default)]
+    pub group: Option<String>,
+    /// Kind (default Service).
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+    /// Namespace (default: the route's).
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Service port.
+    #[serde(default)]
+    pub port: Option<u32>,
+    /// Relative weight, default 1.
+    #[serde(default)]
+    pub weight: Option<i64>,
+    /// Filters for requests sent to this backend (not served).
+    #[serde(default)]
+    pub filters: Vec<serde_json::Value>,
+}
+
+impl HttpBackendRef {
+    /// As a plain [`BackendRef`].
+    pub fn plain(&self) -> BackendRef {
+        BackendRef {
+            group: self.group.clone(),
+            kind: self.kind.clone(),
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            port: self.port,
+            weight: self.weight,
+            port_name: None,
+        }
+    }
+}
+
+/// `HTTPRouteTimeouts`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteTimeouts {
+    /// The whole request.
+    #[serde(default)]
+    pub request: Option<String>,
+    /// Each request to a backend.
+    #[serde(default)]
+    pub backend_request: Option<String>,
+}

@@ -185,7 +185,8 @@ pub struct VirtualServiceSpec {
     pub tcp: Vec<TcpRoute>,
 }
 
-/// `HTTPRoute` of a VirtualService.
+/// `HTTPRoute` of a VirtualService: rules are tried in order; the first whose matches
+/// (ORed; none = every request) hold decides.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpRoute {
@@ -197,34 +198,81 @@ pub struct HttpRoute {
     pub matches: Vec<HttpMatchRequest>,
     /// Weighted destinations.
     #[serde(default)]
-    pub route: Vec<RouteDestination>,
+    pub route: Vec<HttpRouteDestination>,
     /// Redirect instead of forwarding.
     #[serde(default)]
     pub redirect: Option<HttpRedirect>,
+    /// Answer directly instead of forwarding.
+    #[serde(default)]
+    pub direct_response: Option<HttpDirectResponse>,
+    /// Rewrite the request before forwarding.
+    #[serde(default)]
+    pub rewrite: Option<HttpRewrite>,
+    /// Whole-request timeout (`10s`, `1.5s`, `500ms`).
+    #[serde(default)]
+    pub timeout: Option<String>,
+    /// Retry policy.
+    #[serde(default)]
+    pub retries: Option<HttpRetry>,
+    /// Mirror to this destination (with `mirrorPercentage`).
+    #[serde(default)]
+    pub mirror: Option<Destination>,
+    /// Share of requests `mirror` gets (default 100).
+    #[serde(default)]
+    pub mirror_percentage: Option<Percent>,
+    /// Several mirrors.
+    #[serde(default)]
+    pub mirrors: Vec<HttpMirrorPolicy>,
+    /// Header changes of the rule.
+    #[serde(default)]
+    pub headers: Option<Headers>,
 }
 
-/// `HTTPMatchRequest`: the subset sluice routes on.
+/// `HTTPMatchRequest`: conditions ANDed. Istio: "All conditions inside a single match
+/// block have AND semantics, while the list of match blocks have OR semantics."
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpMatchRequest {
-    /// Match name.
+    /// Match name (prefixed to the rule's for explain).
     #[serde(default)]
     pub name: Option<String>,
-    /// URI match.
+    /// URI (path) match.
     #[serde(default)]
     pub uri: Option<StringMatch>,
+    /// Scheme match.
+    #[serde(default)]
+    pub scheme: Option<StringMatch>,
+    /// Method match.
+    #[serde(default)]
+    pub method: Option<StringMatch>,
     /// Host/authority match.
     #[serde(default)]
     pub authority: Option<StringMatch>,
+    /// Header matches (keys lower case; an empty StringMatch = present).
+    #[serde(default)]
+    pub headers: BTreeMap<String, StringMatch>,
+    /// Headers that must not match.
+    #[serde(default)]
+    pub without_headers: BTreeMap<String, StringMatch>,
+    /// Query parameter matches (exact, prefix or regex; empty = present).
+    #[serde(default)]
+    pub query_params: BTreeMap<String, StringMatch>,
+    /// `uri` exact/prefix compared case-insensitively ("the case will be ignored only in
+    /// the case of exact and prefix URI matches").
+    #[serde(default)]
+    pub ignore_uri_case: bool,
     /// Port of the server the request arrived on.
     #[serde(default)]
     pub port: Option<u32>,
     /// Gateways this match applies to.
     #[serde(default)]
     pub gateways: Vec<String>,
+    /// Namespace of the client workload.
+    #[serde(default)]
+    pub source_namespace: Option<String>,
 }
 
-/// `StringMatch`: exactly one of exact / prefix / regex (regex is not implemented).
+/// `StringMatch`: exactly one of exact / prefix / regex (RE2, whole value).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct StringMatch {
@@ -234,13 +282,16 @@ pub struct StringMatch {
     /// Prefix.
     #[serde(default)]
     pub prefix: Option<String>,
+    /// RE2 expression.
+    #[serde(default)]
+    pub regex: Option<String>,
 }
 
-/// `HTTPRedirect`.
+/// `HTTPRedirect`: "the port, scheme, authority and uri are replaced as given".
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpRedirect {
-    /// Replacement path.
+    /// Replacement path (the whole path, however the request was matched).
     #[serde(default)]
     pub uri: Option<String>,
     /// Replacement authority.
@@ -249,12 +300,157 @@ pub struct HttpRedirect {
     /// Replacement port.
     #[serde(default)]
     pub port: Option<u32>,
+    /// `FROM_PROTOCOL_DEFAULT` (80/443) or `FROM_REQUEST_PORT`.
+    #[serde(default)]
+    pub derive_port: Option<String>,
     /// Replacement scheme.
     #[serde(default)]
     pub scheme: Option<String>,
     /// Status code (default 301).
     #[serde(default)]
     pub redirect_code: Option<u32>,
+}
+
+/// `HTTPDirectResponse`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpDirectResponse {
+    /// Status code.
+    #[serde(default)]
+    pub status: u32,
+    /// Body.
+    #[serde(default)]
+    pub body: Option<HttpBody>,
+}
+
+/// `HTTPBody`: one of `string` or `bytes` (base64).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpBody {
+    /// Text.
+    #[serde(default)]
+    pub string: Option<String>,
+    /// Base64 bytes.
+    #[serde(default)]
+    pub bytes: Option<String>,
+}
+
+/// `HTTPRewrite`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRewrite {
+    /// Replaces the matched prefix (prefix match) or the whole path.
+    #[serde(default)]
+    pub uri: Option<String>,
+    /// Replaces the authority.
+    #[serde(default)]
+    pub authority: Option<String>,
+    /// Rewrites the path with an expression.
+    #[serde(default)]
+    pub uri_regex_rewrite: Option<RegexRewrite>,
+}
+
+/// `RegexRewrite`: every match of `match` replaced by `rewrite` (`\1` groups).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RegexRewrite {
+    /// RE2 expression.
+    #[serde(default, rename = "match")]
+    pub pattern: String,
+    /// Replacement.
+    #[serde(default)]
+    pub rewrite: String,
+}
+
+/// `HTTPRetry`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRetry {
+    /// Attempts (retries after the first).
+    #[serde(default)]
+    pub attempts: i64,
+    /// Per-attempt timeout.
+    #[serde(default)]
+    pub per_try_timeout: Option<String>,
+    /// Comma-separated Envoy retry conditions.
+    #[serde(default)]
+    pub retry_on: Option<String>,
+    /// Retry on other localities (no meaning on an appliance).
+    #[serde(default)]
+    pub retry_remote_localities: Option<bool>,
+}
+
+/// `Percent`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Percent {
+    /// 0..=100.
+    #[serde(default)]
+    pub value: f64,
+}
+
+/// `HTTPMirrorPolicy`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpMirrorPolicy {
+    /// Destination.
+    pub destination: Destination,
+    /// Share (default 100).
+    #[serde(default)]
+    pub percentage: Option<Percent>,
+}
+
+/// `Headers`: request and response changes.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Headers {
+    /// Request changes.
+    #[serde(default)]
+    pub request: Option<HeaderOperations>,
+    /// Response changes.
+    #[serde(default)]
+    pub response: Option<HeaderOperations>,
+}
+
+/// `HeaderOperations`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderOperations {
+    /// Overwrite.
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+    /// Append.
+    #[serde(default)]
+    pub add: BTreeMap<String, String>,
+    /// Remove.
+    #[serde(default)]
+    pub remove: Vec<String>,
+}
+
+/// `HTTPRouteDestination`: a destination, its weight, and (not served) its own header
+/// changes.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteDestination {
+    /// Where to send.
+    pub destination: Destination,
+    /// Relative weight.
+    #[serde(default)]
+    pub weight: Option<i64>,
+    /// Per-destination header changes (not served: a rule's header changes are one
+    /// set of operations, whatever backend the request goes to).
+    #[serde(default)]
+    pub headers: Option<Headers>,
+}
+
+impl HttpRouteDestination {
+    /// As a plain destination with weight.
+    pub fn plain(&self) -> RouteDestination {
+        RouteDestination {
+            destination: self.destination.clone(),
+            weight: self.weight,
+        }
+    }
 }
 
 /// `TLSRoute` of a VirtualService.

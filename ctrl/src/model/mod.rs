@@ -45,6 +45,8 @@ pub enum Kind {
     TcpRoute,
     /// `gateway.networking.k8s.io` UDPRoute.
     UdpRoute,
+    /// `gateway.networking.k8s.io` HTTPRoute.
+    HttpRoute,
     /// `gateway.networking.k8s.io` ReferenceGrant.
     ReferenceGrant,
     /// `networking.k8s.io/v1` NetworkPolicy (also Ligato's policy.Policy).
@@ -81,7 +83,7 @@ pub struct VersionError {
 
 impl Kind {
     /// Every kind, in summary order.
-    pub const ALL: [Kind; 17] = [
+    pub const ALL: [Kind; 18] = [
         Kind::Appliance,
         Kind::IstioGateway,
         Kind::VirtualService,
@@ -90,6 +92,7 @@ impl Kind {
         Kind::TlsRoute,
         Kind::TcpRoute,
         Kind::UdpRoute,
+        Kind::HttpRoute,
         Kind::ReferenceGrant,
         Kind::NetworkPolicy,
         Kind::Namespace,
@@ -111,6 +114,7 @@ impl Kind {
             Kind::TlsRoute => "TLSRoute",
             Kind::TcpRoute => "TCPRoute",
             Kind::UdpRoute => "UDPRoute",
+            Kind::HttpRoute => "HTTPRoute",
             Kind::ReferenceGrant => "ReferenceGrant",
             Kind::NetworkPolicy => "NetworkPolicy",
             Kind::Namespace => "Namespace",
@@ -158,6 +162,7 @@ impl Kind {
             ("gateway.networking.k8s.io", "TLSRoute") => (Kind::TlsRoute, GATEWAY_VERSIONS),
             ("gateway.networking.k8s.io", "TCPRoute") => (Kind::TcpRoute, GATEWAY_VERSIONS),
             ("gateway.networking.k8s.io", "UDPRoute") => (Kind::UdpRoute, GATEWAY_VERSIONS),
+            ("gateway.networking.k8s.io", "HTTPRoute") => (Kind::HttpRoute, GATEWAY_VERSIONS),
             ("gateway.networking.k8s.io", "ReferenceGrant") => {
                 (Kind::ReferenceGrant, GATEWAY_VERSIONS)
             }
@@ -232,6 +237,7 @@ pub enum Object {
     TlsRoute(Resource<gateway_api::TlsRouteSpec>),
     TcpRoute(Resource<gateway_api::TcpRouteSpec>),
     UdpRoute(Resource<gateway_api::UdpRouteSpec>),
+    HttpRoute(Resource<gateway_api::HttpRouteSpec>),
     ReferenceGrant(Resource<gateway_api::ReferenceGrantSpec>),
     NetworkPolicy(Resource<netpol::NetworkPolicySpec>),
     Namespace(Resource<()>),
@@ -254,6 +260,7 @@ macro_rules! each_object {
             Object::TlsRoute($r) => $body,
             Object::TcpRoute($r) => $body,
             Object::UdpRoute($r) => $body,
+            Object::HttpRoute($r) => $body,
             Object::ReferenceGrant($r) => $body,
             Object::NetworkPolicy($r) => $body,
             Object::Namespace($r) => $body,
@@ -279,6 +286,7 @@ impl Object {
             Object::TlsRoute(_) => Kind::TlsRoute,
             Object::TcpRoute(_) => Kind::TcpRoute,
             Object::UdpRoute(_) => Kind::UdpRoute,
+            Object::HttpRoute(_) => Kind::HttpRoute,
             Object::ReferenceGrant(_) => Kind::ReferenceGrant,
             Object::NetworkPolicy(_) => Kind::NetworkPolicy,
             Object::Namespace(_) => Kind::Namespace,
@@ -546,6 +554,7 @@ fn decode_kind(kind: Kind, doc: &Value) -> Decoded {
             Kind::TlsRoute => spec_doc!(TlsRoute),
             Kind::TcpRoute => spec_doc!(TcpRoute),
             Kind::UdpRoute => spec_doc!(UdpRoute),
+            Kind::HttpRoute => spec_doc!(HttpRoute),
             Kind::ReferenceGrant => spec_doc!(ReferenceGrant),
             Kind::NetworkPolicy => spec_doc!(NetworkPolicy),
             Kind::Appliance => spec_doc!(Appliance),
@@ -651,10 +660,10 @@ fn strip_nulls(v: &mut Value) {
 fn unserved_kind(api_version: &str, kind: &str) -> Option<&'static str> {
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
     Some(match (group, kind) {
-        ("gateway.networking.k8s.io", "HTTPRoute") => {
-            "HTTPRoute is not implemented yet: its requests get no route"
+        ("gateway.networking.k8s.io", "GRPCRoute") => {
+            "GRPCRoute is not served by sluice (gRPC routing is not implemented): its \
+             requests get no route"
         }
-        ("gateway.networking.k8s.io", "GRPCRoute") => "GRPCRoute is not implemented",
         ("gateway.networking.k8s.io", "BackendTLSPolicy") => {
             "BackendTLSPolicy is not implemented: sluice does not originate TLS to backends"
         }
@@ -723,32 +732,13 @@ pub fn unimplemented_fields(kind: Kind) -> &'static [(&'static str, Effect)] {
             ("spec.servers[].tls.caCertificatesFile", R),
         ],
         Kind::VirtualService => &[
-            ("spec.http[].headers", R),
-            ("spec.http[].rewrite", R),
-            ("spec.http[].timeout", T),
-            ("spec.http[].retries", T),
             ("spec.http[].fault", R),
-            ("spec.http[].mirror", R),
-            ("spec.http[].mirrors", R),
-            ("spec.http[].mirrorPercentage", R),
             ("spec.http[].mirrorPercent", R),
             ("spec.http[].mirror_percent", R),
             ("spec.http[].corsPolicy", R),
-            ("spec.http[].directResponse", R),
             ("spec.http[].delegate", R),
-            ("spec.http[].route[].headers", R),
-            ("spec.http[].match[].headers", R),
-            ("spec.http[].match[].scheme", R),
-            ("spec.http[].match[].method", R),
-            ("spec.http[].match[].queryParams", R),
-            ("spec.http[].match[].ignoreUriCase", R),
-            ("spec.http[].match[].withoutHeaders", R),
             ("spec.http[].match[].sourceLabels", R),
-            ("spec.http[].match[].sourceNamespace", R),
             ("spec.http[].match[].statPrefix", T),
-            ("spec.http[].match[].uri.regex", R),
-            ("spec.http[].match[].authority.regex", R),
-            ("spec.http[].redirect.derivePort", R),
             ("spec.tls[].match[].sourceLabels", R),
             ("spec.tls[].match[].sourceNamespace", R),
             ("spec.tcp[].match[].sourceNamespace", R),
@@ -799,6 +789,11 @@ pub fn unimplemented_fields(kind: Kind) -> &'static [(&'static str, Effect)] {
         // Upstream `UDPRoute` (v1alpha2): `parentRefs` and `rules[]` of `name` and plain
         // `BackendRef`s (no `filters`); sluice reads every one of them.
         Kind::UdpRoute => &[],
+        // Experimental fields: retries and session persistence only tune behaviour.
+        Kind::HttpRoute => &[
+            ("spec.rules[].retry", T),
+            ("spec.rules[].sessionPersistence", T),
+        ],
         _ => &[],
     }
 }

@@ -380,11 +380,12 @@ fn listener_protocol_of(route_kind: &str) -> &'static str {
 }
 
 /// The route kinds sluice attaches to a Gateway API listener (HTTP and HTTPS listeners
-/// take HTTPRoutes upstream, which sluice does not read). A TLS listener in mode
+/// take HTTPRoutes). A TLS listener in mode
 /// Terminate takes TCPRoutes besides TLSRoutes: older Gateway API releases paired
 /// terminating TLS listeners with TCPRoutes (the decrypted stream routed as TCP).
 pub fn route_kinds_of(l: &gw::Listener) -> &'static [&'static str] {
     match l.protocol.as_str() {
+        "HTTP" | "HTTPS" => &["HTTPRoute"],
         "TLS" if crate::compile::certs::gateway_terminates(l) => &["TLSRoute", "TCPRoute"],
         "TLS" => &["TLSRoute"],
         "TCP" => &["TCPRoute"],
@@ -431,45 +432,59 @@ fn route_rules(
                 ),
             );
         }
-        for (j, b) in rule.backend_refs.iter().enumerate() {
-            let here = format!("{at}[{j}]");
-            weight(it, &format!("{here}.weight"), b.weight, r);
-            let kind = b.kind.as_deref().unwrap_or("Service");
-            let group = b.group.as_deref().unwrap_or("");
-            if kind != "Service" || !group.is_empty() {
-                r.warn(&it.path(&format!("{here}.kind")), format!("backend kind {group}/{kind} is not supported: invalid backend, its share will be rejected"));
-                continue;
-            }
-            let bns = b.namespace.clone().unwrap_or_else(|| ns.clone());
-            if b.port.is_none() && b.port_name.is_none() {
-                r.error(
-                    &it.path(&format!("{here}.port")),
-                    "port is required for a Service backend",
-                );
-            }
-            if !index.grant_allows(
-                ("gateway.networking.k8s.io", route_kind, &ns),
-                ("", "Service", &bns, &b.name),
-            ) {
-                r.warn(&it.path(&format!("{here}.namespace")), format!("reference to Service {bns}/{} is not permitted by any ReferenceGrant: invalid backend, its share will be rejected", b.name));
-                continue;
-            }
-            match index.get(Kind::Service, &bns, &b.name) {
-                None => r.warn(
-                    &it.path(&format!("{here}.name")),
-                    format!(
-                        "Service {bns}/{} not found: invalid backend, its share will be rejected",
-                        b.name
-                    ),
+        backend_refs(it, &at, &rule.backend_refs, &ns, route_kind, index, r);
+    }
+}
+
+/// The checks of a rule's backendRefs at `at` (of a `route_kind` route in `ns`): weights,
+/// kind, port, ReferenceGrant, Service and port existence.
+fn backend_refs(
+    it: &Item,
+    at: &str,
+    refs: &[gw::BackendRef],
+    ns: &str,
+    route_kind: &str,
+    index: &Index,
+    r: &mut Reporter,
+) {
+    for (j, b) in refs.iter().enumerate() {
+        let here = format!("{at}[{j}]");
+        weight(it, &format!("{here}.weight"), b.weight, r);
+        let kind = b.kind.as_deref().unwrap_or("Service");
+        let group = b.group.as_deref().unwrap_or("");
+        if kind != "Service" || !group.is_empty() {
+            r.warn(&it.path(&format!("{here}.kind")), format!("backend kind {group}/{kind} is not supported: invalid backend, its share will be rejected"));
+            continue;
+        }
+        let bns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
+        if b.port.is_none() && b.port_name.is_none() {
+            r.error(
+                &it.path(&format!("{here}.port")),
+                "port is required for a Service backend",
+            );
+        }
+        if !index.grant_allows(
+            ("gateway.networking.k8s.io", route_kind, ns),
+            ("", "Service", &bns, &b.name),
+        ) {
+            r.warn(&it.path(&format!("{here}.namespace")), format!("reference to Service {bns}/{} is not permitted by any ReferenceGrant: invalid backend, its share will be rejected", b.name));
+            continue;
+        }
+        match index.get(Kind::Service, &bns, &b.name) {
+            None => r.warn(
+                &it.path(&format!("{here}.name")),
+                format!(
+                    "Service {bns}/{} not found: invalid backend, its share will be rejected",
+                    b.name
                 ),
-                Some(svc) => {
-                    if let (Some(port), Object::Service(s)) = (b.port, &svc.object) {
-                        if !s.spec.ports.iter().any(|p| p.port == i64::from(port)) {
-                            r.error(
-                                &it.path(&format!("{here}.port")),
-                                format!("Service {bns}/{} has no port {port}", b.name),
-                            );
-                        }
+            ),
+            Some(svc) => {
+                if let (Some(port), Object::Service(s)) = (b.port, &svc.object) {
+                    if !s.spec.ports.iter().any(|p| p.port == i64::from(port)) {
+                        r.error(
+                            &it.path(&format!("{here}.port")),
+                            format!("Service {bns}/{} has no port {port}", b.name),
+                        );
                     }
                 }
             }
@@ -497,4 +512,256 @@ pub(super) fn tcp_route(
 ) {
     route_parents(it, &spec.parent_refs, route_kind, index, r);
     route_rules(it, &spec.rules, route_kind, index, r);
+}
+
+/// An HTTPRoute: parents, hostnames, and each rule's matches, filters and backends.
+/// What sluice cannot compile exactly is not served (the route is left out): filters
+/// `ExtensionRef`, `CORS`, `ExternalAuth`, backendRef-level filters, expressions that do
+/// not compile; malformed values are errors.
+pub(super) fn http_route(it: &Item, spec: &gw::HttpRouteSpec, index: &Index, r: &mut Reporter) {
+    route_parents(it, &spec.parent_refs, "HTTPRoute", index, r);
+    for (i, h) in spec.hostnames.iter().enumerate() {
+        hostname(it, &format!("spec.hostnames[{i}]"), h, r);
+    }
+    let ns = it.object.meta().namespace().to_string();
+    let regex = |at: String, re: &str, r: &mut Reporter| {
+        if let Err(e) = sluice_dataplane::tables::http::Regex::new(re) {
+            r.not_served_because(&it.path(&at), "UnsupportedValue", e.to_string());
+        }
+    };
+    for (i, rule) in spec.rules.iter().enumerate() {
+        let at = format!("spec.rules[{i}]");
+        let mut prefix_only = true;
+        for (j, m) in rule.matches.iter().enumerate() {
+            let mat = format!("{at}.matches[{j}]");
+            if let Some(p) = &m.path {
+                let value = p.value.as_deref().unwrap_or("/");
+                match p.kind.as_deref().unwrap_or("PathPrefix") {
+                    "Exact" | "PathPrefix" => {
+                        if !value.starts_with('/') {
+                            r.error(&it.path(&format!("{mat}.path.value")), "a path starts with `/`");
+                        }
+                        if p.kind.as_deref() == Some("Exact") {
+                            prefix_only = false;
+                        }
+                    }
+                    "RegularExpression" => {
+                        prefix_only = false;
+                        regex(format!("{mat}.path.value"), value, r);
+                    }
+                    other => r.error(
+                        &it.path(&format!("{mat}.path.type")),
+                        format!("unknown path match type `{other}` (Exact, PathPrefix, RegularExpression)"),
+                    ),
+                }
+            }
+            for (what, list) in [("headers", &m.headers), ("queryParams", &m.query_params)] {
+                let mut names = BTreeSet::new();
+                for (k, h) in list.iter().enumerate() {
+                    let here = format!("{mat}.{what}[{k}]");
+                    let name = if what == "headers" {
+                        h.name.to_ascii_lowercase()
+                    } else {
+                        h.name.clone()
+                    };
+                    if !names.insert(name) {
+                        // Upstream: "the first entry with an equivalent name MUST be
+                        // considered for a match. Subsequent entries ... MUST be ignored."
+                        r.warn(
+                            &it.path(&format!("{here}.name")),
+                            "a repeated name: ignored (the first entry counts)",
+                        );
+                    }
+                    match h.kind.as_deref().unwrap_or("Exact") {
+                        "Exact" => {}
+                        "RegularExpression" => regex(format!("{here}.value"), &h.value, r),
+                        other => r.error(
+                            &it.path(&format!("{here}.type")),
+                            format!("unknown match type `{other}` (Exact, RegularExpression)"),
+                        ),
+                    }
+                }
+            }
+            if let Some(meth) = &m.method {
+                if !matches!(
+                    meth.as_str(),
+                    "GET"
+                        | "HEAD"
+                        | "POST"
+                        | "PUT"
+                        | "DELETE"
+                        | "CONNECT"
+                        | "OPTIONS"
+                        | "TRACE"
+                        | "PATCH"
+                ) {
+                    r.error(
+                        &it.path(&format!("{mat}.method")),
+                        format!("unknown method `{meth}`"),
+                    );
+                }
+            }
+        }
+        let mut kinds = BTreeSet::new();
+        for (k, f) in rule.filters.iter().enumerate() {
+            let here = format!("{at}.filters[{k}]");
+            let present = match f.kind.as_str() {
+                "RequestHeaderModifier" => f.request_header_modifier.is_some(),
+                "ResponseHeaderModifier" => f.response_header_modifier.is_some(),
+                "RequestMirror" => f.request_mirror.is_some(),
+                "RequestRedirect" => f.request_redirect.is_some(),
+                "URLRewrite" => f.url_rewrite.is_some(),
+                "ExtensionRef" | "CORS" | "ExternalAuth" => {
+                    r.not_served_because(
+                        &it.path(&format!("{here}.type")),
+                        "UnsupportedValue",
+                        format!("filter {} is not implemented: ignoring it would serve these requests unfiltered", f.kind),
+                    );
+                    continue;
+                }
+                other => {
+                    r.error(
+                        &it.path(&format!("{here}.type")),
+                        format!("unknown filter type `{other}`"),
+                    );
+                    continue;
+                }
+            };
+            if !present {
+                r.error(
+                    &it.path(&here),
+                    format!("filter {} needs its field", f.kind),
+                );
+            }
+            if f.kind != "RequestMirror" && !kinds.insert(f.kind.clone()) {
+                r.error(
+                    &it.path(&format!("{here}.type")),
+                    format!("filter {} is given twice", f.kind),
+                );
+            }
+            let path_mod = f
+                .request_redirect
+                .as_ref()
+                .and_then(|x| x.path.as_ref())
+                .or(f.url_rewrite.as_ref().and_then(|x| x.path.as_ref()));
+            if let Some(pm) = path_mod {
+                match pm.kind.as_str() {
+                    "ReplaceFullPath" if pm.replace_full_path.is_some() => {}
+                    "ReplacePrefixMatch" if pm.replace_prefix_match.is_some() => {
+                        if !prefix_only {
+                            // Upstream: "ReplacePrefixMatch is only compatible with a
+                            // PathPrefix HTTPRouteMatch".
+                            r.not_served_because(
+                                &it.path(&here),
+                                "UnsupportedValue",
+                                "ReplacePrefixMatch needs every match of the rule to be a PathPrefix match",
+                            );
+                        }
+                    }
+                    _ => r.error(
+                        &it.path(&here),
+                        "path: type ReplaceFullPath with replaceFullPath, or ReplacePrefixMatch with replacePrefixMatch",
+                    ),
+                }
+            }
+            if let Some(x) = &f.request_redirect {
+                if let Some(s) = &x.scheme {
+                    if !matches!(s.as_str(), "http" | "https") {
+                        r.error(
+                            &it.path(&format!("{here}.requestRedirect.scheme")),
+                            "http or https",
+                        );
+                    }
+                }
+                if x.status_code.is_some_and(|c| c != 301 && c != 302) {
+                    r.error(
+                        &it.path(&format!("{here}.requestRedirect.statusCode")),
+                        "301 or 302",
+                    );
+                }
+                if x.port.is_some_and(|p| p == 0 || p > 65535) {
+                    r.error(
+                        &it.path(&format!("{here}.requestRedirect.port")),
+                        "not a port number",
+                    );
+                }
+            }
+            if let Some(m) = &f.request_mirror {
+                if m.percent.is_some_and(|p| !(0..=100).contains(&p)) {
+                    r.error(
+                        &it.path(&format!("{here}.requestMirror.percent")),
+                        "0..=100",
+                    );
+                }
+                if let Some(fr) = &m.fraction {
+                    let d = fr.denominator.unwrap_or(100);
+                    if d <= 0 || fr.numerator < 0 || fr.numerator > d {
+                        r.error(
+                            &it.path(&format!("{here}.requestMirror.fraction")),
+                            "0 <= numerator <= denominator, denominator > 0",
+                        );
+                    }
+                }
+                if m.percent.is_some() && m.fraction.is_some() {
+                    r.error(
+                        &it.path(&format!("{here}.requestMirror")),
+                        "set one of percent and fraction",
+                    );
+                }
+                backend_refs(
+                    it,
+                    &format!("{here}.requestMirror.backendRef"),
+                    std::slice::from_ref(&m.backend_ref),
+                    &ns,
+                    "HTTPRoute",
+                    index,
+                    r,
+                );
+            }
+        }
+        if kinds.contains("RequestRedirect") && kinds.contains("URLRewrite") {
+            r.error(
+                &it.path(&format!("{at}.filters")),
+                "RequestRedirect and URLRewrite cannot both be set",
+            );
+        }
+        for (j, b) in rule.backend_refs.iter().enumerate() {
+            if !b.filters.is_empty() {
+                r.not_served_because(
+                    &it.path(&format!("{at}.backendRefs[{j}].filters")),
+                    "UnsupportedValue",
+                    "backendRef-level filters are not implemented: they would change only the requests given to this backend",
+                );
+            }
+        }
+        let plain: Vec<gw::BackendRef> = rule
+            .backend_refs
+            .iter()
+            .map(gw::HttpBackendRef::plain)
+            .collect();
+        backend_refs(
+            it,
+            &format!("{at}.backendRefs"),
+            &plain,
+            &ns,
+            "HTTPRoute",
+            index,
+            r,
+        );
+        if let Some(t) = &rule.timeouts {
+            for (what, v) in [
+                ("request", &t.request),
+                ("backendRequest", &t.backend_request),
+            ] {
+                if let Some(v) = v {
+                    if crate::compile::http::duration_ms(v).is_none() {
+                        r.error(
+                            &it.path(&format!("{at}.timeouts.{what}")),
+                            format!("`{v}` is not a duration"),
+                        );
+                    }
+                }
+            }
+        }
+    }
 }

@@ -425,34 +425,15 @@ pub(super) fn virtual_service(
         let at = format!("spec.http[{i}]");
         for (j, m) in h.matches.iter().enumerate() {
             gateway_refs(&m.gateways, &format!("{at}.match[{j}].gateways"), r);
-            if m.authority.is_some() {
-                r.not_served(
-                    &it.path(&format!("{at}.match[{j}].authority")),
-                    "match by authority is not implemented yet; ignoring it would send every \
-                     host's requests to this route",
-                );
-            }
-            for (field, sm) in [("uri", &m.uri), ("authority", &m.authority)] {
-                if let Some(sm) = sm {
-                    if sm.exact.is_some() && sm.prefix.is_some() {
-                        r.error(
-                            &it.path(&format!("{at}.match[{j}].{field}")),
-                            "set exactly one of exact and prefix",
-                        );
-                    }
-                }
-            }
+            http_match(it, &format!("{at}.match[{j}]"), m, r);
         }
-        if h.route.is_empty() && h.redirect.is_none() {
-            r.error(&it.path(&at), "an http route needs `route` or `redirect`");
-        }
-        if !h.route.is_empty() && h.redirect.is_some() {
-            r.error(
-                &it.path(&format!("{at}.redirect")),
-                "`redirect` and `route` are mutually exclusive",
-            );
-        }
-        dests(&h.route, &format!("{at}.route"), r);
+        http_actions(it, &at, h, r);
+        let plain: Vec<istio::RouteDestination> = h
+            .route
+            .iter()
+            .map(istio::HttpRouteDestination::plain)
+            .collect();
+        dests(&plain, &format!("{at}.route"), r);
     }
     for (i, t) in spec.tls.iter().enumerate() {
         let at = format!("spec.tls[{i}]");
@@ -594,6 +575,244 @@ pub(super) fn destination_rule(it: &Item, spec: &istio::DestinationRuleSpec, r: 
             &s.traffic_policy,
             &format!("spec.subsets[{i}].trafficPolicy"),
             r,
+        );
+    }
+}
+
+/// Checks one `HTTPMatchRequest`: each StringMatch sets at most one of exact, prefix and
+/// regex; expressions compile (RE2, within the DFA limits); what sluice cannot match
+/// exactly is not served.
+fn http_match(it: &Item, at: &str, m: &istio::HttpMatchRequest, r: &mut Reporter) {
+    let check = |field: String, sm: &istio::StringMatch, r: &mut Reporter| {
+        let set = [sm.exact.is_some(), sm.prefix.is_some(), sm.regex.is_some()]
+            .iter()
+            .filter(|b| **b)
+            .count();
+        if set > 1 {
+            r.error(
+                &it.path(&field),
+                "set exactly one of exact, prefix and regex",
+            );
+        }
+        if let Some(re) = &sm.regex {
+            if let Err(e) = sluice_dataplane::tables::http::Regex::new(re) {
+                r.not_served(&it.path(&format!("{field}.regex")), e.to_string());
+            }
+        }
+    };
+    for (name, sm) in [
+        ("uri", &m.uri),
+        ("scheme", &m.scheme),
+        ("authority", &m.authority),
+    ] {
+        if let Some(sm) = sm {
+            check(format!("{at}.{name}"), sm, r);
+        }
+    }
+    if let Some(sm) = &m.method {
+        check(format!("{at}.method"), sm, r);
+        if sm.exact.is_none() {
+            r.not_served(
+                &it.path(&format!("{at}.method")),
+                "method matches by prefix or regex are not implemented (only exact): \
+                 ignoring it would send every method here",
+            );
+        }
+    }
+    for (list, what) in [
+        (&m.headers, "headers"),
+        (&m.without_headers, "withoutHeaders"),
+    ] {
+        for (k, sm) in list {
+            check(format!("{at}.{what}.{k}"), sm, r);
+        }
+    }
+    for (k, sm) in &m.query_params {
+        check(format!("{at}.queryParams.{k}"), sm, r);
+        if sm.prefix.is_some() {
+            // Istio: "prefix matching is currently not supported" for queryParams.
+            r.not_served(
+                &it.path(&format!("{at}.queryParams.{k}")),
+                "queryParams prefix matches are not supported by Istio (only exact and \
+                 regex)",
+            );
+        }
+    }
+    if m.port.is_some_and(|p| p == 0 || p > 65535) {
+        r.error(&it.path(&format!("{at}.port")), "not a port number");
+    }
+}
+
+/// Checks an `http` entry's actions: exactly one of `route`, `redirect`,
+/// `directResponse` (Istio's rules; `delegate` is not served); rewrite, headers,
+/// timeout, retries and mirrors as sluice compiles them.
+fn http_actions(it: &Item, at: &str, h: &istio::HttpRoute, r: &mut Reporter) {
+    let actions = [
+        !h.route.is_empty(),
+        h.redirect.is_some(),
+        h.direct_response.is_some(),
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count();
+    if actions == 0 {
+        r.error(
+            &it.path(at),
+            "an http route needs one of `route`, `redirect` and `directResponse`",
+        );
+    } else if actions > 1 {
+        r.error(
+            &it.path(at),
+            "`route`, `redirect` and `directResponse` are mutually exclusive",
+        );
+    }
+    for (i, d) in h.route.iter().enumerate() {
+        if d.headers.is_some() {
+            r.not_served(
+                &it.path(&format!("{at}.route[{i}].headers")),
+                "per-destination header changes are not implemented: a rule's header changes \
+                 are one set of operations whatever backend the request goes to, so these \
+                 cannot be expressed",
+            );
+        }
+    }
+    if let Some(x) = &h.redirect {
+        if x.port.is_some() && x.derive_port.is_some() {
+            r.error(
+                &it.path(&format!("{at}.redirect")),
+                "set one of port and derivePort",
+            );
+        }
+        if let Some(d) = &x.derive_port {
+            if !matches!(d.as_str(), "FROM_PROTOCOL_DEFAULT" | "FROM_REQUEST_PORT") {
+                r.error(
+                    &it.path(&format!("{at}.redirect.derivePort")),
+                    "must be FROM_PROTOCOL_DEFAULT or FROM_REQUEST_PORT",
+                );
+            }
+        }
+        if x.port.is_some_and(|p| p == 0 || p > 65535) {
+            r.error(
+                &it.path(&format!("{at}.redirect.port")),
+                "not a port number",
+            );
+        }
+        if let Some(c) = x.redirect_code {
+            if !(300..=399).contains(&c) {
+                r.error(
+                    &it.path(&format!("{at}.redirect.redirectCode")),
+                    "a redirect code is a 3xx status",
+                );
+            }
+        }
+        if h.rewrite.is_some() {
+            r.error(
+                &it.path(&format!("{at}.rewrite")),
+                "`rewrite` cannot be used with `redirect`",
+            );
+        }
+    }
+    if let Some(d) = &h.direct_response {
+        if !(200..=599).contains(&d.status) {
+            r.error(
+                &it.path(&format!("{at}.directResponse.status")),
+                "not an HTTP status (200-599)",
+            );
+        }
+        if let Some(b) = &d.body {
+            if b.string.is_some() && b.bytes.is_some() {
+                r.error(
+                    &it.path(&format!("{at}.directResponse.body")),
+                    "set one of string and bytes",
+                );
+            }
+            if let Some(x) = &b.bytes {
+                use base64::Engine as _;
+                if base64::engine::general_purpose::STANDARD
+                    .decode(x.trim())
+                    .is_err()
+                {
+                    r.error(
+                        &it.path(&format!("{at}.directResponse.body.bytes")),
+                        "not valid base64",
+                    );
+                }
+            }
+        }
+    }
+    if let Some(rw) = &h.rewrite {
+        if rw.uri.is_some() && rw.uri_regex_rewrite.is_some() {
+            r.error(
+                &it.path(&format!("{at}.rewrite")),
+                "set one of uri and uriRegexRewrite",
+            );
+        }
+        if let Some(x) = &rw.uri_regex_rewrite {
+            if let Err(e) = sluice_dataplane::tables::http::RewriteRegex::new(&x.pattern) {
+                r.not_served(
+                    &it.path(&format!("{at}.rewrite.uriRegexRewrite.match")),
+                    e.to_string(),
+                );
+            }
+        }
+    }
+    if let Some(t) = &h.timeout {
+        if crate::compile::http::duration_ms(t).is_none() {
+            r.error(
+                &it.path(&format!("{at}.timeout")),
+                format!("`{t}` is not a duration (e.g. `10s`, `1.5s`, `500ms`)"),
+            );
+        }
+    }
+    if let Some(x) = &h.retries {
+        if let Some(t) = &x.per_try_timeout {
+            if crate::compile::http::duration_ms(t).is_none() {
+                r.error(
+                    &it.path(&format!("{at}.retries.perTryTimeout")),
+                    format!("`{t}` is not a duration"),
+                );
+            }
+        }
+        if x.attempts < 0 || x.attempts > i64::from(u8::MAX) {
+            r.error(
+                &it.path(&format!("{at}.retries.attempts")),
+                "attempts must be 0..=255",
+            );
+        }
+        let unknown: Vec<&str> = x
+            .retry_on
+            .as_deref()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty() && !crate::compile::RETRY_ON.contains(n))
+            .collect();
+        if !unknown.is_empty() {
+            r.warn(
+                &it.path(&format!("{at}.retries.retryOn")),
+                format!(
+                    "{} not implemented: such failures are not retried (sluice retries on {})",
+                    unknown.join(", "),
+                    crate::compile::RETRY_ON.join(", ")
+                ),
+            );
+        }
+    }
+    let pct = |p: &Option<istio::Percent>, field: String, r: &mut Reporter| {
+        if p.as_ref()
+            .is_some_and(|p| !(0.0..=100.0).contains(&p.value))
+        {
+            r.error(&it.path(&field), "a percentage is 0..=100");
+        }
+    };
+    pct(&h.mirror_percentage, format!("{at}.mirrorPercentage"), r);
+    for (i, m) in h.mirrors.iter().enumerate() {
+        pct(&m.percentage, format!("{at}.mirrors[{i}].percentage"), r);
+    }
+    if h.mirror.is_some() && !h.mirrors.is_empty() {
+        r.error(
+            &it.path(&format!("{at}.mirrors")),
+            "set one of mirror and mirrors",
         );
     }
 }

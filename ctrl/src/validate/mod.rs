@@ -78,6 +78,7 @@ pub fn validate(loaded: &mut Loaded) {
                 Object::DestinationRule(d) => istio::destination_rule(it, &d.spec, &mut r),
                 Object::Gateway(g) => gateway_api::gateway(it, &g.spec, &mut r),
                 Object::TlsRoute(t) => gateway_api::tls_route(it, &t.spec, &index, &mut r),
+                Object::HttpRoute(h) => gateway_api::http_route(it, &h.spec, &index, &mut r),
                 Object::TcpRoute(t) => {
                     gateway_api::tcp_route(it, &t.spec, "TCPRoute", &index, &mut r)
                 }

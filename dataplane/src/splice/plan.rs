@@ -4,7 +4,8 @@
 
 use super::{inspect, redirect_answer, Embryo, Embryos};
 use crate::stats::{Counters, Event};
-use crate::tables::listeners::{ListenerEntry, ListenerKind, Redirect};
+use crate::tables::http::{HttpAction, Request};
+use crate::tables::listeners::{ListenerEntry, ListenerKind, RouteEntry};
 use crate::tables::maglev::{flow_hash, MaglevTable, Pick};
 use crate::tables::snapshot::Snapshot;
 use crate::wire::ip_proto;
@@ -62,18 +63,21 @@ pub(super) fn decide(
                     pick_backend(table, client, vip, e.tries, e.backend)
                 };
                 if listener.kind == ListenerKind::Http && !route.http.is_empty() {
-                    match route.http_rule(path) {
-                        None => (Plan::Reset, 0),
-                        Some(rule) => match &rule.redirect {
-                            Some(r) => {
-                                let target = http_target(bytes);
-                                match location(&mut answer, r, host, target) {
-                                    Some(n) => (Plan::Answer(n), n),
-                                    None => (Plan::Reset, 0),
-                                }
-                            }
-                            None => (pick(rule.table_for(vip.is_ipv6())), 0),
-                        },
+                    let (method, query) = request_line(bytes);
+                    let req = Request {
+                        method,
+                        scheme: "http",
+                        authority: host,
+                        path,
+                        query,
+                        headers: &[],
+                        port: vip.port(),
+                        source: client.ip(),
+                    };
+                    match first_request(route, &req, vip.is_ipv6(), &mut answer) {
+                        FirstRequest::NoRule => (Plan::Reset, 0),
+                        FirstRequest::Answer(n) => (Plan::Answer(n), n),
+                        FirstRequest::Table(t) => (pick(t), 0),
                     }
                 } else {
                     let table = route.table_for(vip.is_ipv6());
@@ -163,19 +167,86 @@ pub(crate) fn pick_backend(
     }
 }
 
-/// The request target of an HTTP head held in `bytes` (between the first two spaces).
-pub(crate) fn http_target(bytes: &[u8]) -> &str {
-    let line = bytes.split(|&b| b == b'\n').next().unwrap_or(&[]);
-    let mut parts = line.split(|&b| b == b' ');
-    let _method = parts.next();
-    std::str::from_utf8(parts.next().unwrap_or(b"/")).unwrap_or("/")
+/// What the first request of a connection gets from an HTTP route.
+pub(crate) enum FirstRequest<'r> {
+    /// No rule matches.
+    NoRule,
+    /// sluice answers (this long, at the start of the answer buffer), then closes.
+    Answer(usize),
+    /// A backend of this table.
+    Table(&'r MaglevTable),
 }
 
-/// Writes a rule redirect's answer: `Location: <scheme or http>://<authority or host><path
-/// or the request's target>`.
-pub(crate) fn location(out: &mut [u8], r: &Redirect, host: &str, target: &str) -> Option<usize> {
-    let scheme = r.scheme.as_deref().unwrap_or("http");
-    let authority = r.authority.as_deref().unwrap_or(host);
-    let path = r.path.as_deref().unwrap_or(target);
-    super::redirect_answer(out, r.code, &[scheme, "://", authority, path])
+/// The decision of `route`'s HTTP rules for `req` (the first request of a connection to
+/// a virtual address of family `v6`); an answer is written into `answer`.
+pub(crate) fn first_request<'r>(
+    route: &'r RouteEntry,
+    req: &Request<'_>,
+    v6: bool,
+    answer: &mut [u8],
+) -> FirstRequest<'r> {
+    let Some((m, rule)) = route.http.find(req) else {
+        return FirstRequest::NoRule;
+    };
+    match &rule.action {
+        HttpAction::Forward {
+            table, table_v6, ..
+        } => FirstRequest::Table(match (table_v6, v6) {
+            (Some(t), true) => t,
+            _ => table,
+        }),
+        HttpAction::Redirect(r) => {
+            let mut loc = [0u8; ANSWER_MAX];
+            let n = r
+                .write_location(req, m, &mut loc)
+                .and_then(|n| std::str::from_utf8(loc.get(..n)?).ok())
+                .and_then(|l| super::redirect_answer(answer, r.code, &[l]));
+            n.map_or(FirstRequest::NoRule, FirstRequest::Answer)
+        }
+        HttpAction::Direct { status, body } => {
+            direct_answer(answer, *status, body).map_or(FirstRequest::NoRule, FirstRequest::Answer)
+        }
+    }
+}
+
+/// Writes a direct answer: `status`, `Content-Length`, `Connection: close`, `body`.
+pub(crate) fn direct_answer(out: &mut [u8], status: u16, body: &[u8]) -> Option<usize> {
+    let mut n: usize = 0;
+    let mut put = |s: &[u8]| -> Option<()> {
+        out.get_mut(n..n.checked_add(s.len())?)?.copy_from_slice(s);
+        n += s.len();
+        Some(())
+    };
+    let c = status.min(999);
+    put(b"HTTP/1.1 ")?;
+    put(&[
+        b'0' + (c / 100) as u8,
+        b'0' + (c / 10 % 10) as u8,
+        b'0' + (c % 10) as u8,
+    ])?;
+    put(b" \r\nContent-Length: ")?;
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut len = body.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (len % 10) as u8;
+        len /= 10;
+        if len == 0 {
+            break;
+        }
+    }
+    put(&digits[i..])?;
+    put(b"\r\nConnection: close\r\n\r\n")?;
+    put(body)?;
+    Some(n)
+}
+
+/// The method and the query (after `?`, empty if none) of the request line in `bytes`.
+pub(crate) fn request_line(bytes: &[u8]) -> (&str, &str) {
+    let line = bytes.split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let mut parts = line.split(|&b| b == b' ');
+    let method = std::str::from_utf8(parts.next().unwrap_or(b"")).unwrap_or("");
+    let target = std::str::from_utf8(parts.next().unwrap_or(b"")).unwrap_or("");
+    (method, target.split_once('?').map_or("", |(_, q)| q))
 }

@@ -8,8 +8,20 @@
 //! headers, most query parameters, oldest route, namespace/name, rule order) before they
 //! reach this table. Lookups take no lock and allocate nothing; regular expressions are
 //! compiled DFAs (RE2 syntax, full match) that need no scratch space to search.
+//!
+//! The pure functions the proxy needs next to a lookup live here too: a redirect's
+//! `Location` ([`Redirect::write_location`]) and a rewritten path
+//! ([`Rewrite::write_path`]), both written into the caller's buffer without allocating.
+//! Istio's `uriRegexRewrite` searches with a Pike VM whose scratch space the caller owns
+//! ([`HttpScratch`], one per worker).
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use regex_automata::dfa::{dense, Automaton, StartKind};
+use regex_automata::nfa::thompson::{self, pikevm};
+use regex_automata::util::primitives::NonMaxUsize;
+use regex_automata::{Anchored, Input};
 
 use super::maglev::MaglevTable;
 
@@ -45,13 +57,221 @@ pub struct Request<'a> {
     pub source: IpAddr,
 }
 
-/// A compiled regular expression: RE2 syntax, matching the whole input.
+/// A compiled regular expression: RE2 syntax, matching the whole input (Envoy's
+/// `safe_regex` and so Istio's and Gateway API's `RegularExpression` are full matches).
 #[derive(Clone, Debug)]
 pub struct Regex {
     /// The pattern as written (for `tables`, `explain` and errors).
     pub pattern: Box<str>,
     /// The anchored forward DFA of `^(?:pattern)$`.
     pub dfa: regex_automata::dfa::dense::DFA<Vec<u32>>,
+}
+
+/// The largest DFA one expression may compile to.
+pub const DFA_SIZE_LIMIT: usize = 1 << 20;
+/// The most memory determinizing one expression may use.
+pub const DETERMINIZE_SIZE_LIMIT: usize = 2 << 20;
+/// The largest Thompson NFA (the rewrite expressions' Pike VM).
+pub const NFA_SIZE_LIMIT: usize = 1 << 20;
+/// Capture groups a rewrite expression may have, group 0 (the whole match) included:
+/// `\0` to `\9` can be referred to.
+pub const MAX_GROUPS: usize = 10;
+
+/// Why an expression does not compile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegexError {
+    /// Not a valid expression (or one a DFA cannot search, like a Unicode `\b`).
+    Syntax {
+        /// The pattern.
+        pattern: String,
+        /// The compiler's message.
+        message: String,
+    },
+    /// It would compile to more than a limit allows.
+    TooLarge {
+        /// The pattern.
+        pattern: String,
+        /// Which limit (`DFA_SIZE_LIMIT`, ...) and its value.
+        limit: &'static str,
+    },
+    /// A rewrite expression with more than [`MAX_GROUPS`] groups.
+    TooManyGroups {
+        /// The pattern.
+        pattern: String,
+        /// How many it has (group 0 included).
+        groups: usize,
+    },
+}
+
+impl std::fmt::Display for RegexError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegexError::Syntax { pattern, message } => {
+                write!(f, "regular expression `{pattern}`: {message}")
+            }
+            RegexError::TooLarge { pattern, limit } => write!(
+                f,
+                "regular expression `{pattern}` compiles to more than {limit}"
+            ),
+            RegexError::TooManyGroups { pattern, groups } => write!(
+                f,
+                "regular expression `{pattern}` has {groups} capture groups (group 0 \
+                 included); at most {MAX_GROUPS} can be referred to"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RegexError {}
+
+impl Regex {
+    /// Compiles `pattern` (RE2 syntax, Unicode) to a dense DFA that matches only the
+    /// whole input, within [`DFA_SIZE_LIMIT`] and [`DETERMINIZE_SIZE_LIMIT`].
+    pub fn new(pattern: &str) -> Result<Regex, RegexError> {
+        let anchored = format!("^(?:{pattern})$");
+        let dfa = dense::Builder::new()
+            .configure(
+                dense::Config::new()
+                    .start_kind(StartKind::Anchored)
+                    .dfa_size_limit(Some(DFA_SIZE_LIMIT))
+                    .determinize_size_limit(Some(DETERMINIZE_SIZE_LIMIT)),
+            )
+            .thompson(thompson::Config::new().nfa_size_limit(Some(NFA_SIZE_LIMIT)))
+            .build(&anchored)
+            .map_err(|e| {
+                let nfa_limit = std::error::Error::source(&e)
+                    .and_then(|s| s.downcast_ref::<thompson::BuildError>())
+                    .and_then(thompson::BuildError::size_limit)
+                    .is_some();
+                if nfa_limit {
+                    RegexError::TooLarge {
+                        pattern: pattern.into(),
+                        limit: "NFA_SIZE_LIMIT (1 MiB)",
+                    }
+                } else if e.is_size_limit_exceeded() {
+                    RegexError::TooLarge {
+                        pattern: pattern.into(),
+                        limit: "DFA_SIZE_LIMIT (1 MiB) or DETERMINIZE_SIZE_LIMIT (2 MiB)",
+                    }
+                } else {
+                    RegexError::Syntax {
+                        pattern: pattern.into(),
+                        message: e.to_string(),
+                    }
+                }
+            })?;
+        Ok(Regex {
+            pattern: pattern.into(),
+            dfa,
+        })
+    }
+
+    /// Whether the whole of `hay` matches. No allocation, no cache; a search the DFA
+    /// gives up on (it cannot for these builds) counts as no match.
+    pub fn is_match(&self, hay: &[u8]) -> bool {
+        let input = Input::new(hay).anchored(Anchored::Yes);
+        matches!(self.dfa.try_search_fwd(&input), Ok(Some(_)))
+    }
+}
+
+/// An expression for Istio's `uriRegexRewrite`, searched with a Pike VM (capture
+/// groups), unanchored, leftmost-first.
+#[derive(Clone, Debug)]
+pub struct RewriteRegex {
+    /// The pattern as written.
+    pub pattern: Box<str>,
+    vm: pikevm::PikeVM,
+    /// Tells [`HttpScratch`] whether its cache was made for this VM.
+    id: u64,
+    /// Capture groups, group 0 included (at most [`MAX_GROUPS`]).
+    groups: usize,
+}
+
+static REWRITE_IDS: AtomicU64 = AtomicU64::new(1);
+
+impl RewriteRegex {
+    /// Compiles `pattern` (RE2 syntax) for rewriting, within [`NFA_SIZE_LIMIT`] and
+    /// with at most [`MAX_GROUPS`] groups.
+    pub fn new(pattern: &str) -> Result<RewriteRegex, RegexError> {
+        let vm = pikevm::Builder::new()
+            .thompson(thompson::Config::new().nfa_size_limit(Some(NFA_SIZE_LIMIT)))
+            .build(pattern)
+            .map_err(|e| {
+                let message = e.to_string();
+                let nfa_limit = std::error::Error::source(&e)
+                    .and_then(|s| s.downcast_ref::<thompson::BuildError>())
+                    .and_then(thompson::BuildError::size_limit)
+                    .is_some();
+                if nfa_limit {
+                    RegexError::TooLarge {
+                        pattern: pattern.into(),
+                        limit: "NFA_SIZE_LIMIT (1 MiB)",
+                    }
+                } else {
+                    RegexError::Syntax {
+                        pattern: pattern.into(),
+                        message,
+                    }
+                }
+            })?;
+        let groups = vm
+            .get_nfa()
+            .group_info()
+            .group_len(regex_automata::PatternID::ZERO);
+        if groups > MAX_GROUPS {
+            return Err(RegexError::TooManyGroups {
+                pattern: pattern.into(),
+                groups,
+            });
+        }
+        Ok(RewriteRegex {
+            pattern: pattern.into(),
+            vm,
+            id: REWRITE_IDS.fetch_add(1, Ordering::Relaxed),
+            groups,
+        })
+    }
+}
+
+/// A worker's scratch space for the searches that need one (the rewrite expressions'
+/// Pike VM). Create one per worker off the hot path ([`HttpScratch::new`]) and pass it
+/// to [`Rewrite::write_path`]. Its cache is reset when a different expression is
+/// searched, and may grow (allocate) then, once per larger expression; searches with
+/// the same expression allocate nothing.
+#[derive(Debug)]
+pub struct HttpScratch {
+    cache: Option<(u64, pikevm::Cache)>,
+    slots: [Option<NonMaxUsize>; 2 * MAX_GROUPS],
+}
+
+impl Default for HttpScratch {
+    fn default() -> Self {
+        HttpScratch::new()
+    }
+}
+
+impl HttpScratch {
+    /// An empty scratch space.
+    pub fn new() -> HttpScratch {
+        HttpScratch {
+            cache: None,
+            slots: [None; 2 * MAX_GROUPS],
+        }
+    }
+}
+
+/// The cache in `slot`, made (or reset) for `re`.
+fn cache_for<'c>(
+    slot: &'c mut Option<(u64, pikevm::Cache)>,
+    re: &RewriteRegex,
+) -> &'c mut pikevm::Cache {
+    let (id, cache) = slot.get_or_insert_with(|| (re.id, re.vm.create_cache()));
+    if *id != re.id {
+        cache.reset(&re.vm);
+        *id = re.id;
+    }
+    cache
 }
 
 /// A match on a string field.
@@ -61,8 +281,12 @@ pub enum StrMatch {
     Exact(Box<str>),
     /// Starts with.
     Prefix(Box<str>),
+    /// Gateway API `PathPrefix`: path-segment-wise prefix, stored without a trailing
+    /// `/` (`/foo` matches `/foo` and `/foo/bar`, not `/foobar`; an empty prefix, from
+    /// `/`, matches every path).
+    PathPrefix(Box<str>),
     /// The whole value matches the expression.
-    Regex(Regex),
+    Regex(Box<Regex>),
     /// Present, whatever the value (a header or query parameter named with no value
     /// condition).
     Present,
@@ -134,20 +358,24 @@ impl HeaderOps {
     }
 }
 
-/// How a path is rewritten.
+/// How a path is rewritten (of a [`Rewrite`] or a [`Redirect`]'s path where it says so).
 #[derive(Clone, Debug)]
 pub enum PathRewrite {
     /// Replace the whole path.
     Full(Box<str>),
-    /// Replace the prefix the match matched (the match's path must be a prefix match;
-    /// otherwise the whole path is replaced), as Istio `rewrite.uri` and Gateway API
-    /// `ReplacePrefixMatch` do.
+    /// Replace the prefix the match matched, as Istio `rewrite.uri` (Envoy
+    /// `prefix_rewrite`: plain string replacement after a [`StrMatch::Prefix`]) and
+    /// Gateway API `ReplacePrefixMatch` (segment-wise after a [`StrMatch::PathPrefix`]:
+    /// `/foo` -> `/xyz` turns `/foo/bar` into `/xyz/bar`, trailing slashes as the spec's
+    /// table says) do. When the match's path condition is not a prefix, the whole path
+    /// is replaced.
     Prefix(Box<str>),
     /// Istio `uriRegexRewrite`: every match of `regex` in the path replaced by
-    /// `replacement` (`\1`-style group references).
+    /// `replacement` (`\1` or `$1` group references), as Envoy's `regex_rewrite`
+    /// (RE2 `GlobalReplace`) does.
     Regex {
         /// The expression (unanchored, leftmost-first).
-        regex: Box<str>,
+        regex: RewriteRegex,
         /// The replacement.
         replacement: Box<str>,
     },
@@ -195,7 +423,8 @@ pub enum RedirectPort {
 pub enum RedirectPath {
     /// Replace the whole path.
     Full(Box<str>),
-    /// Replace the matched prefix.
+    /// Replace the matched prefix (as [`PathRewrite::Prefix`]: Gateway API
+    /// `ReplacePrefixMatch`).
     Prefix(Box<str>),
 }
 
@@ -302,10 +531,378 @@ impl HttpRoutes {
     }
 }
 
-impl RequestMatch {
-    /// Whether every condition holds for `req`.
-    pub fn holds(&self, req: &Request<'_>) -> bool {
-        let _ = req;
-        todo!("tables::http matching")
+impl StrMatch {
+    /// Whether `v` matches (`fold`: Exact and the prefixes compare ASCII
+    /// case-insensitively; expressions are never folded).
+    pub fn matches(&self, v: &[u8], fold: bool) -> bool {
+        let eq = |a: &[u8], b: &[u8]| {
+            if fold {
+                a.eq_ignore_ascii_case(b)
+            } else {
+                a == b
+            }
+        };
+        match self {
+            StrMatch::Exact(e) => eq(v, e.as_bytes()),
+            StrMatch::Prefix(p) => v.len() >= p.len() && eq(&v[..p.len()], p.as_bytes()),
+            StrMatch::PathPrefix(p) => {
+                let p = p.as_bytes();
+                v.len() >= p.len()
+                    && eq(&v[..p.len()], p)
+                    && matches!(v.get(p.len()), None | Some(b'/'))
+            }
+            StrMatch::Regex(r) => r.is_match(v),
+            StrMatch::Present => true,
+        }
     }
 }
+
+/// The value of the first header named `name` (ASCII case-insensitively).
+fn header<'a>(req: &Request<'a>, name: &str) -> Option<&'a [u8]> {
+    req.headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(name))
+        .map(|h| h.value)
+}
+
+/// The value of the first query parameter named exactly `name`: `&`-separated pairs,
+/// `name=value` or a bare `name` (empty value). Nothing is percent-decoded: names and
+/// values are compared as sent (Envoy's `query_parameters` match decodes neither).
+pub fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+    query.split('&').find_map(|pair| {
+        let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (n == name).then_some(v)
+    })
+}
+
+/// Whether `a` is inside `net/len`.
+fn in_prefix(a: IpAddr, net: IpAddr, len: u8) -> bool {
+    let (a, n, bits) = match (a, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => (u128::from(u32::from(a)), u128::from(u32::from(n)), 32),
+        (IpAddr::V6(a), IpAddr::V6(n)) => (u128::from(a), u128::from(n), 128),
+        _ => return false,
+    };
+    let len = u32::from(len).min(bits);
+    if len == 0 {
+        return true;
+    }
+    let shift = bits - len;
+    (a >> shift) == (n >> shift)
+}
+
+impl HeaderMatch {
+    /// Whether it holds for `req`.
+    pub fn holds(&self, req: &Request<'_>) -> bool {
+        let found = header(req, &self.name).is_some_and(|v| self.value.matches(v, false));
+        found != self.invert
+    }
+}
+
+impl QueryMatch {
+    /// Whether it holds for `req`.
+    pub fn holds(&self, req: &Request<'_>) -> bool {
+        query_param(req.query, &self.name).is_some_and(|v| self.value.matches(v.as_bytes(), false))
+    }
+}
+
+impl RequestMatch {
+    /// Whether every condition holds for `req`. No allocation, no lock, no panic.
+    pub fn holds(&self, req: &Request<'_>) -> bool {
+        self.port.is_none_or(|p| p == req.port)
+            && self.method.as_deref().is_none_or(|m| m == req.method)
+            && self
+                .path
+                .as_ref()
+                .is_none_or(|p| p.matches(req.path.as_bytes(), self.ignore_case))
+            && self
+                .scheme
+                .as_ref()
+                .is_none_or(|s| s.matches(req.scheme.as_bytes(), false))
+            && self
+                .authority
+                .as_ref()
+                .is_none_or(|a| a.matches(req.authority.as_bytes(), false))
+            && self.headers.iter().all(|h| h.holds(req))
+            && self.query.iter().all(|q| q.holds(req))
+            && (self.sources.is_empty()
+                || self
+                    .sources
+                    .iter()
+                    .any(|&(net, len)| in_prefix(req.source, net, len)))
+    }
+
+    /// Whether the match has no condition at all (holds for every request).
+    pub fn is_unconditional(&self) -> bool {
+        self.path.is_none()
+            && self.method.is_none()
+            && self.scheme.is_none()
+            && self.authority.is_none()
+            && self.headers.is_empty()
+            && self.query.is_empty()
+            && self.port.is_none()
+            && self.sources.is_empty()
+    }
+}
+
+/// A bounded writer over the caller's buffer: `None` once something does not fit.
+struct Out<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl Out<'_> {
+    fn push(&mut self, b: &[u8]) -> Option<()> {
+        let end = self.len.checked_add(b.len())?;
+        self.buf.get_mut(self.len..end)?.copy_from_slice(b);
+        self.len = end;
+        Some(())
+    }
+
+    fn push_u16(&mut self, n: u16) -> Option<()> {
+        let mut digits = [0u8; 5];
+        let mut i = digits.len();
+        let mut n = n;
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[i..])
+    }
+}
+
+/// Splits an authority into host and port (`[v6]:port` kept bracketed); a port that
+/// does not parse counts as none.
+pub fn split_authority(authority: &str) -> (&str, Option<u16>) {
+    let colon = if authority.starts_with('[') {
+        authority
+            .find(']')
+            .and_then(|e| authority[e..].find(':').map(|c| e + c))
+    } else {
+        authority.rfind(':')
+    };
+    match colon {
+        Some(c) => (&authority[..c], authority[c + 1..].parse().ok()),
+        None => (authority, None),
+    }
+}
+
+/// The default port of a scheme (`http` 80, `https` 443).
+pub fn default_port(scheme: &str) -> Option<u16> {
+    if scheme.eq_ignore_ascii_case("http") {
+        Some(80)
+    } else if scheme.eq_ignore_ascii_case("https") {
+        Some(443)
+    } else {
+        None
+    }
+}
+
+/// Writes `path` with the prefix the match's path condition matched replaced by
+/// `with`: plain replacement after [`StrMatch::Prefix`] (Envoy `prefix_rewrite`),
+/// segment-wise after [`StrMatch::PathPrefix`] (Gateway API `ReplacePrefixMatch`),
+/// the whole path otherwise.
+fn replace_prefix(out: &mut Out<'_>, path: &str, m: &RequestMatch, with: &str) -> Option<()> {
+    match &m.path {
+        Some(StrMatch::Prefix(p)) if path.len() >= p.len() => {
+            out.push(with.as_bytes())?;
+            out.push(path.get(p.len()..)?.as_bytes())
+        }
+        Some(StrMatch::PathPrefix(p)) if path.len() >= p.len() => {
+            // `p` is stored without a trailing `/`; so is the replacement here.
+            let rest = path.get(p.len()..)?;
+            let with = with.trim_end_matches('/');
+            if with.is_empty() && rest.is_empty() {
+                return out.push(b"/");
+            }
+            out.push(with.as_bytes())?;
+            if with.is_empty() && !rest.starts_with('/') {
+                out.push(b"/")?;
+            }
+            out.push(rest.as_bytes())
+        }
+        _ => out.push(with.as_bytes()),
+    }
+}
+
+impl Redirect {
+    /// Writes the `Location` of this redirect for `req` (matched by `m`) into `out`:
+    /// `scheme://host[:port]path[?query]`. Returns its length, or `None` if it does not
+    /// fit.
+    ///
+    /// - scheme: the new one, else the request's.
+    /// - host: the new one, else the request's (its port dropped).
+    /// - port ([`RedirectPort`]): `Keep` keeps the request's port unless the host was
+    ///   replaced (Envoy's `host_redirect` replaces host and port) or the scheme changes
+    ///   and it is the old scheme's default; `Port` and `Listener`
+    ///   give that port; `SchemeDefault` none. A port that is the default of the
+    ///   `Location`'s scheme is never written (Envoy, and Gateway API: "the port MUST be
+    ///   omitted when it is the scheme's default").
+    /// - path: `Full` replaces it, `Prefix` replaces the matched prefix; the query is
+    ///   kept (a new path carrying its own `?query` replaces it).
+    pub fn write_location(
+        &self,
+        req: &Request<'_>,
+        m: &RequestMatch,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        let mut o = Out { buf: out, len: 0 };
+        let scheme = self.scheme.as_deref().unwrap_or(req.scheme);
+        let (req_host, req_port) = split_authority(req.authority);
+        let host = self.host.as_deref().unwrap_or(req_host);
+        let port = match self.port {
+            RedirectPort::Keep if self.host.is_some() => None,
+            // Envoy keeps the Host as sent, except that a scheme change drops the old
+            // scheme's default port (`http://h:80` -> `https://h`).
+            RedirectPort::Keep => req_port.filter(|&p| {
+                self.scheme.is_none()
+                    || scheme.eq_ignore_ascii_case(req.scheme)
+                    || Some(p) != default_port(req.scheme)
+            }),
+            RedirectPort::Port(p) => Some(p),
+            RedirectPort::SchemeDefault => None,
+            RedirectPort::Listener => Some(req.port),
+        };
+        o.push(scheme.as_bytes())?;
+        o.push(b"://")?;
+        o.push(host.as_bytes())?;
+        if let Some(p) = port.filter(|&p| Some(p) != default_port(scheme)) {
+            o.push(b":")?;
+            o.push_u16(p)?;
+        }
+        let new_path = match &self.path {
+            None => {
+                o.push(req.path.as_bytes())?;
+                None
+            }
+            Some(RedirectPath::Full(p)) => {
+                o.push(p.as_bytes())?;
+                Some(&**p)
+            }
+            Some(RedirectPath::Prefix(p)) => {
+                replace_prefix(&mut o, req.path, m, p)?;
+                Some(&**p)
+            }
+        };
+        if !req.query.is_empty() && !new_path.is_some_and(|p| p.contains('?')) {
+            o.push(b"?")?;
+            o.push(req.query.as_bytes())?;
+        }
+        Some(o.len)
+    }
+}
+
+impl Rewrite {
+    /// Writes the path to forward `req` (matched by `m`) with into `out` (without the
+    /// query, which the proxy keeps): rewritten as [`PathRewrite`] says, or the
+    /// request's own. Returns its length, or `None` if it does not fit. Only the
+    /// `Regex` variant uses `scratch` (see [`HttpScratch`] on when it allocates).
+    pub fn write_path(
+        &self,
+        req: &Request<'_>,
+        m: &RequestMatch,
+        scratch: &mut HttpScratch,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        let mut o = Out { buf: out, len: 0 };
+        match &self.path {
+            None => o.push(req.path.as_bytes())?,
+            Some(PathRewrite::Full(p)) => o.push(p.as_bytes())?,
+            Some(PathRewrite::Prefix(p)) => replace_prefix(&mut o, req.path, m, p)?,
+            Some(PathRewrite::Regex { regex, replacement }) => {
+                regex_replace_all(&mut o, req.path, regex, replacement, scratch)?
+            }
+        }
+        Some(o.len)
+    }
+}
+
+/// Every leftmost-first match of `re` in `hay` replaced by `replacement`, whose `\N`
+/// and `$N` (N a digit) stand for group N (empty when it did not take part) and `\\`
+/// for a backslash; after an empty match one character is copied before searching
+/// again (RE2 `GlobalReplace`).
+fn regex_replace_all(
+    o: &mut Out<'_>,
+    hay: &str,
+    re: &RewriteRegex,
+    replacement: &str,
+    scratch: &mut HttpScratch,
+) -> Option<()> {
+    let HttpScratch { cache, slots } = scratch;
+    let cache = cache_for(cache, re);
+    let slots = slots.get_mut(..2 * re.groups)?;
+    let mut at = 0;
+    while at <= hay.len() {
+        let input = Input::new(hay).span(at..hay.len());
+        slots.iter_mut().for_each(|s| *s = None);
+        if re.vm.search_slots(cache, &input, slots).is_none() {
+            break;
+        }
+        let (Some(s), Some(e)) = (slots[0], slots[1]) else {
+            break;
+        };
+        let (s, e) = (s.get(), e.get());
+        o.push(hay.get(at..s)?.as_bytes())?;
+        substitute(o, hay, slots, replacement)?;
+        if e > s {
+            at = e;
+        } else {
+            // An empty match: copy the next character and go on after it.
+            let next = hay.get(e..)?.chars().next();
+            match next {
+                Some(c) => {
+                    let mut b = [0u8; 4];
+                    o.push(c.encode_utf8(&mut b).as_bytes())?;
+                    at = e + c.len_utf8();
+                }
+                None => {
+                    at = hay.len() + 1;
+                }
+            }
+        }
+    }
+    if at <= hay.len() {
+        o.push(hay.get(at..)?.as_bytes())?;
+    }
+    Some(())
+}
+
+/// Writes `replacement` with its group references filled from `slots`.
+fn substitute(
+    o: &mut Out<'_>,
+    hay: &str,
+    slots: &[Option<NonMaxUsize>],
+    replacement: &str,
+) -> Option<()> {
+    let r = replacement.as_bytes();
+    let mut i = 0;
+    while i < r.len() {
+        let c = r[i];
+        let next = r.get(i + 1).copied();
+        match (c, next) {
+            (b'\\' | b'$', Some(d)) if d.is_ascii_digit() => {
+                let g = usize::from(d - b'0');
+                if let (Some(Some(s)), Some(Some(e))) = (slots.get(2 * g), slots.get(2 * g + 1)) {
+                    o.push(hay.get(s.get()..e.get())?.as_bytes())?;
+                }
+                i += 2;
+            }
+            (b'\\', Some(b'\\')) => {
+                o.push(b"\\")?;
+                i += 2;
+            }
+            _ => {
+                o.push(&r[i..i + 1])?;
+                i += 1;
+            }
+        }
+    }
+    Some(())
+}
+
+#[cfg(test)]
+#[path = "http_tests/mod.rs"]
+mod tests;

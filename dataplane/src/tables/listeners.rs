@@ -13,6 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use super::hosts::{BuildError as HostBuildError, HostMatcher};
+use super::http::HttpRoutes;
 use super::maglev::{flow_hash, MaglevTable, Pick};
 use super::tls::TlsListener;
 
@@ -41,63 +42,6 @@ impl ListenerKind {
     }
 }
 
-/// A path match of an HTTP rule.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PathMatch {
-    /// The path equals this.
-    Exact(Box<str>),
-    /// The path starts with this.
-    Prefix(Box<str>),
-}
-
-impl PathMatch {
-    /// Whether `path` matches.
-    pub fn matches(&self, path: &str) -> bool {
-        match self {
-            PathMatch::Exact(e) => path == &**e,
-            PathMatch::Prefix(p) => path.starts_with(&**p),
-        }
-    }
-}
-
-/// An HTTP redirect answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Redirect {
-    /// Status code.
-    pub code: u16,
-    /// New scheme, if any.
-    pub scheme: Option<Box<str>>,
-    /// New authority, if any.
-    pub authority: Option<Box<str>>,
-    /// New path, if any.
-    pub path: Option<Box<str>>,
-}
-
-/// One rule of an HTTP route: path matches (any; none = every path), then a Maglev table
-/// or a redirect.
-#[derive(Debug)]
-pub struct HttpRuleEntry {
-    /// Path matches.
-    pub paths: Box<[PathMatch]>,
-    /// Where matching requests go (empty table rejects); for dual-stack backends, the
-    /// IPv4 endpoints' table.
-    pub table: MaglevTable,
-    /// For dual-stack backends, the IPv6 endpoints' table (full NAT keeps the family).
-    pub table_v6: Option<MaglevTable>,
-    /// Redirect instead of forwarding.
-    pub redirect: Option<Redirect>,
-}
-
-impl HttpRuleEntry {
-    /// The table for a connection to a virtual address of this family.
-    pub fn table_for(&self, dst_v6: bool) -> &MaglevTable {
-        match (&self.table_v6, dst_v6) {
-            (Some(t), true) => t,
-            _ => &self.table,
-        }
-    }
-}
-
 /// A route: its name (for counters and `explain`), the subnets it is limited to, and its
 /// Maglev table (TCP/TLS) or HTTP rules.
 #[derive(Debug)]
@@ -111,18 +55,11 @@ pub struct RouteEntry {
     pub table: MaglevTable,
     /// For a dual-stack route, the IPv6 endpoints' table (full NAT keeps the family).
     pub table_v6: Option<MaglevTable>,
-    /// HTTP rules in order (HTTP routes; empty otherwise).
-    pub http: Box<[HttpRuleEntry]>,
+    /// HTTP rules and their matches in precedence order (HTTP routes; empty otherwise).
+    pub http: HttpRoutes,
 }
 
 impl RouteEntry {
-    /// The first HTTP rule matching `path`.
-    pub fn http_rule(&self, path: &str) -> Option<&HttpRuleEntry> {
-        self.http
-            .iter()
-            .find(|r| r.paths.is_empty() || r.paths.iter().any(|m| m.matches(path)))
-    }
-
     /// The table for a connection to a virtual address of this family (TCP/TLS routes).
     #[inline]
     pub fn table_for(&self, dst_v6: bool) -> &MaglevTable {
@@ -179,6 +116,15 @@ pub struct ListenerEntry {
     pub transparent: bool,
     /// TLS termination settings ([`ListenerKind::TlsTerminate`] only).
     pub tls: Option<Arc<TlsListener>>,
+    /// This listener's HTTP requests are routed one by one by the proxy (each request
+    /// of a connection looked up in its route's [`HttpRoutes`]). False only for a plain
+    /// HTTP listener on which every route can decide exactly once per connection: each
+    /// route has exactly one match, without conditions, and its rule either forwards
+    /// with no header changes, no rewrite, no timeout, no retries and no mirrors, or
+    /// answers (redirect, direct response) once and closes. Then delayed binding
+    /// (splice) serves it. Always true for a terminating (HTTPS) listener with HTTP
+    /// routes; false for listeners that carry no HTTP.
+    pub proxy: bool,
 }
 
 /// A binding's route index that means "no route": the name belongs to a listener with no
@@ -224,6 +170,8 @@ pub struct ListenerSpec {
     pub transparent: bool,
     /// TLS termination settings (see [`ListenerEntry::tls`]).
     pub tls: Option<Arc<TlsListener>>,
+    /// Routed per request by the proxy (see [`ListenerEntry::proxy`]).
+    pub proxy: bool,
 }
 
 /// Why the listener table could not be built.
@@ -323,6 +271,7 @@ impl ListenerTable {
                 https_redirect: spec.https_redirect,
                 transparent: spec.transparent,
                 tls: spec.tls,
+                proxy: spec.proxy,
             });
         }
         Ok(t)
@@ -387,7 +336,7 @@ mod tests {
             )
             .expect("table"),
             table_v6: None,
-            http: Box::new([]),
+            http: HttpRoutes::default(),
         }
     }
 
@@ -409,6 +358,7 @@ mod tests {
                     https_redirect: false,
                     transparent: false,
                     tls: None,
+                    proxy: false,
                 },
                 ListenerSpec {
                     name: "vip".into(),
@@ -420,6 +370,7 @@ mod tests {
                     https_redirect: false,
                     transparent: false,
                     tls: None,
+                    proxy: false,
                 },
             ],
             vec![
@@ -466,6 +417,7 @@ mod tests {
             https_redirect: false,
             transparent: false,
             tls: None,
+            proxy: false,
         };
         assert!(matches!(
             ListenerTable::build(vec![spec(1), spec(1)], vec![route("r", "10.0.0.1:1")]),

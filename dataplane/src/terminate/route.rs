@@ -4,9 +4,10 @@
 
 use crate::flow::Tuple;
 use crate::inspect::http;
-use crate::splice::plan::{location, pick_backend, Plan};
+use crate::splice::plan::{first_request, pick_backend, request_line, FirstRequest, Plan};
 use crate::splice::{inspect, Verdict};
 use crate::stats::{Counters, Event};
+use crate::tables::http::Request;
 use crate::tables::listeners::{ListenerEntry, ListenerKind};
 use crate::tables::snapshot::Snapshot;
 use crate::wire::ip_proto;
@@ -104,22 +105,21 @@ pub(super) fn decide(
                 let table = route.table_for(vip.is_ipv6());
                 return connect(pick_backend(table, src, vip, tries, failed));
             }
-            let Some(rule) = route.http_rule(path) else {
-                return Decision::NoRoute;
+            let (method, query) = request_line(bytes);
+            let req = Request {
+                method,
+                scheme: "https",
+                authority: host,
+                path,
+                query,
+                headers: &[],
+                port: vip.port(),
+                source: src.ip(),
             };
-            match &rule.redirect {
-                Some(r) => match location(answer, r, host, crate::splice::plan::http_target(bytes))
-                {
-                    Some(n) => Decision::Answer(n),
-                    None => Decision::NoRoute,
-                },
-                None => connect(pick_backend(
-                    rule.table_for(vip.is_ipv6()),
-                    src,
-                    vip,
-                    tries,
-                    failed,
-                )),
+            match first_request(route, &req, vip.is_ipv6(), answer) {
+                FirstRequest::NoRule => Decision::NoRoute,
+                FirstRequest::Answer(n) => Decision::Answer(n),
+                FirstRequest::Table(t) => connect(pick_backend(t, src, vip, tries, failed)),
             }
         }
     }
