@@ -132,6 +132,36 @@ Event {
     TerminateIdleClosed => "terminate_idle_closed",
     /// A terminated connection ended (both sides closed or reset).
     TerminateClosed => "terminate_closed",
+    /// An HTTP request head was parsed on a proxied connection.
+    HttpRequest => "http_request",
+    /// No route or rule matched an HTTP request: sluice answered 404.
+    HttpNoRoute => "http_no_route",
+    /// A malformed request head (400, 501, 505) or a broken chunked body.
+    HttpBadRequest => "http_bad_request",
+    /// A request head over the size or header-count limit: 431.
+    HttpHeadTooLarge => "http_head_too_large",
+    /// A request head not complete before its deadline: 408.
+    HttpHeadTimeout => "http_head_timeout",
+    /// A request fell in an invalid backend's share: 500 (Gateway API) or 503 (Istio).
+    HttpInvalidBackend => "http_invalid_backend",
+    /// A request went on a backend connection a previous request left open.
+    HttpBackendReused => "http_backend_reused",
+    /// A backend's response head was malformed or too large: 502.
+    HttpBadResponse => "http_bad_response",
+    /// A backend closed or reset in the middle of a response: the client was reset.
+    HttpUpstreamReset => "http_upstream_reset",
+    /// A request passed its rule's timeout: 504 (or a reset once the response began).
+    HttpRequestTimeout => "http_request_timeout",
+    /// A 1xx final response (101) went to a client.
+    HttpResponse1xx => "http_response_1xx",
+    /// A 2xx response went to a client.
+    HttpResponse2xx => "http_response_2xx",
+    /// A 3xx response went to a client.
+    HttpResponse3xx => "http_response_3xx",
+    /// A 4xx response went to a client.
+    HttpResponse4xx => "http_response_4xx",
+    /// A 5xx response went to a client.
+    HttpResponse5xx => "http_response_5xx",
 }
 }
 

@@ -9,6 +9,8 @@
 //! - [`hello`]: TLS ClientHellos with a chosen SNI, in one record or several.
 //! - [`apps`]: small applications on smoltcp sockets: a TCP client, an echo server, a tiny
 //!   HTTP server and client, ping.
+//! - [`http_apps`]: HTTP/1.1 keep-alive backends and a pipelining client on smoltcp
+//!   sockets, for the per-request proxy's simulations.
 //! - [`raw`]: hand-made TCP segments on a simulated wire (a client whose every segment
 //!   the test writes) and an independent checksum check of frames.
 //! - [`splice`]: the delayed-binding simulation fixture (manifests, appliance, echo
@@ -32,6 +34,7 @@ pub mod apps;
 pub mod ctl;
 pub mod fixtures;
 pub mod hello;
+pub mod http_apps;
 pub mod kernel;
 pub mod kernel_tls;
 pub mod raw;

@@ -202,7 +202,7 @@ pub fn rule(r: &HttpRule, size: u64) -> Result<dp::HttpRule, HttpTableError> {
             authority: r.rewrite.authority.as_deref().map(Into::into),
         },
         request_headers: header_ops(&r.request_headers),
-        response_headers: header_ops(&r.response_headers),
+        response_headers: std::sync::Arc::new(header_ops(&r.response_headers)),
         timeout_ms: r.timeout_ms,
         retries: dp::Retries {
             attempts: r.retries.attempts,

@@ -14,7 +14,6 @@ use crate::port::Pkt;
 use crate::splice::engine::{Engine, Shared, Splicer};
 use crate::splice::rewrite::splice_rewrite;
 use crate::stats::{DropReason, Event};
-use crate::tables::listeners::ListenerKind;
 use crate::tables::maglev::Pick;
 use crate::tables::policy::{self, Conn};
 use crate::tables::snapshot::Snapshot;
@@ -51,8 +50,11 @@ pub(super) enum Target {
     Routed,
     /// To one of sluice's addresses without a listener: a reply to a SNAT port.
     SnatReply,
-    /// A listener of this kind, which routes by name (SNI or Host): delayed binding.
-    ByName(ListenerKind),
+    /// A listener that routes by name (SNI or Host) on the first bytes: delayed binding.
+    ByName,
+    /// A listener whose connections sluice ends itself (TLS termination, HTTP per
+    /// request): the terminate engine.
+    Terminate,
     /// Dropped for this reason.
     Drop(DropReason),
     /// The route's pick rejects the connection (a reject share, or a backend of the
@@ -290,8 +292,11 @@ impl State {
                 Target::Routed
             };
         };
+        if crate::terminate::terminates(listener) {
+            return Target::Terminate;
+        }
         if listener.kind.routes_by_name() {
-            return Target::ByName(listener.kind);
+            return Target::ByName;
         }
         if meta.tcp_flags().is_some_and(|f| !f.is_syn_only()) {
             return Target::Drop(DropReason::NoFlow);
@@ -373,22 +378,22 @@ impl State {
                     None => self.fwd.process_parsed(in_port, pkt, meta, ctx),
                 };
             }
-            Target::ByName(kind) => {
-                if kind == ListenerKind::TlsTerminate {
-                    if meta.proto != ip_proto::TCP {
-                        return Verdict::Drop(DropReason::NoRouteMatch);
-                    }
-                    if !meta.tcp_flags().is_some_and(TcpFlags::is_syn_only) {
-                        return Verdict::Drop(DropReason::NoFlow);
-                    }
-                    if !self.sources.admit(meta.src(), now_s) {
-                        return Verdict::Drop(DropReason::SourceRateLimited);
-                    }
-                    let ours = self.fwd.config().is_ours(meta.dst(), &snap.addresses);
-                    return self
-                        .terminator()
-                        .syn(in_port, pkt, meta, snap, ours, generation, ctx);
+            Target::Terminate => {
+                if meta.proto != ip_proto::TCP {
+                    return Verdict::Drop(DropReason::NoRouteMatch);
                 }
+                if !meta.tcp_flags().is_some_and(TcpFlags::is_syn_only) {
+                    return Verdict::Drop(DropReason::NoFlow);
+                }
+                if !self.sources.admit(meta.src(), now_s) {
+                    return Verdict::Drop(DropReason::SourceRateLimited);
+                }
+                let ours = self.fwd.config().is_ours(meta.dst(), &snap.addresses);
+                return self
+                    .terminator()
+                    .syn(in_port, pkt, meta, snap, ours, generation, ctx);
+            }
+            Target::ByName => {
                 if meta.proto != ip_proto::TCP {
                     return Verdict::Drop(DropReason::NoRouteMatch);
                 }

@@ -329,7 +329,7 @@ impl Stage for Balancer {
         self.state
             .engine()
             .splice_timers(snap, generation as u32, ctx);
-        self.state.terminator().timers(snap, ctx);
+        self.state.terminator().timers(snap, generation as u32, ctx);
         let now_s = (ctx.now_ms / 1000) as u32;
         let embryos = self.state.splice.embryos_mut();
         let terminate = &mut self.state.terminate;

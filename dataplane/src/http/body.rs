@@ -123,6 +123,14 @@ impl Body {
         }
     }
 
+    /// The connection's end came (every byte before it fed): a body framed by the end
+    /// ([`Framing::UntilClose`]) is done; any other stays as it is (cut short).
+    pub fn end_of_stream(&mut self) {
+        if self.state == State::UntilClose {
+            self.state = State::Done;
+        }
+    }
+
     /// Whether the message has ended.
     pub fn is_done(&self) -> bool {
         self.state == State::Done

@@ -497,8 +497,9 @@ pub struct HttpRule {
     pub rewrite: Rewrite,
     /// Request header changes.
     pub request_headers: HeaderOps,
-    /// Response header changes.
-    pub response_headers: HeaderOps,
+    /// Response header changes (shared: a connection holds them while its response
+    /// comes, across a reload, without copying them).
+    pub response_headers: std::sync::Arc<HeaderOps>,
     /// Whole-request deadline, ms (0 = none).
     pub timeout_ms: u64,
     /// Retries.
@@ -524,10 +525,15 @@ impl HttpRoutes {
 
     /// The first match that holds for `req`, and its rule.
     pub fn find(&self, req: &Request<'_>) -> Option<(&RequestMatch, &HttpRule)> {
+        self.find_indexed(req).map(|(m, _, r)| (m, r))
+    }
+
+    /// [`HttpRoutes::find`] with the rule's index in [`HttpRoutes::rules`].
+    pub fn find_indexed(&self, req: &Request<'_>) -> Option<(&RequestMatch, u32, &HttpRule)> {
         self.matches
             .iter()
             .find(|(m, _)| m.holds(req))
-            .and_then(|(m, r)| Some((m, self.rules.get(*r as usize)?)))
+            .and_then(|(m, r)| Some((m, *r, self.rules.get(*r as usize)?)))
     }
 }
 

@@ -31,29 +31,30 @@ impl Engine<'_> {
         // Ciphertext in, while rustls has room (no undelivered plaintext).
         let front = shard.sockets.get_mut::<tcp::Socket>(c.front);
         let mut tls_failed = false;
-        while c.tls.wants_read() && front.can_recv() {
-            let tls = &mut c.tls;
-            let read = front.recv(|buf| match tls.read_tls(&mut &buf[..]) {
-                Ok(n) => (n, n),
-                Err(_) => (0, 0),
-            });
-            if !matches!(read, Ok(n) if n > 0) {
-                break;
-            }
-            match c.tls.process_new_packets() {
-                Ok(st) => {
-                    if st.peer_has_closed() {
-                        c.client_done = true;
-                    }
-                }
-                Err(_) => {
-                    tls_failed = true;
+        if let Some(tls) = c.tls.as_mut() {
+            while tls.wants_read() && front.can_recv() {
+                let read = front.recv(|buf| match tls.read_tls(&mut &buf[..]) {
+                    Ok(n) => (n, n),
+                    Err(_) => (0, 0),
+                });
+                if !matches!(read, Ok(n) if n > 0) {
                     break;
                 }
+                match tls.process_new_packets() {
+                    Ok(st) => {
+                        if st.peer_has_closed() {
+                            c.client_done = true;
+                        }
+                    }
+                    Err(_) => {
+                        tls_failed = true;
+                        break;
+                    }
+                }
             }
+            // Handshake messages (and alerts) out.
+            flush_tls(tls, front);
         }
-        // Handshake messages (and alerts) out.
-        flush_tls(&mut c.tls, front);
         // A FIN without close_notify also ends the client's side.
         if fin_received(front.state()) && !front.can_recv() {
             c.client_done = true;
@@ -62,7 +63,9 @@ impl Engine<'_> {
         if tls_failed {
             ctx.counters.event(Event::TerminateTlsFailed);
             // rustls queued the alert: send it, then FIN; the backend side goes.
-            flush_tls(&mut c.tls, front);
+            if let Some(tls) = c.tls.as_mut() {
+                flush_tls(tls, front);
+            }
             front.close();
             c.front_closed = true;
             c.phase = Phase::Closing;
@@ -82,15 +85,33 @@ impl Engine<'_> {
                 c.phase = Phase::Closing;
             }
         }
-        if c.phase == Phase::Handshake && !c.tls.is_handshaking() {
-            ctx.counters.event(Event::TerminateHandshake);
-            if c.tls.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
-                ctx.counters.event(Event::TerminateResumed);
+        let handshaken = match &c.tls {
+            Some(tls) => !tls.is_handshaking(),
+            None => matches!(front_state, tcp::State::Established | tcp::State::CloseWait),
+        };
+        if c.phase == Phase::Handshake && handshaken {
+            if let Some(tls) = &c.tls {
+                ctx.counters.event(Event::TerminateHandshake);
+                if tls.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+                    ctx.counters.event(Event::TerminateResumed);
+                }
             }
-            c.phase = Phase::Routing;
+            c.phase = if c.http.is_some() {
+                Phase::Http
+            } else {
+                Phase::Routing
+            };
         }
         if c.phase == Phase::Handshake && front_state == tcp::State::Closed {
             c.phase = Phase::Closing;
+        }
+        if c.http.is_some() {
+            // HTTP and HTTPS: requests one by one (`proxy.rs`), never the byte stream.
+            if c.phase == Phase::Http {
+                self.http(idx, snap, ctx);
+            }
+            self.reap_if_done(idx, ctx);
+            return;
         }
         if c.phase == Phase::Routing {
             self.route(idx, snap, ctx);
@@ -100,89 +121,27 @@ impl Engine<'_> {
         self.reap_if_done(idx, ctx);
     }
 
-    /// Routing: the name (SNI, or the first request head's Host and path) picks a route
-    /// and a backend; the backend socket connects.
+    /// Routing (TLS listeners whose stream is opaque TCP): the SNI picks a route and a
+    /// backend; the backend socket connects. (HTTPS goes per request: `proxy.rs`.)
     pub(super) fn route(&mut self, idx: u32, snap: &Snapshot, ctx: &mut Ctx<'_>) {
-        let si = self.t.shard_of(idx);
-        let head_max = self.t.cfg.head_bytes;
-        let (Some(Some(c)), Some(Some(_))) =
-            (self.t.conns.get(idx as usize), self.t.shards.get(si))
-        else {
+        let Some(Some(c)) = self.t.conns.get(idx as usize) else {
             return;
         };
         let vip = c.client.destination();
         let ours = self.fwd.config().is_ours(vip.ip(), &snap.addresses);
-        let http = route::listener(snap, vip, ours)
-            .and_then(|l| l.tls.as_ref())
-            .is_some_and(|t| t.http);
-        // HTTPS: read the request head into the connection's buffer.
-        let mut end = false;
-        if http {
-            let Some(Some(c)) = self.t.conns.get_mut(idx as usize) else {
-                return;
-            };
-            if c.head.capacity() == 0 {
-                c.head.reserve_exact(head_max.min(4096));
-            }
-            let mut chunk = [0u8; 2048];
-            loop {
-                let room = head_max.saturating_sub(c.head.len()).min(chunk.len());
-                if room == 0 {
-                    end = true;
-                    break;
-                }
-                match c.tls.reader().read(&mut chunk[..room]) {
-                    Ok(0) => {
-                        end = true;
-                        break;
-                    }
-                    Ok(n) => c.head.extend_from_slice(&chunk[..n]),
-                    Err(_) => break,
-                }
-                if route::head_complete(&c.head) {
-                    break;
-                }
-            }
-            if c.client_done {
-                end = true;
-            }
-        }
-        let Some(Some(c)) = self.t.conns.get_mut(idx as usize) else {
-            return;
-        };
-        // The SNI, copied to the stack (no allocation per packet while the head comes in).
+        // The SNI, copied to the stack (no allocation per packet).
         let mut sni_buf = [0u8; 256];
-        let sni_len = c.tls.server_name().map(|n| {
+        let sni_len = c.tls.as_ref().and_then(|t| t.server_name()).map(|n| {
             let b = n.as_bytes();
             let l = b.len().min(sni_buf.len());
             sni_buf[..l].copy_from_slice(&b[..l]);
             l
         });
         let sni = sni_len.and_then(|l| std::str::from_utf8(&sni_buf[..l]).ok());
-        let mut answer = [0u8; route::ANSWER_MAX];
-        let decision = route::decide(
-            snap,
-            c.client,
-            ours,
-            sni,
-            http.then_some(&c.head[..]),
-            end,
-            c.tries,
-            c.backend,
-            &mut answer,
-            ctx.counters,
-        );
-        match decision {
-            Decision::NeedMore => {}
+        match route::decide(snap, c.client, ours, sni, c.tries, c.backend) {
             Decision::NoRoute => {
                 ctx.counters.event(Event::TerminateNoRoute);
                 self.abort(idx, ctx);
-            }
-            Decision::Answer(n) => {
-                // sluice's own answer (a redirect) inside TLS, then close.
-                let _ = c.tls.writer().write_all(&answer[..n]);
-                ctx.counters.event(Event::HttpRedirectSent);
-                self.close_both(idx);
             }
             Decision::Connect(None) => {
                 ctx.counters.event(Event::TerminateBackendFailed);
@@ -194,7 +153,13 @@ impl Engine<'_> {
     }
 
     /// Opens the backend connection of `idx` to `backend`: policy, SNAT tuple, socket.
-    fn connect(&mut self, idx: u32, backend: SocketAddr, snap: &Snapshot, ctx: &mut Ctx<'_>) {
+    pub(super) fn connect(
+        &mut self,
+        idx: u32,
+        backend: SocketAddr,
+        snap: &Snapshot,
+        ctx: &mut Ctx<'_>,
+    ) {
         let now_s = (ctx.now_ms / 1000) as u32;
         let Some(Some(c)) = self.t.conns.get(idx as usize) else {
             return;
@@ -309,30 +274,20 @@ impl Engine<'_> {
         let Some(bh) = c.back else {
             return;
         };
-        // Client -> backend: the held head first, then rustls's plaintext.
+        let Some(tls) = c.tls.as_mut() else {
+            return;
+        };
+        // Client -> backend: rustls's plaintext.
         {
             let back = shard.sockets.get_mut::<tcp::Socket>(bh);
-            while c.head_sent < c.head.len() && back.can_send() {
-                match back.send_slice(&c.head[c.head_sent..]) {
-                    Ok(n) if n > 0 => c.head_sent += n,
+            while back.can_send() {
+                let r = back.send(|buf| match tls.reader().read(buf) {
+                    Ok(n) => (n, Some(n)),
+                    Err(_) => (0, None),
+                });
+                match r {
+                    Ok(Some(n)) if n > 0 => {}
                     _ => break,
-                }
-            }
-            if c.head_sent >= c.head.len() && !c.head.is_empty() {
-                c.head = Vec::new();
-                c.head_sent = 0;
-            }
-            if c.head.is_empty() {
-                while back.can_send() {
-                    let tls = &mut c.tls;
-                    let r = back.send(|buf| match tls.reader().read(buf) {
-                        Ok(n) => (n, Some(n)),
-                        Err(_) => (0, None),
-                    });
-                    match r {
-                        Ok(Some(n)) if n > 0 => {}
-                        _ => break,
-                    }
                 }
             }
         }
@@ -341,19 +296,18 @@ impl Engine<'_> {
             let Some((front, back)) = two_sockets(&mut shard.sockets, c.front, bh) else {
                 return;
             };
-            flush_tls(&mut c.tls, front);
-            while back.can_recv() && !c.tls.wants_write() {
+            flush_tls(tls, front);
+            while back.can_recv() && !tls.wants_write() {
                 let room = front.send_capacity().saturating_sub(front.send_queue());
                 if room <= 64 {
                     break;
                 }
-                let tls = &mut c.tls;
                 let took = back.recv(|buf| {
                     let n = buf.len().min(room - 64);
                     let w = tls.writer().write(&buf[..n]).unwrap_or(0);
                     (w, w)
                 });
-                flush_tls(&mut c.tls, front);
+                flush_tls(tls, front);
                 if !matches!(took, Ok(n) if n > 0) {
                     break;
                 }
@@ -369,18 +323,17 @@ impl Engine<'_> {
                 c.front_closed = true;
                 c.phase = Phase::Closing;
             } else if c.backend_done && !c.front_closed {
-                c.tls.send_close_notify();
-                flush_tls(&mut c.tls, front);
-                if !c.tls.wants_write() {
+                tls.send_close_notify();
+                flush_tls(tls, front);
+                if !tls.wants_write() {
                     front.close();
                     c.front_closed = true;
                 }
             }
             // The client's end, once every plaintext byte reached the backend: FIN.
-            let delivered = c.head.is_empty()
-                && c.tls
-                    .process_new_packets()
-                    .is_ok_and(|st| st.plaintext_bytes_to_read() == 0);
+            let delivered = tls
+                .process_new_packets()
+                .is_ok_and(|st| st.plaintext_bytes_to_read() == 0);
             if c.client_done && delivered && !c.back_closed {
                 back.close();
                 c.back_closed = true;
@@ -410,7 +363,7 @@ impl Write for SendTo<'_, '_> {
 }
 
 /// Two distinct sockets of a set, mutably.
-fn two_sockets<'s>(
+pub(super) fn two_sockets<'s>(
     set: &'s mut SocketSet<'static>,
     a: SocketHandle,
     b: SocketHandle,
@@ -429,7 +382,7 @@ fn two_sockets<'s>(
 }
 
 /// Whether a socket in `state` has its peer's FIN (every byte before it received).
-fn fin_received(state: tcp::State) -> bool {
+pub(super) fn fin_received(state: tcp::State) -> bool {
     matches!(
         state,
         tcp::State::CloseWait | tcp::State::LastAck | tcp::State::Closing | tcp::State::TimeWait

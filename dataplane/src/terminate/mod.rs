@@ -44,9 +44,11 @@
 mod config;
 mod conn;
 mod device;
+mod proxy;
 mod route;
 
 pub use config::{TerminateConfig, TLS_STATE_BYTES};
+pub(crate) use route::terminates;
 
 use crate::flow::{Dir, FlowId, FlowTable, Splice, TcpState, Tuple};
 use crate::pipeline::forward::Forwarder;
@@ -78,6 +80,8 @@ enum Phase {
     Connecting,
     /// Both connections open: bytes flow.
     Open,
+    /// HTTP: requests routed one by one (`proxy.rs`).
+    Http,
     /// Closing: waiting for both sockets to finish.
     Closing,
 }
@@ -89,16 +93,16 @@ struct Conn {
     client: Tuple,
     front: SocketHandle,
     back: Option<SocketHandle>,
-    tls: ServerConnection,
+    /// The TLS session (`None`: plain HTTP).
+    tls: Option<ServerConnection>,
+    /// The HTTP exchange (HTTP and HTTPS listeners).
+    http: Option<Box<proxy::Http>>,
     phase: Phase,
     backend: Option<SocketAddr>,
     tries: u8,
     /// Handshake or connect deadline.
     deadline_ms: u64,
     last_ms: u64,
-    /// The HTTPS request head read for routing, sent to the backend first.
-    head: Vec<u8>,
-    head_sent: usize,
     /// The client will send no more (close_notify or FIN).
     client_done: bool,
     /// FIN sent to the backend.
@@ -133,6 +137,13 @@ pub struct Terminator {
     /// The earliest time a shard wants polling (the minimum of the shards' `next_ms`):
     /// the quiescent point looks at the shards only from then.
     next_due_ms: u64,
+    /// Per-request backend picks (xorshift).
+    rng: u64,
+    /// The tables generation of the snapshot the engine was last entered with (a
+    /// request's retry re-picks from its rule only under the same generation).
+    generation: u32,
+    /// Scratch space of regular-expression rewrites.
+    scratch: crate::tables::http::HttpScratch,
 }
 
 impl std::fmt::Debug for Terminator {
@@ -170,6 +181,9 @@ impl Terminator {
             lost_counted: 0,
             next_scan_ms: 0,
             next_due_ms: u64::MAX,
+            rng: cfg.seed | 1,
+            generation: 0,
+            scratch: crate::tables::http::HttpScratch::default(),
             capacity,
             cfg,
         }
@@ -284,10 +298,14 @@ impl Engine<'_> {
         generation: u32,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
+        self.t.generation = generation;
         let vip = SocketAddr::new(meta.dst(), meta.dport());
-        let Some(tls) = route::listener(snap, vip, ours).and_then(|l| l.tls.clone()) else {
+        let Some(l) = route::listener(snap, vip, ours) else {
             return Verdict::Drop(DropReason::NoRouteMatch);
         };
+        let tls = l.tls.clone();
+        let http = l.kind == crate::tables::listeners::ListenerKind::Http
+            || tls.as_ref().is_some_and(|t| t.http);
         let Some(&port_mac) = self.macs.get(in_port) else {
             return Verdict::Drop(DropReason::BadPort);
         };
@@ -323,9 +341,10 @@ impl Engine<'_> {
                 });
             }
         };
-        let tls = match ServerConnection::new(tls.config.clone()) {
-            Ok(c) => c,
-            Err(_) => {
+        let tls = match tls.map(|t| ServerConnection::new(t.config.clone())) {
+            None => None,
+            Some(Ok(c)) => Some(c),
+            Some(Err(_)) => {
                 self.flows.remove(flow);
                 self.t.free.push(idx);
                 return Verdict::Drop(DropReason::TerminateFull);
@@ -359,13 +378,12 @@ impl Engine<'_> {
             front,
             back: None,
             tls,
+            http: http.then(proxy::Http::new),
             phase: Phase::Handshake,
             backend: None,
             tries: 0,
             deadline_ms: ctx.now_ms + self.t.cfg.handshake_ms,
             last_ms: ctx.now_ms,
-            head: Vec::new(),
-            head_sent: 0,
             client_done: false,
             back_closed: false,
             backend_done: false,
@@ -432,6 +450,7 @@ impl Engine<'_> {
         if c.flow != id {
             return Verdict::Drop(DropReason::NoFlow);
         }
+        self.t.generation = generation;
         let now_s = (ctx.now_ms / 1000) as u32;
         if self.flows.entry(id).generation != generation {
             ctx.counters.event(Event::PolicyRechecked);
@@ -457,7 +476,8 @@ impl Engine<'_> {
 
     /// The quiescent point's work: shards whose timers are due are polled, deadlines
     /// checked.
-    pub fn timers(&mut self, snap: &Snapshot, ctx: &mut Ctx<'_>) {
+    pub fn timers(&mut self, snap: &Snapshot, generation: u32, ctx: &mut Ctx<'_>) {
+        self.t.generation = generation;
         let now_ms = ctx.now_ms;
         if now_ms >= self.t.next_due_ms {
             let mut next = u64::MAX;
@@ -482,7 +502,17 @@ impl Engine<'_> {
                     continue;
                 };
                 let waiting = matches!(c.phase, Phase::Handshake | Phase::Routing);
-                if waiting && now_ms >= c.deadline_ms {
+                if c.phase == Phase::Http {
+                    self.http_deadlines(idx, snap, ctx);
+                    self.flush_shard(self.t.shard_of(idx), ctx);
+                    if let Some(Some(c)) = self.t.conns.get(idx as usize) {
+                        if now_ms.saturating_sub(c.last_ms) >= self.t.cfg.idle_ms {
+                            ctx.counters.event(Event::TerminateIdleClosed);
+                            self.close_both(idx);
+                            self.flush_shard(self.t.shard_of(idx), ctx);
+                        }
+                    }
+                } else if waiting && now_ms >= c.deadline_ms {
                     ctx.counters.event(Event::TerminateHandshakeTimeout);
                     self.abort(idx, ctx);
                 } else if c.phase == Phase::Connecting && now_ms >= c.deadline_ms {
@@ -677,9 +707,11 @@ impl Engine<'_> {
         ) else {
             return;
         };
-        c.tls.send_close_notify();
         let front = shard.sockets.get_mut::<tcp::Socket>(c.front);
-        flush_tls(&mut c.tls, front);
+        if let Some(tls) = c.tls.as_mut() {
+            tls.send_close_notify();
+            flush_tls(tls, front);
+        }
         front.close();
         c.front_closed = true;
         if let Some(b) = c.back {

@@ -426,7 +426,7 @@ fn find_takes_the_first_match_that_holds() {
         },
         rewrite: Rewrite::default(),
         request_headers: HeaderOps::default(),
-        response_headers: HeaderOps::default(),
+        response_headers: Default::default(),
         timeout_ms: 0,
         retries: Retries::default(),
         mirrors: Box::new([]),

@@ -199,7 +199,7 @@ proptest! {
                 action: HttpAction::Direct { status: 200, body: Box::new([]) },
                 rewrite: Rewrite::default(),
                 request_headers: HeaderOps::default(),
-                response_headers: HeaderOps::default(),
+                response_headers: Default::default(),
                 timeout_ms: 0,
                 retries: Retries::default(),
                 mirrors: Box::new([]),

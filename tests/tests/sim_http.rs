@@ -1,0 +1,402 @@
+//! HTTP per request in simulation: smoltcp clients send requests to a Gateway API
+//! HTTPRoute listener on the in-memory wire; sluice's terminate engine parses each head,
+//! routes it on its own and proxies it to smoltcp keep-alive backends that say who they
+//! are and what they received.
+//!
+//! - Several requests on one connection reach the backends their paths name; the backend
+//!   connection is reused while the backend stays the same.
+//! - Pipelined requests are answered in order, a 404 among them.
+//! - A head whose every byte is its own segment; heads split at every point.
+//! - Chunked bodies both ways, byte for byte; a large response to a slow reader.
+//! - A backend that resets in the middle of a response resets the client; a backend that
+//!   refuses is retried on another.
+//! - Malformed and oversized heads get 400 and 431; the client's end ends the exchange.
+
+use sluice_dataplane::balancer::Balancer;
+use sluice_dataplane::rcu::Publisher;
+use sluice_dataplane::stats::Event;
+use sluice_dataplane::tables::snapshot::Snapshot;
+use sluice_testkit::config;
+use sluice_tests::http_apps::{get, HttpBackends, HttpClient};
+use sluice_tests::sim::{Faults, Sim};
+use sluice_tests::splice::{
+    balancer_config, ip, print_counters, sim_snapshot, CLIENT, INVENTORY, VIP,
+};
+use smoltcp::socket::tcp;
+use smoltcp::wire::IpAddress;
+
+/// The HTTP listener's port.
+const PORT: u16 = 8000;
+
+/// A Gateway API Gateway with a plain HTTP listener on [`PORT`] and its routes:
+/// `shop.example.test` sends `/api` (path prefix) to a and the rest to b; `flaky.example.test`
+/// goes to `pair` on 7001 (a and b; the tests make only b listen there);
+/// `cut.example.test` goes to a.
+const HTTP_CONFIG: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: http, namespace: sim}
+spec:
+  gatewayClassName: sluice
+  listeners:
+  - {name: web, port: 8000, protocol: HTTP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: shop, namespace: sim}
+spec:
+  parentRefs: [{name: http, sectionName: web}]
+  hostnames: [shop.example.test]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /api}}]
+    backendRefs: [{name: a, port: 7000}]
+  - backendRefs: [{name: b, port: 7000}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: flaky, namespace: sim}
+spec:
+  parentRefs: [{name: http, sectionName: web}]
+  hostnames: [flaky.example.test]
+  rules:
+  - backendRefs: [{name: pair, port: 7001}]
+"#;
+
+/// The sim appliance's tables with [`HTTP_CONFIG`].
+fn http_snapshot() -> Snapshot {
+    config::snapshot(
+        "sim_http.yaml",
+        &format!(
+            "{}\n---\n{HTTP_CONFIG}\n---\n{INVENTORY}",
+            sluice_tests::fixtures::SIM_APPLIANCE
+        ),
+    )
+}
+
+fn world(seed: u64, faults: Faults) -> (Sim<Balancer>, Publisher<Snapshot>, HttpBackends) {
+    let (mut sim, p) = sim_snapshot(http_snapshot(), faults, faults, balancer_config(seed));
+    let backends = HttpBackends::new()
+        .listen(&mut sim.hosts[1].sockets, 7000, 8, 64 * 1024)
+        .listen(
+            &mut sim.hosts[1].sockets,
+            (IpAddress::from(ip("10.78.0.12")), 7001),
+            4,
+            64 * 1024,
+        );
+    (sim, p, backends)
+}
+
+fn client(sim: &mut Sim<Balancer>, port: u16, requests: Vec<Vec<u8>>) -> HttpClient {
+    let host = &mut sim.hosts[0];
+    HttpClient::new(
+        &mut host.sockets,
+        host.iface.context(),
+        (Sim::addr(ip(VIP)), PORT),
+        port,
+        requests,
+    )
+}
+
+/// Runs until every client is closed or `limit_ms` of simulated time pass.
+fn run(
+    sim: &mut Sim<Balancer>,
+    backends: &mut HttpBackends,
+    clients: &mut [HttpClient],
+    limit_ms: u64,
+) {
+    let end = sim.now_ms + limit_ms;
+    while sim.now_ms < end {
+        for _ in 0..8 {
+            sim.round();
+            backends.step(&mut sim.hosts[1].sockets);
+            for c in clients.iter_mut() {
+                c.step(&mut sim.hosts[0].sockets);
+            }
+        }
+        sim.now_ms += 1;
+        let closed = clients.iter().all(|c| {
+            matches!(
+                c.state(&sim.hosts[0].sockets),
+                tcp::State::Closed | tcp::State::TimeWait
+            )
+        });
+        if closed {
+            break;
+        }
+    }
+}
+
+/// The backend address a response names (the first word of the echo body).
+fn backend_of(r: &sluice_tests::http_apps::Response) -> String {
+    r.text().split(' ').next().unwrap_or("").to_string()
+}
+
+#[test]
+fn requests_on_one_connection_reach_the_backends_their_paths_name() {
+    let (mut sim, _p, mut backends) = world(1, Faults::NONE);
+    let host = "shop.example.test";
+    let reqs = vec![
+        get(host, "/api/orders", &[]),
+        get(host, "/api/orders/7", &[]),
+        get(host, "/index.html", &["X-Forwarded-For: 192.0.2.9"]),
+        get(
+            host,
+            "/api",
+            &[
+                "Connection: keep-alive, X-Drop",
+                "X-Drop: 1",
+                "Keep-Alive: 5",
+            ],
+        ),
+        get(host, "/apix", &[]),
+    ];
+    let mut c = vec![client(&mut sim, 40_001, reqs)];
+    run(&mut sim, &mut backends, &mut c, 20_000);
+    print_counters(&sim);
+    let got: Vec<(u16, String)> = c[0]
+        .responses
+        .iter()
+        .map(|r| (r.status, backend_of(r)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (200, "10.78.0.11".to_string()),
+            (200, "10.78.0.11".to_string()),
+            (200, "10.78.0.12".to_string()),
+            (200, "10.78.0.11".to_string()),
+            // PathPrefix matches whole segments: /apix is not under /api.
+            (200, "10.78.0.12".to_string()),
+        ]
+    );
+    let r = &backends.received;
+    assert_eq!(r.len(), 5);
+    // Host kept; X-Forwarded-For appended to, X-Forwarded-Proto set; hop-by-hop gone
+    // (Connection, Keep-Alive and what Connection names).
+    assert_eq!(r[0].header("host"), Some(host));
+    assert_eq!(r[0].header("x-forwarded-for"), Some(CLIENT));
+    assert_eq!(r[0].header("x-forwarded-proto"), Some("http"));
+    assert_eq!(
+        r[2].header("x-forwarded-for"),
+        Some(format!("192.0.2.9, {CLIENT}").as_str())
+    );
+    assert_eq!(r[3].header("connection"), None);
+    assert_eq!(r[3].header("keep-alive"), None);
+    assert_eq!(r[3].header("x-drop"), None);
+    assert_eq!(r[0].line, "GET /api/orders HTTP/1.1");
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::HttpRequest), 5);
+    assert_eq!(k.events_of(Event::HttpResponse2xx), 5);
+    // The second request reused the first's backend connection.
+    assert!(k.events_of(Event::HttpBackendReused) >= 1);
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let (mut sim, _p, mut backends) = world(2, Faults::NONE);
+    let mut reqs = Vec::new();
+    for i in 0..6 {
+        let path = if i % 2 == 0 {
+            format!("/api/{i}")
+        } else {
+            format!("/page/{i}")
+        };
+        reqs.push(get("shop.example.test", &path, &[]));
+    }
+    // A host without a route: 404, and the connection goes on.
+    reqs.insert(3, get("nobody.example.test", "/", &[]));
+    let mut c = vec![client(&mut sim, 40_002, reqs)];
+    c[0].pipeline = true;
+    run(&mut sim, &mut backends, &mut c, 20_000);
+    print_counters(&sim);
+    let statuses: Vec<u16> = c[0].responses.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, vec![200, 200, 200, 404, 200, 200, 200]);
+    let paths: Vec<String> = c[0]
+        .responses
+        .iter()
+        .filter(|r| r.status == 200)
+        .map(|r| r.text().split(' ').nth(2).unwrap_or("").to_string())
+        .collect();
+    assert_eq!(
+        paths,
+        ["/api/0", "/page/1", "/api/2", "/page/3", "/api/4", "/page/5"]
+    );
+    assert_eq!(sim.worker.counters().events_of(Event::HttpNoRoute), 1);
+}
+
+#[test]
+fn a_head_sent_one_byte_per_segment_is_routed() {
+    let (mut sim, _p, mut backends) = world(3, Faults::NONE);
+    let req = get(
+        "shop.example.test",
+        "/api/bytes",
+        &["User-Agent: sim", "Accept: */*", "X-Long: 0123456789abcdef"],
+    );
+    let mut c = vec![client(&mut sim, 40_003, vec![req.clone(), req])];
+    c[0].segment = 1;
+    run(&mut sim, &mut backends, &mut c, 30_000);
+    let got: Vec<(u16, String)> = c[0]
+        .responses
+        .iter()
+        .map(|r| (r.status, backend_of(r)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(200, "10.78.0.11".into()), (200, "10.78.0.11".into())]
+    );
+    assert_eq!(
+        backends.received[0].header("x-long"),
+        Some("0123456789abcdef")
+    );
+}
+
+#[test]
+fn heads_split_at_every_point_are_routed_alike() {
+    let req = get("shop.example.test", "/api/split", &["Accept: */*"]);
+    for split in (1..req.len()).step_by(3) {
+        let (mut sim, _p, mut backends) = world(100 + split as u64, Faults::NONE);
+        // Two sends: the first `split` bytes, then the rest (two segments).
+        let mut c = vec![client(
+            &mut sim,
+            40_100,
+            vec![req[..split].to_vec(), req[split..].to_vec()],
+        )];
+        c[0].pipeline = true;
+        run(&mut sim, &mut backends, &mut c, 5_000);
+        assert_eq!(backends.received.len(), 1, "split at {split}");
+        assert_eq!(backends.received[0].line, "GET /api/split HTTP/1.1");
+        assert_eq!(backends.received[0].backend, "10.78.0.11");
+    }
+}
+
+#[test]
+fn chunked_bodies_pass_byte_for_byte_under_faults() {
+    let faults = Faults {
+        drop: 0.02,
+        duplicate: 0.01,
+        reorder: 0.02,
+        corrupt: 0.0,
+    };
+    let (mut sim, _p, mut backends) = world(4, faults);
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+    let mut upload =
+        b"POST /api/upload HTTP/1.1\r\nHost: shop.example.test\r\nTransfer-Encoding: chunked\r\n\r\n"
+            .to_vec();
+    for chunk in body.chunks(7_001) {
+        upload.extend_from_slice(format!("{:x};ext=1\r\n", chunk.len()).as_bytes());
+        upload.extend_from_slice(chunk);
+        upload.extend_from_slice(b"\r\n");
+    }
+    upload.extend_from_slice(b"0\r\nX-Trailer: t\r\n\r\n");
+    let reqs = vec![
+        upload,
+        get("shop.example.test", "/chunked/250000", &[]),
+        get("shop.example.test", "/big/400000", &[]),
+    ];
+    let mut c = vec![client(&mut sim, 40_004, reqs)];
+    run(&mut sim, &mut backends, &mut c, 120_000);
+    print_counters(&sim);
+    assert_eq!(c[0].responses.len(), 3);
+    assert!(backends.received[0].body == body, "upload differs");
+    let expect = |n: usize| -> Vec<u8> { b"0123456789".iter().copied().cycle().take(n).collect() };
+    assert!(
+        c[0].responses[1].body == expect(250_000),
+        "chunked download differs"
+    );
+    assert_eq!(
+        c[0].responses[1].header("transfer-encoding"),
+        Some("chunked")
+    );
+    assert!(
+        c[0].responses[2].body == expect(400_000),
+        "download differs"
+    );
+}
+
+#[test]
+fn a_response_cut_short_resets_the_client() {
+    let (mut sim, _p, mut backends) = world(5, Faults::NONE);
+    // The backends cut `/cut` after 10 of 100000 announced bytes.
+    let mut c = vec![client(
+        &mut sim,
+        40_006,
+        vec![get("shop.example.test", "/cut", &[])],
+    )];
+    run(&mut sim, &mut backends, &mut c, 10_000);
+    print_counters(&sim);
+    assert!(c[0].responses.is_empty(), "no complete response");
+    assert_eq!(c[0].state(&sim.hosts[0].sockets), tcp::State::Closed);
+    assert_eq!(sim.worker.counters().events_of(Event::HttpUpstreamReset), 1);
+}
+
+#[test]
+fn a_refusing_backend_is_retried_on_another() {
+    let (mut sim, _p, mut backends) = world(6, Faults::NONE);
+    let mut c: Vec<HttpClient> = (0..12)
+        .map(|i| {
+            client(
+                &mut sim,
+                40_010 + i,
+                vec![
+                    get("flaky.example.test", "/", &[]),
+                    get("flaky.example.test", "/2", &[]),
+                ],
+            )
+        })
+        .collect();
+    run(&mut sim, &mut backends, &mut c, 20_000);
+    print_counters(&sim);
+    for (i, cl) in c.iter().enumerate() {
+        let s: Vec<u16> = cl.responses.iter().map(|r| r.status).collect();
+        assert_eq!(s, vec![200, 200], "client {i}");
+    }
+    // Only b listens on 7001: every request got there, some after a refusal.
+    assert_eq!(backends.hits("10.78.0.12"), 24);
+    assert!(sim.worker.counters().events_of(Event::BackendFailover) > 0);
+}
+
+#[test]
+fn a_slow_reader_gets_a_large_response_whole() {
+    let (mut sim, _p, mut backends) = world(7, Faults::NONE);
+    let mut cl = client(
+        &mut sim,
+        40_007,
+        vec![get("shop.example.test", "/big/3000000", &[])],
+    );
+    // Reads at most 512 bytes a step: sluice's send buffer fills, the window closes.
+    cl.read_per_step = 512;
+    let mut c = vec![cl];
+    run(&mut sim, &mut backends, &mut c, 600_000);
+    print_counters(&sim);
+    assert_eq!(c[0].responses.len(), 1);
+    let expect: Vec<u8> = b"0123456789"
+        .iter()
+        .copied()
+        .cycle()
+        .take(3_000_000)
+        .collect();
+    assert!(c[0].responses[0].body == expect);
+}
+
+#[test]
+fn malformed_and_oversized_heads_are_answered_and_closed() {
+    let (mut sim, _p, mut backends) = world(8, Faults::NONE);
+    let bad = b"GET /x HTTP/1.1\r\nHost: shop.example.test\r\nBad Header: 1\r\n\r\n".to_vec();
+    let mut big = b"GET /x HTTP/1.1\r\nHost: shop.example.test\r\n".to_vec();
+    for i in 0..120 {
+        big.extend_from_slice(format!("X-H{i}: v\r\n").as_bytes());
+    }
+    big.extend_from_slice(b"\r\n");
+    let mut c = vec![
+        client(&mut sim, 40_020, vec![bad]),
+        client(&mut sim, 40_021, vec![big]),
+    ];
+    run(&mut sim, &mut backends, &mut c, 10_000);
+    assert_eq!(c[0].responses.first().map(|r| r.status), Some(400));
+    assert_eq!(c[1].responses.first().map(|r| r.status), Some(431));
+    assert_eq!(c[0].responses[0].header("connection"), Some("close"));
+    assert!(backends.received.is_empty());
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::HttpBadRequest), 1);
+    assert_eq!(k.events_of(Event::HttpHeadTooLarge), 1);
+}
