@@ -1,6 +1,8 @@
-//! Gateway API Gateways: each listener becomes a listener, and the TLSRoutes, TCPRoutes
-//! and UDPRoutes whose parentRefs select it (and whose namespace and kind its
-//! `allowedRoutes` admit) attach to it, narrowed to the hostnames both allow.
+//! Gateway API Gateways: each listener becomes a listener, and the TLSRoutes, TCPRoutes,
+//! UDPRoutes and HTTPRoutes whose parentRefs select it (and whose namespace and kind its
+//! `allowedRoutes` admit) attach to it, narrowed to the hostnames both allow. HTTPRoutes
+//! on one listener are merged per hostname, their matches ordered by the spec's
+//! precedence (`http_listener`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
