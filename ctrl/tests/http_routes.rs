@@ -737,6 +737,23 @@ fn http_route_invalid_nonexistent_backend_ref() {
         "  rules: [{backendRefs: [{name: nonexistent, port: 8080}]}]\n",
     ));
     expect(&b, GW, &[(get("h", "/"), status(500))]);
+    // A rule without backendRefs, and a route without rules (upstream's default rule),
+    // are answered with 500 too.
+    let b = built(&route(
+        "no-backends",
+        "same-namespace",
+        "  rules: [{matches: [{path: {type: Exact, value: /none}}]}]\n",
+    ));
+    expect(
+        &b,
+        GW,
+        &[
+            (get("h", "/none"), status(500)),
+            (get("h", "/"), status(404)),
+        ],
+    );
+    let b = built(&route("no-rules", "same-namespace", ""));
+    expect(&b, GW, &[(get("h", "/any"), status(500))]);
 }
 
 /// httproute-redirect-host-and-status.yaml
