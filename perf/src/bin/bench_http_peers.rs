@@ -82,7 +82,12 @@ struct Cli {
     #[arg(long, value_name = "C", default_value_t = 64)]
     conns: usize,
     /// The modes to run, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "keepalive,close")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "keepalive,close"
+    )]
     mode: Vec<ModeArg>,
     /// The contenders to run, comma-separated.
     #[arg(

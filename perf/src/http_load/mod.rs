@@ -217,7 +217,9 @@ pub fn measure(
         let start_lag_s = Instant::now()
             .saturating_duration_since(window_start)
             .as_secs_f64();
-        let report = wrk::run(&wrk::command(core, target, mode, conns, duration_s, &script))?;
+        let report = wrk::run(&wrk::command(
+            core, target, mode, conns, duration_s, &script,
+        ))?;
         Ok(HttpLoad {
             wrk: report,
             warmup_errors,
@@ -321,10 +323,19 @@ mod tests {
     #[test]
     fn expected_answers() {
         let r = peers::by_path();
-        assert_eq!(expected_body(&r, "/api/items").as_deref(), Ok("backend a\n"));
-        assert_eq!(expected_body(&r, "/index.html").as_deref(), Ok("backend b\n"));
+        assert_eq!(
+            expected_body(&r, "/api/items").as_deref(),
+            Ok("backend a\n")
+        );
+        assert_eq!(
+            expected_body(&r, "/index.html").as_deref(),
+            Ok("backend b\n")
+        );
         let all = Routing::AllTo("a".into());
-        assert_eq!(expected_body(&all, "/index.html").as_deref(), Ok("backend a\n"));
+        assert_eq!(
+            expected_body(&all, "/index.html").as_deref(),
+            Ok("backend a\n")
+        );
         assert!(expected_body(&Routing::Sni, "/").is_err());
     }
 
@@ -363,7 +374,9 @@ mod tests {
         };
         let s = summary(&[round(ok), round(bad)], &[]);
         assert_eq!(s["rps_per_core"], Value::Null);
-        assert!(s["error"].as_str().is_some_and(|e| e.starts_with("round 2: ")));
+        assert!(s["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("round 2: ")));
         let s = summary(&[], &["did not start: x".into()]);
         assert_eq!(s["error"], json!("did not start: x"));
     }

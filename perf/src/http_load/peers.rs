@@ -118,7 +118,8 @@ impl Backends {
         let (program, args) = sni_load::nginx_command(&cfg);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let log = dir.path.join("output.log");
-        let mut proc = ProxyProcess::spawn(&topo.backend.name, core, &program, &args, &dir.path, log)?;
+        let mut proc =
+            ProxyProcess::spawn(&topo.backend.name, core, &program, &args, &dir.path, log)?;
         let t0 = std::time::Instant::now();
         let mut last = String::new();
         while t0.elapsed() < std::time::Duration::from_secs(5) {
@@ -180,7 +181,11 @@ http {
             addr = net::BACKEND_PEER[i]
         );
     }
-    let _ = write!(c, "    server {{\n        listen {} backlog=4096;\n", front());
+    let _ = write!(
+        c,
+        "    server {{\n        listen {} backlog=4096;\n",
+        front()
+    );
     let (a, b) = (net::BACKENDS[0].0, net::BACKENDS[1].0);
     for (prefix, name) in [(API_PREFIX, a), ("/", b)] {
         let _ = write!(
