@@ -50,8 +50,9 @@
 //!
 //! Usage: `bench_http_peers [--duration S] [--warmup S] [--rounds N] [--conns C]
 //! [--mode keepalive,close] [--only nginx,haproxy,sluice,sluice-splice]
-//! [--sluice-idle sleep|spin] [--print-manifests]` (`--help`). `--print-manifests`
-//! prints sluice's two configurations, for `sluice check -c FILE`.
+//! [--sluice-idle sleep|spin]` (`--help`); `bench_http_peers --print-manifests
+//! [sluice|sluice-splice] > FILE` prints one of sluice's configurations (no root
+//! needed), for `sluice check -c FILE`.
 
 use clap::{Parser, ValueEnum};
 use serde_json::{json, Value};
@@ -101,10 +102,11 @@ struct Cli {
     /// thread CPU time), or `spin` (busy-polls, charged its busy cycles).
     #[arg(long, value_enum, default_value_t = Idling::Sleep)]
     sluice_idle: Idling,
-    /// Print sluice's manifests (per-request routes, then the Host-only route served by
-    /// splice) and exit: what `sluice check -c` should accept and serve.
-    #[arg(long)]
-    print_manifests: bool,
+    /// Print the manifests of sluice's contender `sluice` (per-request routes, the
+    /// default) or `sluice-splice` (the Host-only route served by splice) and exit: what
+    /// `sluice check -c` should accept and serve.
+    #[arg(long, value_enum, value_name = "CONTENDER", num_args = 0..=1, default_missing_value = "sluice")]
+    print_manifests: Option<SluicePeer>,
 }
 
 /// `--mode`.
@@ -119,6 +121,13 @@ enum ModeArg {
 enum Peer {
     Nginx,
     Haproxy,
+    Sluice,
+    SluiceSplice,
+}
+
+/// `--print-manifests`.
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+enum SluicePeer {
     Sluice,
     SluiceSplice,
 }
@@ -190,11 +199,12 @@ fn ratios(summaries: &[(String, Value)]) -> Value {
 
 fn main() {
     let c = Cli::parse();
-    if c.print_manifests {
-        for r in [SluiceRoute::ByPath, SluiceRoute::HostOnly] {
-            println!("# {}", r.name());
-            print!("{}", peers::sluice_manifests(r));
-        }
+    if let Some(p) = c.print_manifests {
+        let r = match p {
+            SluicePeer::Sluice => SluiceRoute::ByPath,
+            SluicePeer::SluiceSplice => SluiceRoute::HostOnly,
+        };
+        print!("{}", peers::sluice_manifests(r));
         return;
     }
     let o = Opts {
