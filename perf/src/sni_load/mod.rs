@@ -15,7 +15,8 @@
 //!   comparison).
 //! - here: [`Contender`] (something that can be started, measured and stopped), the two
 //!   kinds of contender ([`External`] processes; [`InProcess`] closures over a TAP lane),
-//!   and [`measure`], which runs one round.
+//!   [`charge_softirqd`] (a contender also charged its core's `ksoftirqd`), and
+//!   [`measure`], which runs one round.
 //!
 //! Cores: the contender runs on [`PROXY_CORE`]; the load client, the backends and this
 //! process's control thread share [`LOAD_CORE`]. A round is: start the contender, wait
