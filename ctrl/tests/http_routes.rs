@@ -737,6 +737,23 @@ fn http_route_invalid_nonexistent_backend_ref() {
         "  rules: [{backendRefs: [{name: nonexistent, port: 8080}]}]\n",
     ));
     expect(&b, GW, &[(get("h", "/"), status(500))]);
+    // A rule without backendRefs, and a route without rules (upstream's default rule),
+    // are answered with 500 too.
+    let b = built(&route(
+        "no-backends",
+        "same-namespace",
+        "  rules: [{matches: [{path: {type: Exact, value: /none}}]}]\n",
+    ));
+    expect(
+        &b,
+        GW,
+        &[
+            (get("h", "/none"), status(500)),
+            (get("h", "/"), status(404)),
+        ],
+    );
+    let b = built(&route("no-rules", "same-namespace", ""));
+    expect(&b, GW, &[(get("h", "/any"), status(500))]);
 }
 
 /// httproute-redirect-host-and-status.yaml
@@ -1342,4 +1359,60 @@ fn istio_http_rule_options_compile() {
         .write_path(&re, m, &mut scratch, &mut out)
         .expect("fits");
     assert_eq!(&out[..n], b"/x/a/b");
+}
+
+/// `sluice explain` on an HTTP route: the rule, and the action (backend, or the answer
+/// with its status and location).
+#[test]
+fn explain_names_the_rule_and_the_answer() {
+    use sluice_ctrl::explain::{explain, HttpQuery, Query};
+    let b = built(&route(
+        "explained",
+        "same-namespace",
+        &format!(
+            "  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /api}}, headers: [{{name: x-v, value: '2'}}]}}]
+    backendRefs: [{V2}]
+  - matches: [{{path: {{type: PathPrefix, value: /old}}}}]
+    filters: [{{type: RequestRedirect, requestRedirect: {{scheme: https, path: {{type: ReplacePrefixMatch, replacePrefixMatch: /new}}}}}}]
+  - matches: [{{path: {{type: Exact, value: /gone}}}}]
+    backendRefs: [{{name: nonexistent, port: 8080}}]
+"
+        ),
+    ));
+    let q = |path: &str, headers: Vec<(String, String)>| Query {
+        proto: sluice_ctrl::compile::ir::L4::Tcp,
+        src: "198.51.100.1:40000".parse().expect("src"),
+        dst: format!("{GW}:80").parse().expect("dst"),
+        sni: None,
+        http_host: Some("shop.example.com".into()),
+        payload: None,
+        http: HttpQuery {
+            method: None,
+            path: Some(path.into()),
+            headers,
+            scheme: None,
+        },
+    };
+    let v = explain(&b, &q("/api/x", vec![("X-V".into(), "2".into())]));
+    assert_eq!(
+        v["rule"], "HTTPRoute gateway-conformance-infra/explained rules[0]",
+        "{v}"
+    );
+    assert_eq!(v["backend"], "10.90.0.2:8080", "{v}");
+    let v = explain(&b, &q("/old/a?b=c", vec![]));
+    assert_eq!(
+        v["rule"], "HTTPRoute gateway-conformance-infra/explained rules[1]",
+        "{v}"
+    );
+    assert_eq!(v["answer"]["status"], 302, "{v}");
+    assert_eq!(
+        v["answer"]["location"], "https://shop.example.com/new/a?b=c",
+        "{v}"
+    );
+    let v = explain(&b, &q("/gone", vec![]));
+    assert_eq!(v["answer"]["status"], 500, "{v}");
+    let v = explain(&b, &q("/api/x", vec![]));
+    assert_eq!(v["answer"]["status"], 404, "{v}");
+    assert_eq!(v["verdict"], "reject");
 }

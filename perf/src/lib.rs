@@ -10,10 +10,12 @@
 //! runner ([`testpmd_run`]), the JSON [`report::Report`] written as figures come in,
 //! [`fixtures`] (the frames and manifests several benchmarks build), [`sni_load`], the
 //! kernel-side harness of the SNI routing comparison (namespaces, backends, load client,
-//! HAProxy/nginx processes and the slot for sluice), and [`tls_load`], the same harness
-//! with a TLS client for the TLS termination comparison.
+//! HAProxy/nginx processes and the slot for sluice), [`tls_load`], the same harness
+//! with a TLS client for the TLS termination comparison, and [`http_load`], the same
+//! harness with `wrk` for the HTTP/1.1 per-request proxying comparison.
 
 pub mod fixtures;
+pub mod http_load;
 pub mod report;
 pub mod sni_load;
 pub mod stats;

@@ -1,6 +1,8 @@
-//! Gateway API Gateways: each listener becomes a listener, and the TLSRoutes, TCPRoutes
-//! and UDPRoutes whose parentRefs select it (and whose namespace and kind its
-//! `allowedRoutes` admit) attach to it, narrowed to the hostnames both allow.
+//! Gateway API Gateways: each listener becomes a listener, and the TLSRoutes, TCPRoutes,
+//! UDPRoutes and HTTPRoutes whose parentRefs select it (and whose namespace and kind its
+//! `allowedRoutes` admit) attach to it, narrowed to the hostnames both allow. HTTPRoutes
+//! on one listener are merged per hostname, their matches ordered by the spec's
+//! precedence (`http_listener`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -289,7 +291,14 @@ impl Ctx<'_> {
             let rns = hr.meta.namespace();
             labels.push(format!("{rns}/{}", hr.meta.name));
             let precedence = hr.meta.precedence();
-            for (ri, rule) in hr.spec.rules.iter().enumerate() {
+            // Upstream default: one rule matching `PathPrefix /` with no backend (500).
+            let default_rules = [gw::HttpRouteRule::default()];
+            let route_rules: &[gw::HttpRouteRule] = if hr.spec.rules.is_empty() {
+                &default_rules
+            } else {
+                &hr.spec.rules
+            };
+            for (ri, rule) in route_rules.iter().enumerate() {
                 let index = rules.len();
                 let name = match &rule.name {
                     Some(n) => format!("HTTPRoute {rns}/{} rules[{ri}] ({n})", hr.meta.name),

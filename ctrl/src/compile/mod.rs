@@ -12,9 +12,13 @@
 //!   gateway's), and one of its hosts matches a server host (wildcards either way).
 //! - Gateway API: a route attaches to the listeners its parentRef selects (sectionName,
 //!   port), of the right protocol (TLSRoute: TLS, TCPRoute: TCP, UDPRoute: UDP), whose
-//!   `allowedRoutes` admit its namespace and kind; TLSRoute hostnames are narrowed to
-//!   their intersection with the listener hostname, and a route without any
-//!   intersection is not attached (warning).
+//!   `allowedRoutes` admit its namespace and kind; TLSRoute and HTTPRoute hostnames are
+//!   narrowed to their intersection with the listener hostname, and a route without any
+//!   intersection is not attached (warning). HTTPRoutes (HTTP and HTTPS listeners) are
+//!   merged per hostname into one table of matches in the spec's precedence order.
+//! - HTTP routes (both kinds) compile to `sluice_dataplane::tables::http::HttpRoutes`
+//!   (`http`), matched per request by the proxy; a listener whose every route decides
+//!   once per connection exactly is left to splice (`ListenerEntry::proxy`).
 //!
 //! Files: this one holds the entry points and the per-build context with its lookups;
 //! `resolve` turns a Service reference into endpoints, `istio` binds VirtualServices to

@@ -15,7 +15,8 @@
 //!   comparison).
 //! - here: [`Contender`] (something that can be started, measured and stopped), the two
 //!   kinds of contender ([`External`] processes; [`InProcess`] closures over a TAP lane),
-//!   and [`measure`], which runs one round.
+//!   [`charge_softirqd`] (a contender also charged its core's `ksoftirqd`), and
+//!   [`measure`], which runs one round.
 //!
 //! Cores: the contender runs on [`PROXY_CORE`]; the load client, the backends and this
 //! process's control thread share [`LOAD_CORE`]. A round is: start the contender, wait
@@ -66,12 +67,18 @@ pub enum Routing {
     /// TLS terminated, the decrypted stream (or each request) sent to one backend: its
     /// name.
     Terminated(String),
+    /// Plain HTTP routed request by request on the path: `(path prefix, backend name)`,
+    /// the first prefix that matches wins (no ClientHellos: see [`crate::http_load`]).
+    ByPath(Vec<(String, String)>),
 }
 
 impl Routing {
     /// The hellos the client sends (every SNI of [`SNI_ROUTES`] in turn, whatever the
     /// routing: the same load for everyone) with the answer each must get.
     pub fn hellos(&self, capture_dir: &std::path::Path) -> Result<Vec<Hello>, String> {
+        if let Routing::ByPath(_) = self {
+            return Err("HTTP routing by path takes HTTP requests, not ClientHellos".into());
+        }
         SNI_ROUTES
             .iter()
             .map(|(sni, b)| {
@@ -81,6 +88,7 @@ impl Routing {
                     expect: match self {
                         Routing::Sni => net::BACKENDS[*b].0.to_string(),
                         Routing::AllTo(name) | Routing::Terminated(name) => name.clone(),
+                        Routing::ByPath(_) => String::new(),
                     },
                 })
             })
@@ -93,6 +101,13 @@ impl Routing {
             Routing::Sni => "sni".into(),
             Routing::AllTo(b) => format!("l4: every connection to backend {b}, SNI ignored"),
             Routing::Terminated(b) => format!("TLS terminated, everything to backend {b}"),
+            Routing::ByPath(routes) => {
+                let r: Vec<String> = routes
+                    .iter()
+                    .map(|(prefix, b)| format!("{prefix}* to backend {b}"))
+                    .collect();
+                format!("HTTP per request by path: {}", r.join(", "))
+            }
         }
     }
 }
@@ -110,6 +125,10 @@ pub struct CpuSample {
     /// Time the contender's own counters say it spent working (sluice: TSC cycles of its
     /// busy poll rounds / TSC Hz; wall-clock, so it includes time it was preempted).
     pub busy_s: Option<f64>,
+    /// CPU time of the contender core's `ksoftirqd` thread, seconds, when the contender
+    /// is charged it ([`charge_softirqd`]; then included in `charged_s` and `os_s`),
+    /// else 0.
+    pub softirqd_s: f64,
 }
 
 impl CpuSample {
@@ -119,6 +138,7 @@ impl CpuSample {
             charged_s: self.charged_s - earlier.charged_s,
             os_s: self.os_s - earlier.os_s,
             busy_s: self.busy_s.zip(earlier.busy_s).map(|(a, b)| a - b),
+            softirqd_s: self.softirqd_s - earlier.softirqd_s,
         }
     }
 }
@@ -156,10 +176,12 @@ pub type CommandFn = dyn Fn(&std::path::Path) -> (String, Vec<String>);
 pub type StartFn = dyn FnMut(&TapLane) -> Result<InProcessRun, String>;
 
 /// A proxy process (HAProxy, nginx, or anything started from a command) in the proxy
-/// namespace, pinned to [`PROXY_CORE`], listening on [`net::PROXY_FRONT`]:443.
+/// namespace, pinned to [`PROXY_CORE`], listening on [`net::PROXY_FRONT`]:443 (or the
+/// port of [`External::with_port`]).
 pub struct External {
     name: String,
     routing: Routing,
+    port: u16,
     /// `(config file name, config text)` from the work directory's path.
     config: Box<ConfigFn>,
     /// The program and its arguments given the config file's path.
@@ -177,6 +199,7 @@ impl External {
         External {
             name: name.into(),
             routing: Routing::Sni,
+            port: net::FRONT_PORT,
             config: Box::new(config),
             command: Box::new(command),
         }
@@ -185,6 +208,13 @@ impl External {
     /// The contender with `routing` as what it does (the default is [`Routing::Sni`]).
     pub fn with_routing(mut self, routing: Routing) -> External {
         self.routing = routing;
+        self
+    }
+
+    /// The contender listening on `port` of [`net::PROXY_FRONT`] (what its configuration
+    /// must say; the default is [`net::FRONT_PORT`]).
+    pub fn with_port(mut self, port: u16) -> External {
+        self.port = port;
         self
     }
 
@@ -263,11 +293,12 @@ pub fn keep_on_failure() -> bool {
 struct ExternalRun {
     proc: ProxyProcess,
     dir: WorkDir,
+    port: u16,
 }
 
 impl Instance for ExternalRun {
     fn target(&self) -> SocketAddrV4 {
-        SocketAddrV4::new(net::PROXY_FRONT, net::FRONT_PORT)
+        SocketAddrV4::new(net::PROXY_FRONT, self.port)
     }
 
     fn cpu(&mut self) -> Result<CpuSample, String> {
@@ -277,6 +308,7 @@ impl Instance for ExternalRun {
             charged_s: t.stat_s,
             os_s: t.schedstat_s,
             busy_s: None,
+            softirqd_s: 0.0,
         })
     }
 
@@ -331,7 +363,11 @@ impl Contender for External {
             &dir.path,
             log,
         ) {
-            Ok(proc) => Ok(Box::new(ExternalRun { proc, dir })),
+            Ok(proc) => Ok(Box::new(ExternalRun {
+                proc,
+                dir,
+                port: self.port,
+            })),
             Err(e) => {
                 if keep_on_failure() {
                     dir.keep();
@@ -353,12 +389,14 @@ pub struct InProcessRun {
 
 /// A contender in this process (sluice's workers) on a TAP lane: the closure opens the
 /// lane's two TAP devices by name (creating them), starts serving on [`net::LANE_VIP`]:443
+/// (or the port of [`InProcess::with_port`])
 /// with [`net::LANE_OUTSIDE`] / [`TapLane::inside`] as its addresses and the backends at
 /// [`net::backend_tap`], and returns an [`InProcessRun`]. The harness then moves the
 /// devices into the client and backend namespaces ([`Topology::attach`]).
 pub struct InProcess {
     name: String,
     routing: Routing,
+    port: u16,
     cpu_method: String,
     start: Box<StartFn>,
 }
@@ -375,19 +413,28 @@ impl InProcess {
         InProcess {
             name: name.into(),
             routing,
+            port: net::FRONT_PORT,
             cpu_method: cpu_method.into(),
             start: Box::new(start),
         }
+    }
+
+    /// The contender serving on `port` of [`net::LANE_VIP`] (what its configuration must
+    /// say; the default is [`net::FRONT_PORT`]).
+    pub fn with_port(mut self, port: u16) -> InProcess {
+        self.port = port;
+        self
     }
 }
 
 struct InProcessInstance {
     run: Option<InProcessRun>,
+    port: u16,
 }
 
 impl Instance for InProcessInstance {
     fn target(&self) -> SocketAddrV4 {
-        SocketAddrV4::new(net::LANE_VIP, net::FRONT_PORT)
+        SocketAddrV4::new(net::LANE_VIP, self.port)
     }
 
     fn cpu(&mut self) -> Result<CpuSample, String> {
@@ -430,9 +477,102 @@ impl Contender for InProcess {
     fn start(&mut self, topo: &Topology) -> Result<Box<dyn Instance>, String> {
         let lane = topo.tap_lane()?;
         let run = (self.start)(&lane)?;
-        let inst = Box::new(InProcessInstance { run: Some(run) });
+        let inst = Box::new(InProcessInstance {
+            run: Some(run),
+            port: self.port,
+        });
         topo.attach(&lane)?;
         Ok(inst)
+    }
+}
+
+/// The pid of kernel thread `ksoftirqd/<core>` (from a scan of `/proc`).
+pub fn softirqd_pid(core: usize) -> Option<u32> {
+    let want = format!("ksoftirqd/{core}");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim() == want).then_some(pid)
+    })
+}
+
+/// `c`, also charged the CPU time of its core's `ksoftirqd` thread
+/// (`ksoftirqd/<PROXY_CORE>`, its `schedstat` run time: bursts too short for ticks),
+/// reported apart as [`CpuSample::softirqd_s`].
+///
+/// The network receive path runs in softirq context. Where it runs in a thread's own
+/// context (on leaving a system call that sent, a TAP write) it is in that thread's
+/// CPU time already: the test kernel accounts by ticks without IRQ time accounting
+/// (`CONFIG_IRQ_TIME_ACCOUNTING` off), so those ticks count as the thread's system
+/// time. What the kernel defers to `ksoftirqd` under load is charged to that kernel
+/// thread instead; a contender pinned to a core answers for its core's deferred work
+/// (other tenants of the core add timers and RCU, not packets).
+pub fn charge_softirqd(c: Box<dyn Contender>) -> Box<dyn Contender> {
+    let cpu_method = format!(
+        "{}; plus ksoftirqd/{PROXY_CORE}'s run time (schedstat), in cpu_s_softirqd",
+        c.cpu_method()
+    );
+    Box::new(SoftirqdCharged {
+        inner: c,
+        cpu_method,
+    })
+}
+
+struct SoftirqdCharged {
+    inner: Box<dyn Contender>,
+    cpu_method: String,
+}
+
+impl Contender for SoftirqdCharged {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn routing(&self) -> Routing {
+        self.inner.routing()
+    }
+
+    fn cpu_method(&self) -> &str {
+        &self.cpu_method
+    }
+
+    fn start(&mut self, topo: &Topology) -> Result<Box<dyn Instance>, String> {
+        let pid = softirqd_pid(PROXY_CORE).ok_or_else(|| {
+            format!("no ksoftirqd/{PROXY_CORE} in /proc: its CPU time cannot be charged")
+        })?;
+        let inner = self.inner.start(topo)?;
+        Ok(Box::new(SoftirqdChargedRun { inner, pid }))
+    }
+}
+
+struct SoftirqdChargedRun {
+    inner: Box<dyn Instance>,
+    pid: u32,
+}
+
+impl Instance for SoftirqdChargedRun {
+    fn target(&self) -> SocketAddrV4 {
+        self.inner.target()
+    }
+
+    fn cpu(&mut self) -> Result<CpuSample, String> {
+        let mut c = self.inner.cpu()?;
+        let s = proxy::tree_cpu(self.pid);
+        if s.processes == 0 {
+            return Err(format!("ksoftirqd/{PROXY_CORE} (pid {}) gone", self.pid));
+        }
+        c.charged_s += s.schedstat_s;
+        c.os_s += s.schedstat_s;
+        c.softirqd_s += s.schedstat_s;
+        Ok(c)
+    }
+
+    fn rss_kib(&self) -> Result<u64, String> {
+        self.inner.rss_kib()
+    }
+
+    fn stop(self: Box<Self>, failed: bool) -> Value {
+        self.inner.stop(failed)
     }
 }
 
@@ -495,6 +635,7 @@ impl<R> Window<R> {
             "cpu_s": self.cpu.charged_s,
             "cpu_s_os": self.cpu.os_s,
             "cpu_s_busy_cycles": self.cpu.busy_s,
+            "cpu_s_softirqd": self.cpu.softirqd_s,
             "window_s": self.window_s,
             "proxy_core_busy_s": self.proxy_core_busy_s,
             "load_core_busy_s": self.load_core_busy_s,

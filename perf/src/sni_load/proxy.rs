@@ -17,6 +17,7 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddrV4;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -221,8 +222,12 @@ pub fn tree_rss_kib(root: u32) -> Result<u64, String> {
 }
 
 /// A proxy process started inside a namespace, pinned to one core, its output in a log
-/// file. Stopped (SIGTERM, then SIGKILL to the whole tree) on [`ProxyProcess::stop`] or
-/// drop.
+/// file, leading a process group of its own. Stopped (SIGTERM, then SIGKILL to the whole
+/// tree and the group) on [`ProxyProcess::stop`] or drop.
+///
+/// The group catches what the tree misses: an nginx worker outlives a master that was
+/// killed, reparented away from the tree, still holding the listening socket (seen
+/// here: the next contender could not bind the port).
 #[derive(Debug)]
 pub struct ProxyProcess {
     child: Option<Child>,
@@ -241,9 +246,20 @@ fn signal(pid: u32, sig: rustix::process::Signal) {
     }
 }
 
+/// SIGKILL to every process left in process group `pgid` (none: nothing happens). The
+/// group's id stays taken while any member lives, so it names no one else's processes.
+fn kill_group(pgid: u32) {
+    if let Some(p) = i32::try_from(pgid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(p, rustix::process::Signal::KILL);
+    }
+}
+
 impl ProxyProcess {
     /// Runs `program args...` in namespace `ns` pinned to `core` (`taskset`), with
-    /// `cwd` as working directory and its output in `log`.
+    /// `cwd` as working directory, its output in `log`, in a new process group.
     pub fn spawn(
         ns: &str,
         core: usize,
@@ -266,6 +282,7 @@ impl ProxyProcess {
             ])
             .args(args)
             .current_dir(cwd)
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -300,13 +317,15 @@ impl ProxyProcess {
         tree_cpu(self.pid)
     }
 
-    /// SIGTERM, up to 5 s to exit, then SIGKILL to every process left in its tree.
-    /// Returns whether it exited on SIGTERM.
+    /// SIGTERM, up to 5 s to exit, then SIGKILL to every process left in its tree and
+    /// its process group. Returns whether it exited on SIGTERM (or had exited before).
     pub fn stop(&mut self) -> bool {
         let Some(mut child) = self.child.take() else {
             return true;
         };
         if let Ok(Some(_)) = child.try_wait() {
+            // Whatever it left behind (an orphaned nginx worker) goes.
+            kill_group(self.pid);
             return true;
         }
         let tree = process_tree(self.pid);
@@ -320,6 +339,7 @@ impl ProxyProcess {
                         signal(*p, rustix::process::Signal::KILL);
                     }
                 }
+                kill_group(self.pid);
                 return true;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -327,6 +347,7 @@ impl ProxyProcess {
         for p in process_tree(self.pid).into_iter().rev() {
             signal(p, rustix::process::Signal::KILL);
         }
+        kill_group(self.pid);
         let _ = child.wait();
         false
     }

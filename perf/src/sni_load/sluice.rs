@@ -114,6 +114,7 @@ pub fn start(lane: &TapLane, snapshot: Snapshot, spin: bool) -> Result<InProcess
             charged_s: if spin { busy } else { os },
             os_s: os,
             busy_s: Some(busy),
+            softirqd_s: 0.0,
         })
     });
     let stop_fn = Box::new(move || {
