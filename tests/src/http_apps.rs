@@ -235,11 +235,19 @@ impl HttpBackends {
                 }
             }
             if c.sent >= c.out.len() && !c.out.is_empty() {
+                if c.abort_after {
+                    // Reset once the bytes are out (acknowledged): an abort discards
+                    // what is still queued.
+                    if s.send_queue() == 0 {
+                        s.abort();
+                        c.out.clear();
+                        c.sent = 0;
+                    }
+                    continue;
+                }
                 c.out.clear();
                 c.sent = 0;
-                if c.abort_after {
-                    s.abort();
-                } else if c.close_after {
+                if c.close_after {
                     s.close();
                 }
             }

@@ -80,7 +80,7 @@ fn world(seed: u64, faults: Faults) -> (Sim<Balancer>, Publisher<Snapshot>, Http
         .listen(
             &mut sim.hosts[1].sockets,
             (IpAddress::from(ip("10.78.0.12")), 7001),
-            4,
+            16,
             64 * 1024,
         );
     (sim, p, backends)

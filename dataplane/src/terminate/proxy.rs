@@ -965,6 +965,7 @@ fn forward_step(
         flush_tls(t, front);
     }
     if h.status == 101 && h.to_client.is_empty() {
+        ctx.counters.event(status_class(h.status));
         h.stage = Stage::Tunnel;
         return None;
     }
