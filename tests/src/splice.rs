@@ -11,7 +11,8 @@
 //! | port | kind | names -> backends |
 //! |---|---|---|
 //! | 443 | TLS passthrough (Gateway API) | `a.example.test` -> a:7000, `b.example.test` -> b:7000, `*.wild.test` -> c:7000, `failover.example.test` -> a:7001 + b:7001, `silent.example.test` -> .98/.99:7000, `sink.example.test` -> b:7002 + c:7002 |
-//! | 80 | HTTP (Istio) | `www.example.test`: `/api/` -> a 3 : b 1, else -> c |
+//! | 80 | HTTP (Istio), per request (the proxy: path rules) | `www.example.test`: `/api/` -> a 3 : b 1, else -> c |
+//! | 81 | HTTP (Istio), Host only (delayed binding) | `plain.example.test` -> a 3 : b 1 |
 //! | 8080 | HTTP, `httpsRedirect` (Istio) | any host -> 301 |
 
 use crate::fixtures::{cidr, links, SIM_APPLIANCE};
@@ -103,6 +104,21 @@ spec:
   - port: {number: 8080, name: http-redirect, protocol: HTTP}
     hosts: ["*"]
     tls: {httpsRedirect: true}
+  - port: {number: 81, name: http-host, protocol: HTTP}
+    hosts: [plain.example.test]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: plain, namespace: sim}
+spec:
+  hosts: [plain.example.test]
+  gateways: [web]
+  http:
+  - route:
+    - destination: {host: a, port: {number: 7000}}
+      weight: 75
+    - destination: {host: b, port: {number: 7000}}
+      weight: 25
 ---
 apiVersion: networking.istio.io/v1
 kind: VirtualService

@@ -400,3 +400,53 @@ fn malformed_and_oversized_heads_are_answered_and_closed() {
     assert_eq!(k.events_of(Event::HttpBadRequest), 1);
     assert_eq!(k.events_of(Event::HttpHeadTooLarge), 1);
 }
+
+/// Istio (the delayed-binding simulation's configuration, port 80): a VirtualService
+/// `http` route whose `/api/` rule splits 3:1 over a and b, the rest to c, served per
+/// request: the weights hold over the requests of a few keep-alive connections, the
+/// Host's case and port do not matter, a Host without a route gets 404 and the
+/// connection goes on.
+#[test]
+fn istio_weights_hold_per_request() {
+    let (mut sim, _p) = sim_snapshot(
+        sluice_tests::splice::snapshot(),
+        Faults::NONE,
+        Faults::NONE,
+        balancer_config(9),
+    );
+    let mut backends = HttpBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 8, 64 * 1024);
+    let mut c: Vec<HttpClient> = (0..4)
+        .map(|i| {
+            let mut reqs: Vec<Vec<u8>> = (0..100)
+                .map(|k| get("www.example.test", &format!("/api/{i}/{k}"), &[]))
+                .collect();
+            reqs.push(get("WWW.Example.Test:80", "/index.html", &[]));
+            reqs.push(get("nobody.example.test", "/", &[]));
+            reqs.push(get("www.example.test", "/api/last", &[]));
+            let host = &mut sim.hosts[0];
+            HttpClient::new(
+                &mut host.sockets,
+                host.iface.context(),
+                (Sim::addr(ip(VIP)), 80),
+                41_000 + i,
+                reqs,
+            )
+        })
+        .collect();
+    run(&mut sim, &mut backends, &mut c, 60_000);
+    print_counters(&sim);
+    for cl in &c {
+        let s: Vec<u16> = cl.responses.iter().map(|r| r.status).collect();
+        assert_eq!(s.len(), 103);
+        assert_eq!(&s[100..], &[200, 404, 200]);
+        assert_eq!(backend_of(&cl.responses[100]), "10.78.0.13");
+    }
+    let (a, b) = (backends.hits("10.78.0.11"), backends.hits("10.78.0.12"));
+    assert_eq!(a + b, 404);
+    let share = a as f64 / 404.0;
+    assert!(
+        (0.65..0.85).contains(&share),
+        "/api/ split a {a} : b {b}, expected 3:1"
+    );
+    assert_eq!(backends.hits("10.78.0.13"), 4);
+}

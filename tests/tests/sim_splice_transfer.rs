@@ -632,9 +632,9 @@ fn every_frame_sluice_sends_has_valid_checksums() {
     assert_eq!(out.echoed, 6, "{out:?}");
     frames.extend(w.sim.captured().into_iter().map(|(_, f)| f));
     let http: Vec<Vec<u8>> = (0..4)
-        .map(|i| format!("GET /api/{i} HTTP/1.1\r\nHost: www.example.test\r\n\r\n").into_bytes())
+        .map(|i| format!("GET /api/{i} HTTP/1.1\r\nHost: plain.example.test\r\n\r\n").into_bytes())
         .collect();
-    let out = w.run(VIP, 80, &http, 2_000, 2, &mut rng);
+    let out = w.run(VIP, 81, &http, 2_000, 2, &mut rng);
     assert_eq!(out.echoed, 4, "{out:?}");
     // Redirects and resets: the runner counts them as not echoed; what matters here is
     // what sluice sent.

@@ -1,8 +1,9 @@
 //! TLS termination in simulation: rustls clients over smoltcp TCP on the client host,
 //! sluice's `Balancer` terminating on the in-memory wire (its terminate engine: smoltcp
 //! shards + rustls), smoltcp echo backends. Byte-exact transfers under loss, reordering
-//! and duplication on both legs; routing by SNI; a backend nobody answers; a silent
-//! client (handshake deadline); the connection cap; a client reset passed to the backend.
+//! and duplication on both legs; routing by SNI; HTTPS requests routed one by one on one
+//! connection (HTTP backends); a backend nobody answers; a silent client (handshake
+//! deadline); the connection cap; a client reset passed to the backend.
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig};
@@ -16,6 +17,7 @@ use sluice_dataplane::tables::maglev::{Entry, EntryTarget, MaglevTable};
 use sluice_dataplane::tables::snapshot::Snapshot;
 use sluice_dataplane::tables::tls::TlsListener;
 use sluice_dataplane::terminate::TerminateConfig;
+use sluice_tests::http_apps::{parse_message, HttpBackends};
 use sluice_tests::sim::{Faults, Rng, Sim};
 use sluice_tests::splice::{
     balancer_config, ip, print_counters, sim_snapshot, snapshot, socket, EchoBackends, VIP,
@@ -260,11 +262,26 @@ fn run(
     clients: &mut [Client],
     limit_ms: u64,
 ) {
+    run_with(
+        sim,
+        &mut |s| backends.step(&mut s.hosts[1].sockets),
+        clients,
+        limit_ms,
+    );
+}
+
+/// [`run`] with any backends (`step` moves them).
+fn run_with(
+    sim: &mut Sim<Balancer>,
+    step: &mut dyn FnMut(&mut Sim<Balancer>),
+    clients: &mut [Client],
+    limit_ms: u64,
+) {
     let end = sim.now_ms + limit_ms;
     while sim.now_ms < end {
         for _ in 0..8 {
             sim.round();
-            backends.step(&mut sim.hosts[1].sockets);
+            step(sim);
             for c in clients.iter_mut() {
                 c.step(sim);
             }
@@ -553,7 +570,7 @@ fn https_snapshot(server: Arc<ServerConfig>) -> Snapshot {
 }
 
 #[test]
-fn https_requests_are_routed_by_host_and_path_and_arrive_in_plaintext() {
+fn https_requests_are_routed_one_by_one_and_arrive_in_plaintext() {
     let pki = pki();
     let (mut sim, _p) = sim_snapshot(
         https_snapshot(pki.server.clone()),
@@ -561,34 +578,52 @@ fn https_requests_are_routed_by_host_and_path_and_arrive_in_plaintext() {
         Faults::NONE,
         config(17, TerminateConfig::default()),
     );
-    let mut backends = EchoBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 4, 64 * 1024);
-    let req = |path: &str| {
-        format!("GET {path} HTTP/1.1\r\nHost: www.example.test\r\nUser-Agent: sim\r\n\r\n")
-            .into_bytes()
+    let mut backends = HttpBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 4, 64 * 1024);
+    let req = |path: &str, host: &str| {
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: sim\r\n\r\n").into_bytes()
     };
-    // The certificate names a.example.test: the HTTPS client asks for that name, the
+    // Both requests on one TLS connection (pipelined), then one for a Host without a
+    // route. The certificate names a.example.test: the client asks for that name, each
     // request's Host routes (no SNI/Host coupling is enforced here).
-    let mut clients = [
-        Client::new(&mut sim, &pki, "a.example.test", 45_000, req("/api/v1")),
-        Client::new(&mut sim, &pki, "a.example.test", 45_001, req("/index.html")),
-    ];
-    run(&mut sim, &mut backends, &mut clients, 20_000);
+    let mut data = req("/api/v1", "www.example.test");
+    data.extend(req("/index.html", "www.example.test"));
+    data.extend(req("/", "other.example.test"));
+    let mut clients = [Client::new(&mut sim, &pki, "a.example.test", 45_000, data)];
+    run_with(
+        &mut sim,
+        &mut |s| backends.step(&mut s.hosts[1].sockets),
+        &mut clients,
+        20_000,
+    );
     print_counters(&sim);
-    for c in &clients {
-        // The echo backend sends back exactly what it received: the plaintext request.
-        assert_eq!(
-            String::from_utf8_lossy(&c.got),
-            String::from_utf8_lossy(&c.data)
-        );
+    let mut got = &clients[0].got[..];
+    let mut answers = Vec::new();
+    while let Some((line, _, body, used)) = parse_message(got) {
+        answers.push((line, String::from_utf8_lossy(&body).into_owned()));
+        got = &got[used..];
     }
-    assert_eq!(backends.hits("10.78.0.11"), 1, "/api/ to a");
-    assert_eq!(backends.hits("10.78.0.12"), 1, "the rest to b");
-    // An unknown Host gets no route: the client is reset.
-    let bad = b"GET / HTTP/1.1\r\nHost: other.example.test\r\n\r\n".to_vec();
-    let mut c = [Client::new(&mut sim, &pki, "a.example.test", 45_002, bad)];
-    run(&mut sim, &mut backends, &mut c, 5_000);
-    assert!(c[0].got.is_empty());
-    assert_eq!(sim.worker.counters().events_of(Event::TerminateNoRoute), 1);
+    assert_eq!(answers.len(), 3, "{answers:?}");
+    assert_eq!(answers[0].0, "HTTP/1.1 200 OK");
+    assert!(
+        answers[0].1.starts_with("10.78.0.11 GET /api/v1 0\n"),
+        "{}",
+        answers[0].1
+    );
+    assert!(
+        answers[1].1.starts_with("10.78.0.12 GET /index.html 0\n"),
+        "{}",
+        answers[1].1
+    );
+    assert_eq!(answers[2].0, "HTTP/1.1 404 Not Found");
+    // Decrypted, forwarded as plain HTTP with the scheme the client used.
+    assert_eq!(
+        backends.received[0].header("x-forwarded-proto"),
+        Some("https")
+    );
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::TerminateAccepted), 1);
+    assert_eq!(k.events_of(Event::HttpRequest), 3);
+    assert_eq!(k.events_of(Event::HttpNoRoute), 1);
 }
 
 #[test]

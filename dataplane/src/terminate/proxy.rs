@@ -100,6 +100,8 @@ pub(super) struct Http {
     /// close such a connection just as the request leaves: one retry is always allowed
     /// for a request without a body that got no answer on it).
     reused: bool,
+    /// The backend connection is new: counted when it opens.
+    fresh: bool,
     /// The rule's response header changes.
     response_ops: Option<Arc<HeaderOps>>,
     /// The route and rule that took the request, under snapshot `generation`.
@@ -139,6 +141,7 @@ impl Http {
             has_body: false,
             back_reusable: false,
             reused: false,
+            fresh: false,
             response_ops: None,
             rule: None,
             attempts: 0,
@@ -336,92 +339,112 @@ impl Engine<'_> {
         };
         let mut rule_at = None;
         let mut backend = None;
-        let answered = match super::route::http_route(snap, vip, ours, head.authority) {
-            None => {
-                ctx.counters.event(Event::HttpNoRoute);
-                answer(to_client, 404, &[], b"")
-            }
-            Some((route_idx, route)) => match route.http.find_indexed(&req) {
+        let redirect_all =
+            super::route::listener(snap, vip, ours).is_some_and(|l| l.https_redirect);
+        let answered = if redirect_all {
+            // Istio `httpsRedirect`: every request is sent to https, then the connection
+            // closes (as delayed binding answers it).
+            match https_location(head.authority, head.path, head.query) {
                 None => {
                     ctx.counters.event(Event::HttpNoRoute);
                     answer(to_client, 404, &[], b"")
                 }
-                Some((m, rule_idx, rule)) => {
-                    rule_at = Some((route_idx, rule_idx, generation));
-                    match &rule.action {
-                        HttpAction::Redirect(r) => {
-                            let mut loc = [0u8; 2048];
-                            let at = r.write_location(&req, m, &mut loc);
-                            match at.and_then(|n| std::str::from_utf8(&loc[..n]).ok()) {
-                                Some(l) => {
-                                    ctx.counters.event(Event::HttpRedirectSent);
-                                    answer(to_client, r.code, &[("location", l)], b"")
+                Some((loc, n)) => {
+                    ctx.counters.event(Event::HttpRedirectSent);
+                    let l = std::str::from_utf8(&loc[..n]).unwrap_or("/");
+                    local(to_client, 301, &[("Location", l)], b"", is_head, true);
+                    Some(301)
+                }
+            }
+        } else {
+            match super::route::http_route(snap, vip, ours, head.authority) {
+                None => {
+                    ctx.counters.event(Event::HttpNoRoute);
+                    answer(to_client, 404, &[], b"")
+                }
+                Some((route_idx, route)) => match route.http.find_indexed(&req) {
+                    None => {
+                        ctx.counters.event(Event::HttpNoRoute);
+                        answer(to_client, 404, &[], b"")
+                    }
+                    Some((m, rule_idx, rule)) => {
+                        rule_at = Some((route_idx, rule_idx, generation));
+                        match &rule.action {
+                            HttpAction::Redirect(r) => {
+                                let mut loc = [0u8; 2048];
+                                let at = r.write_location(&req, m, &mut loc);
+                                match at.and_then(|n| std::str::from_utf8(&loc[..n]).ok()) {
+                                    Some(l) => {
+                                        ctx.counters.event(Event::HttpRedirectSent);
+                                        answer(to_client, r.code, &[("location", l)], b"")
+                                    }
+                                    None => answer(to_client, 500, &[], b""),
                                 }
-                                None => answer(to_client, 500, &[], b""),
                             }
-                        }
-                        HttpAction::Direct { status, body } => {
-                            answer(to_client, *status, &[], body)
-                        }
-                        HttpAction::Forward {
-                            table,
-                            table_v6,
-                            invalid_status,
-                        } => {
-                            let t = match (table_v6, vip.is_ipv6()) {
-                                (Some(t6), true) => t6,
-                                _ => table,
-                            };
-                            match t.pick(random) {
-                                Pick::Reject => {
-                                    ctx.counters.event(Event::HttpInvalidBackend);
-                                    answer(to_client, *invalid_status, &[], b"")
-                                }
-                                Pick::Backend(b) => {
-                                    let mut path = [0u8; 2048];
-                                    let new_path = match &rule.rewrite.path {
-                                        None => None,
-                                        Some(_) => rule
-                                            .rewrite
-                                            .write_path(&req, m, &mut self.t.scratch, &mut path)
-                                            .and_then(|n| std::str::from_utf8(&path[..n]).ok()),
-                                    };
-                                    let edits = RequestEdits {
-                                        path: new_path,
-                                        authority: rule.rewrite.authority.as_deref(),
-                                        ops: &rule.request_headers,
-                                        forwarded_for: client.source().ip(),
-                                        forwarded_proto: req.scheme,
-                                        upgrade: head.upgrade,
-                                    };
-                                    to_back.resize(h1::MAX_HEAD_LEN + 4096, 0);
-                                    match h1::write_request_head(to_back, &head, &edits) {
-                                        Some(n) => {
-                                            to_back.truncate(n);
-                                            backend = Some(b);
-                                            h.response_ops = (!rule.response_headers.is_empty())
-                                                .then(|| rule.response_headers.clone());
-                                            h.max_attempts =
-                                                tries.max(rule.retries.attempts.saturating_add(1));
-                                            h.retries = rule.retries;
-                                            h.deadline_ms = match rule.timeout_ms {
-                                                0 => u64::MAX,
-                                                t => now_ms + t,
-                                            };
-                                            None
-                                        }
-                                        None => {
-                                            to_back.clear();
-                                            ctx.counters.event(Event::HttpHeadTooLarge);
-                                            answer(to_client, 431, &[], b"")
+                            HttpAction::Direct { status, body } => {
+                                answer(to_client, *status, &[], body)
+                            }
+                            HttpAction::Forward {
+                                table,
+                                table_v6,
+                                invalid_status,
+                            } => {
+                                let t = match (table_v6, vip.is_ipv6()) {
+                                    (Some(t6), true) => t6,
+                                    _ => table,
+                                };
+                                match t.pick(random) {
+                                    Pick::Reject => {
+                                        ctx.counters.event(Event::HttpInvalidBackend);
+                                        answer(to_client, *invalid_status, &[], b"")
+                                    }
+                                    Pick::Backend(b) => {
+                                        let mut path = [0u8; 2048];
+                                        let new_path = match &rule.rewrite.path {
+                                            None => None,
+                                            Some(_) => rule
+                                                .rewrite
+                                                .write_path(&req, m, &mut self.t.scratch, &mut path)
+                                                .and_then(|n| std::str::from_utf8(&path[..n]).ok()),
+                                        };
+                                        let edits = RequestEdits {
+                                            path: new_path,
+                                            authority: rule.rewrite.authority.as_deref(),
+                                            ops: &rule.request_headers,
+                                            forwarded_for: client.source().ip(),
+                                            forwarded_proto: req.scheme,
+                                            upgrade: head.upgrade,
+                                        };
+                                        to_back.resize(h1::MAX_HEAD_LEN + 4096, 0);
+                                        match h1::write_request_head(to_back, &head, &edits) {
+                                            Some(n) => {
+                                                to_back.truncate(n);
+                                                backend = Some(b);
+                                                h.response_ops =
+                                                    (!rule.response_headers.is_empty())
+                                                        .then(|| rule.response_headers.clone());
+                                                h.max_attempts = tries
+                                                    .max(rule.retries.attempts.saturating_add(1));
+                                                h.retries = rule.retries;
+                                                h.deadline_ms = match rule.timeout_ms {
+                                                    0 => u64::MAX,
+                                                    t => now_ms + t,
+                                                };
+                                                None
+                                            }
+                                            None => {
+                                                to_back.clear();
+                                                ctx.counters.event(Event::HttpHeadTooLarge);
+                                                answer(to_client, 431, &[], b"")
+                                            }
                                         }
                                     }
                                 }
                             }
                         }
                     }
-                }
-            },
+                },
+            }
         };
         // The exchange, whatever its route.
         h.head_request = is_head;
@@ -435,7 +458,7 @@ impl Engine<'_> {
         inbuf.drain(..consumed.min(inbuf.len()));
         h.req_body = Body::new(framing);
         match (answered, backend) {
-            (Some(status), _) => h.begin_answer(status, close),
+            (Some(status), _) => h.begin_answer(status, close || redirect_all),
             (None, Some(b)) => {
                 h.begin_forward();
                 self.http_connect(idx, b, snap, ctx);
@@ -466,6 +489,7 @@ impl Engine<'_> {
             h.back_reusable = false;
             h.to_back_sent = 0;
             h.reused = reuse;
+            h.fresh = !reuse;
         }
         if reuse {
             ctx.counters.event(Event::HttpBackendReused);
@@ -832,6 +856,10 @@ fn forward_step(
         }
         _ => {}
     }
+    if h.fresh {
+        ctx.counters.event(Event::TerminateBackendConnected);
+        h.fresh = false;
+    }
     // The request head, then body bytes as they come.
     while h.to_back_sent < h.to_back.len() && back.can_send() {
         match back.send_slice(&h.to_back[h.to_back_sent..]) {
@@ -1092,6 +1120,27 @@ fn response_head(h: &mut Http) -> HeadStep {
         resp.drain(..len.min(resp.len()));
         return HeadStep::Started;
     }
+}
+
+/// `https://<host><path>[?<query>]` for an `httpsRedirect` listener (the host lower
+/// case, without its port), and its length; `None` without a host.
+fn https_location(authority: &str, path: &str, query: &str) -> Option<([u8; 2048], usize)> {
+    let mut host = [0u8; 256];
+    let host = super::route::host_of(authority, &mut host).filter(|h| !h.is_empty())?;
+    let mut out = [0u8; 2048];
+    let mut n = 0;
+    let q: &[u8] = if query.is_empty() { b"" } else { b"?" };
+    for part in [
+        b"https://".as_slice(),
+        host,
+        path.as_bytes(),
+        q,
+        query.as_bytes(),
+    ] {
+        out.get_mut(n..n + part.len())?.copy_from_slice(part);
+        n += part.len();
+    }
+    Some((out, n))
 }
 
 /// The counter of a response's status class.
