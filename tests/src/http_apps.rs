@@ -98,7 +98,8 @@ struct Conn {
 /// - `/big/N`: a body of N bytes (`0123456789` repeated), Content-Length framed;
 /// - `/chunked/N`: N bytes in chunks of 1000;
 /// - `/close`: `Connection: close`, then FIN;
-/// - `/cut`: a head announcing 100000 bytes, 10 of them, then RST.
+/// - `/cut`: a head announcing 100000 bytes, 10 of them, then RST;
+/// - `/hang...`: no answer at all.
 #[derive(Default)]
 pub struct HttpBackends {
     conns: Vec<Conn>,
@@ -185,6 +186,10 @@ impl HttpBackends {
                 for h in &headers {
                     text.push_str(h);
                     text.push('\n');
+                }
+                if path.starts_with("/hang") {
+                    // Never answered (the connection stays open).
+                    continue;
                 }
                 let (status, body, extra) = if let Some(code) = path.strip_prefix("/status/") {
                     (code.parse().unwrap_or(500), text.into_bytes(), "")

@@ -31,7 +31,9 @@ const PORT: u16 = 8000;
 /// A Gateway API Gateway with a plain HTTP listener on [`PORT`] and its routes:
 /// `shop.example.test` sends `/api` (path prefix) to a and the rest to b; `flaky.example.test`
 /// goes to `pair` on 7001 (a and b; the tests make only b listen there);
-/// `cut.example.test` goes to a.
+/// `slow.example.test` goes to a with a 500 ms request timeout; and an Istio Gateway on
+/// 8001 whose `retry.example.test` route retries twice (5xx, connect failures) with a
+/// 200 ms per-try timeout.
 const HTTP_CONFIG: &str = r#"
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -60,6 +62,34 @@ spec:
   hostnames: [flaky.example.test]
   rules:
   - backendRefs: [{name: pair, port: 7001}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: slow, namespace: sim}
+spec:
+  parentRefs: [{name: http, sectionName: web}]
+  hostnames: [slow.example.test]
+  rules:
+  - backendRefs: [{name: a, port: 7000}]
+    timeouts: {request: 500ms}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: istio-http, namespace: sim}
+spec:
+  servers:
+  - port: {number: 8001, name: http, protocol: HTTP}
+    hosts: [retry.example.test]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: retry, namespace: sim}
+spec:
+  hosts: [retry.example.test]
+  gateways: [istio-http]
+  http:
+  - route: [{destination: {host: a, port: {number: 7000}}}]
+    retries: {attempts: 2, perTryTimeout: 200ms, retryOn: "5xx,connect-failure"}
 "#;
 
 /// The sim appliance's tables with [`HTTP_CONFIG`].
@@ -449,4 +479,51 @@ fn istio_weights_hold_per_request() {
         "/api/ split a {a} : b {b}, expected 3:1"
     );
     assert_eq!(backends.hits("10.78.0.13"), 4);
+}
+
+#[test]
+fn timeouts_answer_504_and_retries_cover_5xx_and_slow_tries() {
+    let (mut sim, _p, mut backends) = world(10, Faults::NONE);
+    let to = |sim: &mut Sim<Balancer>, port: u16, dst: u16, reqs: Vec<Vec<u8>>| {
+        let host = &mut sim.hosts[0];
+        HttpClient::new(
+            &mut host.sockets,
+            host.iface.context(),
+            (Sim::addr(ip(VIP)), dst),
+            port,
+            reqs,
+        )
+    };
+    // The rule's timeout: 504, and the connection goes on.
+    let slow = vec![
+        get("slow.example.test", "/hang", &[]),
+        get("slow.example.test", "/ok", &[]),
+    ];
+    // Retries: a 503 three times (then passed on), a hanging backend three times.
+    let retried = vec![get("retry.example.test", "/status/503", &[])];
+    let hung = vec![get("retry.example.test", "/hang/2", &[])];
+    let mut c = vec![
+        to(&mut sim, 40_030, PORT, slow),
+        to(&mut sim, 40_031, 8001, retried),
+        to(&mut sim, 40_032, 8001, hung),
+    ];
+    run(&mut sim, &mut backends, &mut c, 10_000);
+    print_counters(&sim);
+    let statuses: Vec<Vec<u16>> = c
+        .iter()
+        .map(|cl| cl.responses.iter().map(|r| r.status).collect())
+        .collect();
+    assert_eq!(statuses, vec![vec![504, 200], vec![503], vec![504]]);
+    let tries = |p: &str| {
+        backends
+            .received
+            .iter()
+            .filter(|r| r.line.contains(p))
+            .count()
+    };
+    assert_eq!(tries("/status/503"), 3, "the first try and two retries");
+    assert_eq!(tries("/hang/2"), 3, "each try timed out");
+    assert_eq!(tries("/hang "), 1, "the request timeout does not retry");
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::HttpRequestTimeout), 4);
 }

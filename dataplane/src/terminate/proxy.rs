@@ -116,6 +116,8 @@ pub(super) struct Http {
     started_ms: u64,
     /// The head's deadline (408) or the request's (504); `u64::MAX`: none.
     deadline_ms: u64,
+    /// The current attempt's deadline (the rule's `perTryTimeout`); `u64::MAX`: none.
+    try_deadline_ms: u64,
     /// Status of the current response (counters).
     status: u16,
 }
@@ -149,6 +151,7 @@ impl Http {
             retries: Retries::default(),
             started_ms: 0,
             deadline_ms: u64::MAX,
+            try_deadline_ms: u64::MAX,
             status: 0,
         })
     }
@@ -174,6 +177,8 @@ enum Failure {
     Reset,
     /// The backend answered with this 5xx status, covered by the rule's `retryOn`.
     Status(u16),
+    /// The attempt passed the rule's per-try timeout before the response head.
+    Timeout,
 }
 
 impl Engine<'_> {
@@ -484,12 +489,17 @@ impl Engine<'_> {
                     s.state() == tcp::State::Established && !s.can_recv()
                 })
         };
+        let now = ctx.now_ms;
         if let Some(h) = self.conn_http(idx) {
             h.attempts = h.attempts.saturating_add(1);
             h.back_reusable = false;
             h.to_back_sent = 0;
             h.reused = reuse;
             h.fresh = !reuse;
+            h.try_deadline_ms = match h.retries.per_try_timeout_ms {
+                0 => u64::MAX,
+                t => now + t,
+            };
         }
         if reuse {
             ctx.counters.event(Event::HttpBackendReused);
@@ -588,6 +598,11 @@ impl Engine<'_> {
                     && h.attempts <= retries.attempts
             }
             Failure::Status(_) => !h.has_body && h.attempts <= retries.attempts,
+            Failure::Timeout => {
+                (retries.on.reset || retries.on.server_error || retries.on.gateway_error)
+                    && !h.has_body
+                    && h.attempts <= retries.attempts
+            }
         };
         let next = allowed
             .then(|| {
@@ -632,6 +647,7 @@ impl Engine<'_> {
                     Failure::Connect => 503,
                     Failure::Reset => 502,
                     Failure::Status(s) => s,
+                    Failure::Timeout => 504,
                 };
                 ctx.counters.event(Event::TerminateBackendFailed);
                 self.drop_backend(idx, ctx);
@@ -1268,6 +1284,13 @@ impl Engine<'_> {
                     shard.sockets.get_mut::<tcp::Socket>(b).abort();
                 }
                 self.http_failed(idx, Failure::Connect, snap, ctx);
+            }
+            Stage::Forward
+                if !h.resp_started && now >= h.try_deadline_ms && now < h.deadline_ms =>
+            {
+                ctx.counters.event(Event::HttpRequestTimeout);
+                h.back_reusable = false;
+                self.http_failed(idx, Failure::Timeout, snap, ctx);
             }
             Stage::Forward if now >= h.deadline_ms => {
                 ctx.counters.event(Event::HttpRequestTimeout);
