@@ -771,7 +771,7 @@ pub fn termination(t: &Termination) -> Result<TerminateConfig, PlanError> {
         head_bytes: get(
             t.request_head_bytes,
             "requestHeadBytes",
-            (1024, 65536),
+            (1024, 16384),
             def.head_bytes as u64,
         )? as usize,
         ..def

@@ -90,7 +90,8 @@ pub struct Termination {
     /// off, else 1000 to 7200000).
     #[serde(default)]
     pub keep_alive_ms: Option<u32>,
-    /// Largest HTTPS request head read before routing, bytes (16384; 1024 to 65536).
+    /// Largest HTTP request head the proxy reads (larger: 431), bytes (16384; 1024 to
+    /// 16384).
     #[serde(default)]
     pub request_head_bytes: Option<u32>,
 }

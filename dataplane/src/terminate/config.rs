@@ -12,8 +12,8 @@ pub struct TerminateConfig {
     pub client_buffer: usize,
     /// Receive and send buffer of the backend's TCP connection, each.
     pub backend_buffer: usize,
-    /// Time from the SYN to the end of the TLS handshake (and, for HTTPS, the first
-    /// request head).
+    /// Time from the SYN to the end of the TLS handshake; and the time an HTTP request
+    /// head has from its first byte to its last (then `408`).
     pub handshake_ms: u64,
     /// A connection with no packet either way for this long is closed.
     pub idle_ms: u64,
@@ -23,7 +23,8 @@ pub struct TerminateConfig {
     pub backend_tries: u8,
     /// TCP keep-alive towards the client and the backend (0: off).
     pub keep_alive_ms: u64,
-    /// The largest HTTP request head read before routing (HTTPS listeners).
+    /// The largest HTTP request head (and the client buffer of the HTTP proxy); larger
+    /// heads get `431`. At most [`crate::http::MAX_HEAD_LEN`].
     pub head_bytes: usize,
     /// Connections per shard (one smoltcp interface and socket set).
     pub shard_connections: usize,

@@ -122,6 +122,14 @@ pub(super) struct Http {
     status: u16,
 }
 
+impl super::Terminator {
+    /// The client buffer of an HTTP connection: the configured head limit, within the
+    /// codec's.
+    fn head_cap(&self) -> usize {
+        self.cfg.head_bytes.clamp(1024, h1::MAX_HEAD_LEN)
+    }
+}
+
 impl Http {
     /// A connection's state, before its first request.
     pub(super) fn new() -> Box<Http> {
@@ -231,7 +239,7 @@ impl Engine<'_> {
     /// Client plaintext into `inbuf` while it has room; notes the client's end.
     fn http_read_client(&mut self, idx: u32) {
         let si = self.t.shard_of(idx);
-        let cap = h1::MAX_HEAD_LEN;
+        let cap = self.t.head_cap();
         let (Some(Some(c)), Some(Some(shard))) = (
             self.t.conns.get_mut(idx as usize),
             self.t.shards.get_mut(si),
@@ -274,6 +282,7 @@ impl Engine<'_> {
     /// Head: the next request head parsed, routed, and answered or forwarded.
     fn http_head(&mut self, idx: u32, snap: &Snapshot, ctx: &mut Ctx<'_>) {
         let head_ms = self.t.cfg.handshake_ms;
+        let head_cap = self.t.head_cap();
         let tries = self.t.cfg.backend_tries;
         let now_ms = ctx.now_ms;
         let random = next_random(&mut self.t.rng);
@@ -305,6 +314,15 @@ impl Engine<'_> {
             value: &[],
         }; MAX_HEADERS];
         let head = match h1::parse_request(inbuf, &mut headers) {
+            Parse::Partial if inbuf.len() >= head_cap => {
+                // Longer than the configured limit (the codec's own is larger).
+                ctx.counters.event(Event::HttpHeadTooLarge);
+                local(to_client, 431, &[], b"", false, true);
+                inbuf.clear();
+                h.req_body = Body::new(Framing::None);
+                h.begin_answer(431, true);
+                return;
+            }
             Parse::Partial => {
                 if client_done {
                     // The client ended inside a head: nothing to answer.
