@@ -209,37 +209,10 @@ pub(crate) fn first_request<'r>(
     }
 }
 
-/// Writes a direct answer: `status`, `Content-Length`, `Connection: close`, `body`.
+/// Writes a direct answer: `status` with its reason phrase, `Content-Length`,
+/// `Connection: close`, `body` (the proxy's writer: one format for sluice's answers).
 pub(crate) fn direct_answer(out: &mut [u8], status: u16, body: &[u8]) -> Option<usize> {
-    let mut n: usize = 0;
-    let mut put = |s: &[u8]| -> Option<()> {
-        out.get_mut(n..n.checked_add(s.len())?)?.copy_from_slice(s);
-        n += s.len();
-        Some(())
-    };
-    let c = status.min(999);
-    put(b"HTTP/1.1 ")?;
-    put(&[
-        b'0' + (c / 100) as u8,
-        b'0' + (c / 10 % 10) as u8,
-        b'0' + (c % 10) as u8,
-    ])?;
-    put(b" \r\nContent-Length: ")?;
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    let mut len = body.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (len % 10) as u8;
-        len /= 10;
-        if len == 0 {
-            break;
-        }
-    }
-    put(&digits[i..])?;
-    put(b"\r\nConnection: close\r\n\r\n")?;
-    put(body)?;
-    Some(n)
+    crate::http::write_local_response(out, status, &[], body, false, true)
 }
 
 /// The method and the query (after `?`, empty if none) of the request line in `bytes`.

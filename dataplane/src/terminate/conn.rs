@@ -21,11 +21,7 @@ impl Engine<'_> {
     /// Moves connection `idx`'s bytes as far as its buffers allow and advances its
     /// phase.
     pub(super) fn pump(&mut self, idx: u32, snap: &Snapshot, ctx: &mut Ctx<'_>) {
-        let si = self.t.shard_of(idx);
-        let (Some(Some(c)), Some(Some(shard))) = (
-            self.t.conns.get_mut(idx as usize),
-            self.t.shards.get_mut(si),
-        ) else {
+        let Some((c, shard)) = self.t.conn_shard(idx) else {
             return;
         };
         // Ciphertext in, while rustls has room (no undelivered plaintext).
@@ -195,16 +191,12 @@ impl Engine<'_> {
         self.flows.get_mut(flow).state = TcpState::Established;
         self.flows.touch(flow, now_s);
         let local = self.flows.get(flow).reply().destination();
-        let si = self.t.shard_of(idx);
         let (buf, ka, connect_ms) = (
             self.t.cfg.backend_buffer,
             self.t.cfg.keep_alive_ms,
             self.t.cfg.connect_ms,
         );
-        let (Some(Some(c)), Some(Some(shard))) = (
-            self.t.conns.get_mut(idx as usize),
-            self.t.shards.get_mut(si),
-        ) else {
+        let Some((c, shard)) = self.t.conn_shard(idx) else {
             return;
         };
         let mut s = new_socket(buf, ka);
@@ -261,11 +253,7 @@ impl Engine<'_> {
     /// Open: plaintext to the backend, backend bytes encrypted to the client, closes
     /// passed on.
     fn stream(&mut self, idx: u32, ctx: &mut Ctx<'_>) {
-        let si = self.t.shard_of(idx);
-        let (Some(Some(c)), Some(Some(shard))) = (
-            self.t.conns.get_mut(idx as usize),
-            self.t.shards.get_mut(si),
-        ) else {
+        let Some((c, shard)) = self.t.conn_shard(idx) else {
             return;
         };
         if !matches!(c.phase, Phase::Open | Phase::Closing) {

@@ -203,6 +203,14 @@ impl Terminator {
         idx as usize / self.cfg.shard_connections.max(1)
     }
 
+    /// Connection `idx` and its shard, both mutably (`None` if the slot is free).
+    fn conn_shard(&mut self, idx: u32) -> Option<(&mut Box<Conn>, &mut Shard)> {
+        let si = self.shard_of(idx);
+        let c = self.conns.get_mut(idx as usize)?.as_mut()?;
+        let shard = self.shards.get_mut(si)?.as_mut()?;
+        Some((c, shard))
+    }
+
     /// The flow of connection `idx` expired in the flow table (`orig`: its client tuple):
     /// the connection goes without a word (its peers have been silent for the flow's
     /// whole timeout).
@@ -700,11 +708,7 @@ impl Engine<'_> {
 
     /// Both sides closed gracefully (close_notify, FIN).
     fn close_both(&mut self, idx: u32) {
-        let si = self.t.shard_of(idx);
-        let (Some(Some(c)), Some(Some(shard))) = (
-            self.t.conns.get_mut(idx as usize),
-            self.t.shards.get_mut(si),
-        ) else {
+        let Some((c, shard)) = self.t.conn_shard(idx) else {
             return;
         };
         let front = shard.sockets.get_mut::<tcp::Socket>(c.front);

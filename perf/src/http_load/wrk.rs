@@ -1,7 +1,7 @@
 //! `wrk` as the load client: its request script, its command line and its report.
 //!
 //! One thread (`-t 1`), `C` connections, `--latency` for the percentiles, the requests
-//! made by a Lua script ([`SCRIPT`]) that alternates [`super::PATHS`] and sends
+//! made by a Lua script (`SCRIPT`) that alternates [`super::PATHS`] and sends
 //! `Host:` [`super::HOST`] on each. `wrk` takes whole seconds (`-d 2s`); its report is
 //! read from its text output ([`parse`]), the only form it prints.
 //!
