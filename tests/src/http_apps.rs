@@ -89,6 +89,8 @@ struct Conn {
     sent: usize,
     close_after: bool,
     abort_after: bool,
+    /// `100 Continue` sent for the request being read.
+    continued: bool,
 }
 
 /// Keep-alive HTTP/1.1 backends on the backend host. Each answers `200` with a body of
@@ -133,6 +135,7 @@ impl HttpBackends {
                 sent: 0,
                 close_after: false,
                 abort_after: false,
+                continued: false,
             });
         }
         self
@@ -153,6 +156,7 @@ impl HttpBackends {
                 c.sent = 0;
                 c.close_after = false;
                 c.abort_after = false;
+                c.continued = false;
                 let _ = s.listen(c.ep);
                 continue;
             }
@@ -163,11 +167,25 @@ impl HttpBackends {
                     Ok(n) => c.inbuf.extend_from_slice(&buf[..n]),
                 }
             }
+            // `Expect: 100-continue`: the interim answer once the head is in.
+            if c.out.is_empty() && !c.continued {
+                let head_end = c.inbuf.windows(4).position(|w| w == b"\r\n\r\n");
+                let expects = head_end.is_some_and(|e| {
+                    String::from_utf8_lossy(&c.inbuf[..e])
+                        .to_ascii_lowercase()
+                        .contains("\r\nexpect: 100-continue")
+                });
+                if expects && parse_message(&c.inbuf).is_none() {
+                    c.out = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
+                    c.continued = true;
+                }
+            }
             while c.out.is_empty() {
                 let Some((line, headers, body, used)) = parse_message(&c.inbuf) else {
                     break;
                 };
                 c.inbuf.drain(..used);
+                c.continued = false;
                 let local = s
                     .local_endpoint()
                     .map(|e| e.addr.to_string())
@@ -307,6 +325,10 @@ pub struct HttpClient {
     pub close_when_done: bool,
     /// Bytes read per step at most (0: all there are): a slow reader.
     pub read_per_step: usize,
+    /// Interim (1xx) statuses received, in order.
+    pub interim: Vec<u16>,
+    /// A `100 Continue` came for the request being sent.
+    continued: bool,
 }
 
 impl HttpClient {
@@ -334,6 +356,8 @@ impl HttpClient {
             responses: Vec::new(),
             close_when_done: true,
             read_per_step: 0,
+            interim: Vec::new(),
+            continued: false,
         }
     }
 
@@ -391,6 +415,8 @@ impl HttpClient {
                 .and_then(|c| c.parse().ok())
                 .unwrap_or(0);
             if (100..200).contains(&status) && status != 101 {
+                self.interim.push(status);
+                self.continued = true;
                 continue;
             }
             self.responses.push(Response {
@@ -408,11 +434,24 @@ impl HttpClient {
                 break;
             }
             let r = &self.requests[self.next];
-            let end = if self.segment == 0 {
+            let mut end = if self.segment == 0 {
                 r.len()
             } else {
                 (self.sent + self.segment).min(r.len())
             };
+            // `Expect: 100-continue`: the head, then the body once the 100 came.
+            let head_end = r.windows(4).position(|w| w == b"\r\n\r\n").map(|e| e + 4);
+            let expects = head_end.is_some_and(|e| {
+                String::from_utf8_lossy(&r[..e])
+                    .to_ascii_lowercase()
+                    .contains("\r\nexpect: 100-continue")
+            });
+            if let (true, false, Some(e)) = (expects, self.continued, head_end) {
+                if self.sent >= e {
+                    break;
+                }
+                end = end.min(e);
+            }
             match s.send_slice(&r[self.sent..end]) {
                 Ok(n) => self.sent += n,
                 Err(_) => break,
@@ -420,6 +459,7 @@ impl HttpClient {
             if self.sent >= r.len() {
                 self.next += 1;
                 self.sent = 0;
+                self.continued = false;
             }
             if self.segment != 0 {
                 break; // one segment per step

@@ -527,3 +527,24 @@ fn timeouts_answer_504_and_retries_cover_5xx_and_slow_tries() {
     let k = sim.worker.counters();
     assert_eq!(k.events_of(Event::HttpRequestTimeout), 4);
 }
+
+#[test]
+fn expect_100_continue_reaches_the_backend_and_its_100_comes_back() {
+    let (mut sim, _p, mut backends) = world(11, Faults::NONE);
+    let body = vec![b'x'; 50_000];
+    let mut req = b"PUT /api/blob HTTP/1.1\r\nHost: shop.example.test\r\nExpect: 100-continue\r\nContent-Length: 50000\r\n\r\n".to_vec();
+    req.extend_from_slice(&body);
+    let mut c = vec![client(
+        &mut sim,
+        40_040,
+        vec![req, get("shop.example.test", "/after", &[])],
+    )];
+    run(&mut sim, &mut backends, &mut c, 10_000);
+    print_counters(&sim);
+    // The client sent its body only after the backend's 100, which sluice passed on.
+    assert_eq!(c[0].interim, vec![100]);
+    let s: Vec<u16> = c[0].responses.iter().map(|r| r.status).collect();
+    assert_eq!(s, vec![200, 200]);
+    assert_eq!(backends.received[0].header("expect"), Some("100-continue"));
+    assert!(backends.received[0].body == body);
+}

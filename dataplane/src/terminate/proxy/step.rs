@@ -97,6 +97,17 @@ pub(super) fn forward_step(
         }
         match response_head(h) {
             HeadStep::Wait => {
+                // Interim answers (`100 Continue`) go out now: the client may wait for
+                // them before it sends the body the final answer waits for.
+                write_pending(
+                    tls.as_deref_mut(),
+                    front,
+                    &mut h.to_client,
+                    &mut h.to_client_sent,
+                );
+                if let Some(t) = tls.as_deref_mut() {
+                    flush_tls(t, front);
+                }
                 if fin_received(back.state()) && !back.can_recv() {
                     return Some(Failure::Reset);
                 }
