@@ -548,3 +548,25 @@ fn expect_100_continue_reaches_the_backend_and_its_100_comes_back() {
     assert_eq!(backends.received[0].header("expect"), Some("100-continue"));
     assert!(backends.received[0].body == body);
 }
+
+#[test]
+fn a_backend_closing_after_its_response_leaves_the_client_connection_open() {
+    let (mut sim, _p, mut backends) = world(12, Faults::NONE);
+    let host = "shop.example.test";
+    // b answers `/close` with `Connection: close` and closes: the client's connection
+    // stays (the header is hop-by-hop), the next request gets a new backend connection.
+    let reqs = vec![
+        get(host, "/close", &[]),
+        get(host, "/next", &[]),
+        get(host, "/close", &[]),
+    ];
+    let mut c = vec![client(&mut sim, 40_050, reqs)];
+    run(&mut sim, &mut backends, &mut c, 10_000);
+    print_counters(&sim);
+    let s: Vec<u16> = c[0].responses.iter().map(|r| r.status).collect();
+    assert_eq!(s, vec![200, 200, 200]);
+    assert_eq!(c[0].responses[0].header("connection"), None);
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::TerminateAccepted), 1);
+    assert_eq!(k.events_of(Event::TerminateBackendConnected), 2);
+}

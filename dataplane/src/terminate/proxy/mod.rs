@@ -196,6 +196,7 @@ enum Failure {
 impl Engine<'_> {
     /// Moves connection `idx`'s HTTP exchange as far as its buffers allow.
     pub(super) fn http(&mut self, idx: u32, snap: &Snapshot, ctx: &mut Ctx<'_>) {
+        self.http_idle_backend(idx);
         // A few rounds: one step may make room for the next (a response done -> the
         // next pipelined head).
         for _ in 0..8 {
@@ -214,6 +215,25 @@ impl Engine<'_> {
             if self.progress_mark(idx) == before {
                 break;
             }
+        }
+    }
+
+    /// Between requests, a backend that closed its idle connection (its keep-alive
+    /// timeout) gets our FIN too, and the connection is not reused.
+    fn http_idle_backend(&mut self, idx: u32) {
+        let Some((c, shard)) = self.t.conn_shard(idx) else {
+            return;
+        };
+        let (Some(b), Some(h)) = (c.back, c.http.as_deref_mut()) else {
+            return;
+        };
+        if h.stage != Stage::Head {
+            return;
+        }
+        let s = shard.sockets.get_mut::<tcp::Socket>(b);
+        if fin_received(s.state()) && !s.can_recv() && s.state() == tcp::State::CloseWait {
+            s.close();
+            h.back_reusable = false;
         }
     }
 
