@@ -9,7 +9,8 @@
 //! - A 20 MB chunked upload (`curl -T` with `Transfer-Encoding: chunked`): the backend's
 //!   SHA-256 of what it decoded equals `sha256sum` of the file.
 //! - A WebSocket upgrade: frames up to 70 kB echoed through the tunnel.
-//! - `wrk` keep-alive load with every response's status and body checked by a Lua script.
+//! - `wrk` load with every response's status and body checked by a Lua script, keep-alive
+//!   and with a connection per request.
 
 use sluice_dataplane::stats::Event;
 use sluice_tests::kernel::{Py, BACKENDS, VIP};
@@ -209,24 +210,22 @@ function done(summary, latency, requests)
 end
 "#;
 
-#[test]
-fn wrk_keep_alive_load_gets_every_response_right() {
+/// `wrk` with every response checked, keep-alive or (`close`) a connection per request;
+/// the counters at the end.
+fn wrk_checked(close: bool) -> sluice_dataplane::stats::Counters {
     require_programs(&["wrk"]);
     let (rig, servers) = start();
     let dir = tempdir();
     let script = format!("{dir}/check.lua");
     std::fs::write(&script, WRK_CHECK).expect("write the wrk script");
-    let out = rig.topo.client.exec(&[
-        "wrk",
-        "-t1",
-        "-c8",
-        "-d3s",
-        "-s",
-        &script,
-        "-H",
-        &format!("Host: {HOST}"),
-        &format!("http://{VIP}/api/load"),
-    ]);
+    let host = format!("Host: {HOST}");
+    let url = format!("http://{VIP}/api/load");
+    let mut args = vec!["wrk", "-t1", "-c8", "-d3s", "-s", &script, "-H", &host];
+    if close {
+        args.extend(["-H", "Connection: close"]);
+    }
+    args.push(&url);
+    let out = rig.topo.client.exec(&args);
     let _ = std::fs::remove_dir_all(&dir);
     let line = out
         .lines()
@@ -241,8 +240,25 @@ fn wrk_keep_alive_load_gets_every_response_right() {
     assert_eq!(nums[1], 0, "wrong responses: {out}");
     assert_eq!(nums[2], 0, "errors: {out}");
     drop(servers);
-    let c = rig.finish();
+    rig.finish()
+}
+
+#[test]
+fn wrk_keep_alive_load_gets_every_response_right() {
+    let c = wrk_checked(false);
     assert!(c.events_of(Event::HttpBackendReused) > 0, "{c:?}");
+}
+
+#[test]
+fn wrk_with_a_connection_per_request_gets_every_response_right() {
+    let c = wrk_checked(true);
+    // One connection per request (up to wrk's 8 connections opened as the run ended).
+    let (conns, reqs) = (
+        c.events_of(Event::TerminateAccepted),
+        c.events_of(Event::HttpRequest),
+    );
+    assert!(conns >= reqs && conns - reqs <= 8, "{c:?}");
+    assert_eq!(c.events_of(Event::HttpBackendReused), 0, "{c:?}");
 }
 
 /// A fresh directory for a test's files.
