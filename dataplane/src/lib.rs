@@ -16,9 +16,9 @@
 //!   rewrites (full NAT, replies) the stages above it share.
 //! - [`splice`]: delayed binding for SNI/Host routing: SYN cookies, first bytes, and the
 //!   engine that binds a backend and splices the two connections.
-//! - [`terminate`]: TLS termination: a TCP endpoint per worker (smoltcp sockets in
-//!   shards) with rustls on the decrypted side and a backend connection from sluice's
-//!   own address.
+//! - [`terminate`]: connections sluice ends itself: a TCP endpoint per worker (smoltcp
+//!   sockets in shards), rustls for TLS, the HTTP/1.1 proxy that routes each request
+//!   (plain HTTP and HTTPS), and backend connections from sluice's own address.
 //! - [`http`]: the HTTP/1.1 message codec of the reverse proxy: request and response
 //!   heads, body framing, and the heads it writes (no I/O).
 //! - [`balancer`]: the L4 load-balancing stage in front of the forwarder (flows, Maglev,

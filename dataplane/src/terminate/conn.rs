@@ -102,7 +102,7 @@ impl Engine<'_> {
             c.phase = Phase::Closing;
         }
         if c.http.is_some() {
-            // HTTP and HTTPS: requests one by one (`proxy.rs`), never the byte stream.
+            // HTTP and HTTPS: requests one by one (`proxy/`), never the byte stream.
             if c.phase == Phase::Http {
                 self.http(idx, snap, ctx);
             }
@@ -118,7 +118,7 @@ impl Engine<'_> {
     }
 
     /// Routing (TLS listeners whose stream is opaque TCP): the SNI picks a route and a
-    /// backend; the backend socket connects. (HTTPS goes per request: `proxy.rs`.)
+    /// backend; the backend socket connects. (HTTPS goes per request: `proxy/`.)
     pub(super) fn route(&mut self, idx: u32, snap: &Snapshot, ctx: &mut Ctx<'_>) {
         let Some(Some(c)) = self.t.conns.get(idx as usize) else {
             return;

@@ -1,12 +1,13 @@
-//! TLS termination: connections sluice ends itself, on a TCP endpoint inside the worker
-//! (smoltcp's TCP socket) with rustls on the decrypted side, and a second TCP connection
-//! from sluice's own address to the backend.
+//! Connections sluice ends itself, on a TCP endpoint inside the worker (smoltcp's TCP
+//! socket): TLS terminated with rustls, HTTP (plain, or HTTPS after the handshake)
+//! proxied request by request (`proxy/`), and a second TCP connection from sluice's own
+//! address to the backend.
 //!
 //! ```text
 //! client                         sluice (this worker)                        backend
 //!   SYN ──────────────▶ flow (client tuple) -> conn; front socket listens, SYN-ACK
 //!   ClientHello ──────▶ rustls: certificate by SNI (the listener's resolver) … Finished
-//!   request ──────────▶ decrypted; route by SNI (TLS) or by Host and path (HTTPS);
+//!   request ──────────▶ decrypted; route by SNI (TLS), or each request (HTTP/HTTPS);
 //!                       Maglev pick, policy client -> backend, flow re-keyed to a SNAT
 //!                       tuple; back socket connects ─────────────────────▶ SYN
 //!                                                                   ◀──── SYN-ACK
@@ -80,7 +81,7 @@ enum Phase {
     Connecting,
     /// Both connections open: bytes flow.
     Open,
-    /// HTTP: requests routed one by one (`proxy.rs`).
+    /// HTTP: requests routed one by one (`proxy/`).
     Http,
     /// Closing: waiting for both sockets to finish.
     Closing,

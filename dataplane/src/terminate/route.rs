@@ -1,7 +1,7 @@
 //! Where a terminated connection goes: for TLS listeners whose stream is opaque TCP, the
 //! listener's route for the SNI and its Maglev pick, once per connection; for HTTP
 //! (plain, or HTTPS after the handshake), the route for each request's host, whose rules
-//! `proxy.rs` matches request by request.
+//! `proxy/` matches request by request.
 
 use crate::flow::Tuple;
 use crate::splice::plan::{pick_backend, Plan};
