@@ -570,3 +570,64 @@ fn a_backend_closing_after_its_response_leaves_the_client_connection_open() {
     assert_eq!(k.events_of(Event::TerminateAccepted), 1);
     assert_eq!(k.events_of(Event::TerminateBackendConnected), 2);
 }
+
+#[test]
+fn answered_requests_discard_their_bodies_and_the_connection_goes_on() {
+    let (mut sim, _p, mut backends) = world(13, Faults::NONE);
+    // A 100 kB body to a host without a route (404, the body read and dropped), a chunked
+    // one likewise, then a request that reaches its backend on the same connection.
+    let mut post =
+        b"POST /x HTTP/1.1\r\nHost: nobody.example.test\r\nContent-Length: 100000\r\n\r\n".to_vec();
+    post.extend(std::iter::repeat_n(b'p', 100_000));
+    let mut chunked =
+        b"POST /y HTTP/1.1\r\nHost: nobody.example.test\r\nTransfer-Encoding: chunked\r\n\r\n"
+            .to_vec();
+    for _ in 0..10 {
+        chunked.extend_from_slice(b"400\r\n");
+        chunked.extend(std::iter::repeat_n(b'c', 0x400));
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let reqs = vec![post, chunked, get("shop.example.test", "/api/after", &[])];
+    let mut c = vec![client(&mut sim, 40_060, reqs)];
+    c[0].pipeline = true;
+    run(&mut sim, &mut backends, &mut c, 10_000);
+    print_counters(&sim);
+    let s: Vec<u16> = c[0].responses.iter().map(|r| r.status).collect();
+    assert_eq!(s, vec![404, 404, 200]);
+    assert_eq!(backends.received.len(), 1);
+    assert_eq!(backends.received[0].line, "GET /api/after HTTP/1.1");
+}
+
+#[test]
+fn http10_clients_and_absolute_targets() {
+    let (mut sim, _p, mut backends) = world(14, Faults::NONE);
+    // An absolute-form target: the backend gets origin form and the target's host.
+    let absolute =
+        b"GET http://shop.example.test/api/abs?q=1 HTTP/1.1\r\nHost: shop.example.test\r\n\r\n"
+            .to_vec();
+    // HTTP/1.0 without keep-alive: one answer, then sluice closes.
+    let old = b"GET /api/old HTTP/1.0\r\nHost: shop.example.test\r\n\r\n".to_vec();
+    let mut c = vec![
+        client(&mut sim, 40_070, vec![absolute]),
+        client(&mut sim, 40_071, vec![old]),
+    ];
+    c[1].close_when_done = false;
+    run(&mut sim, &mut backends, &mut c, 10_000);
+    print_counters(&sim);
+    assert_eq!(c[0].responses.first().map(|r| r.status), Some(200));
+    assert_eq!(c[1].responses.first().map(|r| r.status), Some(200));
+    assert_eq!(c[1].responses[0].header("connection"), Some("close"));
+    let lines: Vec<&str> = backends.received.iter().map(|r| r.line.as_str()).collect();
+    assert!(lines.contains(&"GET /api/abs?q=1 HTTP/1.1"), "{lines:?}");
+    assert!(lines.contains(&"GET /api/old HTTP/1.1"), "{lines:?}");
+    // The HTTP/1.0 client's connection was closed by sluice (it never closed it).
+    let st = c[1].state(&sim.hosts[0].sockets);
+    assert!(
+        matches!(
+            st,
+            tcp::State::CloseWait | tcp::State::Closed | tcp::State::LastAck
+        ),
+        "{st}"
+    );
+}
