@@ -277,22 +277,34 @@ impl Engine<'_> {
             return;
         };
         let front = shard.sockets.get_mut::<tcp::Socket>(*front);
-        let have = h.inbuf.len();
-        if have < cap && h.stage != Stage::Done {
-            h.inbuf.resize(cap, 0);
-            let mut n = 0;
+        // Copied straight from rustls's plaintext or the socket's buffer into `inbuf`'s
+        // spare room (no zeroing of the room first: this runs for every packet).
+        if h.stage != Stage::Done {
             match tls {
                 Some(tls) => {
-                    while have + n < cap {
-                        match tls.reader().read(&mut h.inbuf[have + n..]) {
-                            Ok(k) if k > 0 => n += k,
+                    let mut chunk = [0u8; 4096];
+                    while h.inbuf.len() < cap {
+                        let room = (cap - h.inbuf.len()).min(chunk.len());
+                        match tls.reader().read(&mut chunk[..room]) {
+                            Ok(k) if k > 0 => h.inbuf.extend_from_slice(&chunk[..k]),
                             _ => break,
                         }
                     }
                 }
-                None => n = front.recv_slice(&mut h.inbuf[have..]).unwrap_or(0),
+                None => {
+                    while h.inbuf.len() < cap && front.can_recv() {
+                        let inbuf = &mut h.inbuf;
+                        let took = front.recv(|buf| {
+                            let k = buf.len().min(cap - inbuf.len());
+                            inbuf.extend_from_slice(&buf[..k]);
+                            (k, k)
+                        });
+                        if !matches!(took, Ok(k) if k > 0) {
+                            break;
+                        }
+                    }
+                }
             }
-            h.inbuf.truncate(have + n);
         }
         if tls.is_none() && fin_received(front.state()) && !front.can_recv() {
             *client_done = true;
