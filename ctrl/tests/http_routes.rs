@@ -1043,11 +1043,11 @@ fn http_route_weight() {
     assert!((v1 - 0.7).abs() < 0.01, "{s:?}");
 }
 
-/// httproute-request-mirror.yaml (and the percent/fraction variants): the proxy does not
-/// send mirrored copies yet, so the route is not served (its requests get no route,
-/// never a route without the copies the configuration asks for).
+/// httproute-request-mirror.yaml (and the percent/fraction variants): the rule forwards
+/// to its backendRefs and carries a mirror to the filter's backendRef with its share of
+/// requests (the copies themselves are sent by the proxy: `tests/tests/sim_http.rs`).
 #[test]
-fn http_route_request_mirror_is_not_served_yet() {
+fn http_route_request_mirror() {
     let b = built(&route(
         "request-mirror",
         "same-namespace",
@@ -1059,18 +1059,40 @@ fn http_route_request_mirror_is_not_served_yet() {
   - matches: [{{path: {{type: PathPrefix, value: /percent}}}}]
     filters: [{{type: RequestMirror, requestMirror: {{backendRef: {V2}, percent: 35}}}}]
     backendRefs: [{V1}]
+  - matches: [{{path: {{type: PathPrefix, value: /fraction}}}}]
+    filters:
+    - {{type: RequestMirror, requestMirror: {{backendRef: {V2}, fraction: {{numerator: 1, denominator: 3}}}}}}
+    - {{type: RequestMirror, requestMirror: {{backendRef: {V3}}}}}
+    backendRefs: [{V1}]
 "
         ),
     ));
     let d: Vec<String> = b.not_served().map(ToString::to_string).collect();
-    assert_eq!(d.len(), 2, "{d:#?}");
-    assert!(
-        d.iter()
-            .all(|l| l.contains("request mirroring is not implemented")),
-        "{d:#?}"
-    );
-    for path in ["/mirror", "/percent"] {
-        assert_eq!(send(&b, GW, 80, &get("h", path)), status(404), "{path}");
+    assert!(d.is_empty(), "{d:#?}");
+    for (path, want) in [
+        ("/mirror", vec![("infra-backend-v2", 1_000_000)]),
+        ("/percent", vec![("infra-backend-v2", 350_000)]),
+        (
+            "/fraction",
+            vec![
+                ("infra-backend-v2", 333_333),
+                ("infra-backend-v3", 1_000_000),
+            ],
+        ),
+    ] {
+        assert_eq!(send(&b, GW, 80, &get("h", path)), to("infra-backend-v1"));
+        let r = rule(&b, GW, 80, &get("h", path)).expect("rule");
+        let got: Vec<(String, u32)> = r
+            .mirrors
+            .iter()
+            .map(|m| {
+                let s = shares(&m.table);
+                assert_eq!(s.len(), 1, "{path}: one backend per mirror: {s:?}");
+                (s[0].0.clone(), m.per_million)
+            })
+            .collect();
+        let want: Vec<(String, u32)> = want.iter().map(|(n, p)| (n.to_string(), *p)).collect();
+        assert_eq!(got, want, "{path}");
     }
 }
 
@@ -1286,25 +1308,55 @@ fn istio_http_match_fields_and_actions() {
     }
 }
 
-/// Istio `mirror` and `mirrors`: not served until the proxy sends the copies.
+/// Istio `mirror` (with `mirrorPercentage`) and `mirrors` (each with its `percentage`;
+/// none: all requests) compile to the rule's mirrors.
 #[test]
-fn istio_mirrors_are_not_served_yet() {
-    let b = istio(
-        "  - mirror: {host: infra-backend-v2, port: {number: 8080}}
+fn istio_mirrors_compile() {
+    for (http, want) in [
+        (
+            "  - mirror: {host: infra-backend-v2, port: {number: 8080}}
     mirrorPercentage: {value: 12.5}
     route: [{destination: {host: infra-backend-v1, port: {number: 8080}}}]
 ",
-    );
-    let d: Vec<String> = b.not_served().map(ToString::to_string).collect();
-    assert_eq!(d.len(), 1, "{d:#?}");
-    assert!(
-        d[0].contains("spec.http[0].mirror: request mirroring"),
-        "{d:#?}"
-    );
-    assert_eq!(
-        send(&b, "10.77.0.90", 8000, &get("www.example.com", "/")),
-        status(404)
-    );
+            vec![("infra-backend-v2", 125_000)],
+        ),
+        (
+            "  - mirrors:
+    - {destination: {host: infra-backend-v2, port: {number: 8080}}, percentage: {value: 50}}
+    - destination: {host: infra-backend-v3, port: {number: 8080}}
+    route: [{destination: {host: infra-backend-v1, port: {number: 8080}}}]
+",
+            vec![
+                ("infra-backend-v2", 500_000),
+                ("infra-backend-v3", 1_000_000),
+            ],
+        ),
+    ] {
+        let b = istio(http);
+        let d: Vec<String> = b.not_served().map(ToString::to_string).collect();
+        assert!(d.is_empty(), "{d:#?}");
+        let r = get("www.example.com", "/");
+        assert_eq!(send(&b, "10.77.0.90", 8000, &r), to("infra-backend-v1"));
+        let rule = rule(&b, "10.77.0.90", 8000, &r).expect("rule");
+        let got: Vec<(String, u32)> = rule
+            .mirrors
+            .iter()
+            .map(|m| (shares(&m.table)[0].0.clone(), m.per_million))
+            .collect();
+        let want: Vec<(String, u32)> = want.iter().map(|(n, p)| (n.to_string(), *p)).collect();
+        assert_eq!(got, want, "{http}");
+    }
+    // Both at once is an error: the configuration is rejected.
+    let both = "  - mirror: {host: infra-backend-v2, port: {number: 8080}}
+    mirrors: [{destination: {host: infra-backend-v3, port: {number: 8080}}}]
+    route: [{destination: {host: infra-backend-v1, port: {number: 8080}}}]
+";
+    let rejected = std::panic::catch_unwind(|| istio(both)).expect_err("rejected");
+    let why = rejected
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(why.contains("set one of mirror and mirrors"), "{why}");
 }
 
 /// Istio rule-level headers, rewrite, timeout and retries compiled.

@@ -146,6 +146,20 @@ Event {
     HttpInvalidBackend => "http_invalid_backend",
     /// A request went on a backend connection a previous request left open.
     HttpBackendReused => "http_backend_reused",
+    /// A backend connection idle between requests went to the worker's pool (its
+    /// client moved to another backend or closed).
+    HttpBackendPooled => "http_backend_pooled",
+    /// A request went on a connection from the worker's pool (also counted as
+    /// `http_backend_reused`).
+    HttpPoolReused => "http_pool_reused",
+    /// A pooled connection closed: idle too long, closed by its backend, or pushed out
+    /// by a newer one.
+    HttpPoolClosed => "http_pool_closed",
+    /// A mirrored copy of a request was started.
+    HttpMirrorSent => "http_mirror_sent",
+    /// A mirrored copy was not sent whole: no connection slot, policy, no backend, its
+    /// backend refused or fell behind, or the request ended early.
+    HttpMirrorDropped => "http_mirror_dropped",
     /// A backend's response head was malformed or too large: 502.
     HttpBadResponse => "http_bad_response",
     /// A backend closed or reset in the middle of a response: the client was reset.

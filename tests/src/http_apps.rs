@@ -99,7 +99,7 @@ struct Conn {
 /// - `/status/NNN`: that status;
 /// - `/big/N`: a body of N bytes (`0123456789` repeated), Content-Length framed;
 /// - `/chunked/N`: N bytes in chunks of 1000;
-/// - `/close`: `Connection: close`, then FIN;
+/// - `/close`: `Connection: close`, then FIN (as for any request with `Connection: close`);
 /// - `/cut`: a head announcing 100000 bytes, 10 of them, then RST;
 /// - `/hang...`: no answer at all.
 #[derive(Default)]
@@ -139,6 +139,17 @@ impl HttpBackends {
             });
         }
         self
+    }
+
+    /// Closes every connection with nothing pending (as a server's keep-alive timeout
+    /// does).
+    pub fn close_idle(&mut self, sockets: &mut SocketSet<'static>) {
+        for c in &mut self.conns {
+            let s = sockets.get_mut::<tcp::Socket>(c.h);
+            if s.state() == tcp::State::Established && c.out.is_empty() && c.inbuf.is_empty() {
+                s.close();
+            }
+        }
     }
 
     /// Requests received by the backend at `ip`.
@@ -205,6 +216,10 @@ impl HttpBackends {
                     text.push_str(h);
                     text.push('\n');
                 }
+                // A request that asks for the connection's end gets it after its answer.
+                let asked_close = headers
+                    .iter()
+                    .any(|h| h.eq_ignore_ascii_case("connection: close"));
                 if path.starts_with("/hang") {
                     // Never answered (the connection stays open).
                     continue;
@@ -241,6 +256,12 @@ impl HttpBackends {
                     c.out.extend_from_slice(b"0\r\n\r\n");
                     continue;
                 }
+                let extra = if asked_close {
+                    c.close_after = true;
+                    "Connection: close\r\n"
+                } else {
+                    extra
+                };
                 let reason = if status == 200 { "OK" } else { "Status" };
                 c.out = format!(
                     "HTTP/1.1 {status} {reason}\r\nContent-Length: {}\r\nX-Backend: {local}\r\n{extra}\r\n",

@@ -33,7 +33,8 @@ const PORT: u16 = 8000;
 /// goes to `pair` on 7001 (a and b; the tests make only b listen there);
 /// `slow.example.test` goes to a with a 500 ms request timeout; and an Istio Gateway on
 /// 8001 whose `retry.example.test` route retries twice (5xx, connect failures) with a
-/// 200 ms per-try timeout.
+/// 200 ms per-try timeout; `mirror.example.test` goes to a with copies to c (all
+/// requests, or half under `/half`) or to `sink` (nobody listens) under `/lost`.
 const HTTP_CONFIG: &str = r#"
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -72,6 +73,22 @@ spec:
   rules:
   - backendRefs: [{name: a, port: 7000}]
     timeouts: {request: 500ms}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: mirror, namespace: sim}
+spec:
+  parentRefs: [{name: http, sectionName: web}]
+  hostnames: [mirror.example.test]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /half}}]
+    filters: [{type: RequestMirror, requestMirror: {backendRef: {name: c, port: 7000}, percent: 50}}]
+    backendRefs: [{name: a, port: 7000}]
+  - matches: [{path: {type: PathPrefix, value: /lost}}]
+    filters: [{type: RequestMirror, requestMirror: {backendRef: {name: sink, port: 7002}}}]
+    backendRefs: [{name: a, port: 7000}]
+  - filters: [{type: RequestMirror, requestMirror: {backendRef: {name: c, port: 7000}}}]
+    backendRefs: [{name: a, port: 7000}]
 ---
 apiVersion: networking.istio.io/v1
 kind: Gateway
@@ -153,6 +170,17 @@ fn run(
         if closed {
             break;
         }
+    }
+}
+
+/// Runs `ms` of simulated time (what goes on without clients: mirrors, the pool).
+fn settle(sim: &mut Sim<Balancer>, backends: &mut HttpBackends, ms: u64) {
+    for _ in 0..ms {
+        for _ in 0..8 {
+            sim.round();
+            backends.step(&mut sim.hosts[1].sockets);
+        }
+        sim.now_ms += 1;
     }
 }
 
@@ -444,7 +472,9 @@ fn istio_weights_hold_per_request() {
         Faults::NONE,
         balancer_config(9),
     );
-    let mut backends = HttpBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 8, 64 * 1024);
+    // Enough server sockets for the connections the worker's pool keeps to a and b
+    // besides the ones in use.
+    let mut backends = HttpBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 16, 64 * 1024);
     let mut c: Vec<HttpClient> = (0..4)
         .map(|i| {
             let mut reqs: Vec<Vec<u8>> = (0..100)
@@ -630,4 +660,159 @@ fn http10_clients_and_absolute_targets() {
         ),
         "{st}"
     );
+}
+
+/// The worker's pool: a client alternating between two backends keeps one connection
+/// to each (the idle one waits in the pool); a later client's request to the same
+/// backend takes a pooled connection; one idle past `pool_idle_ms` is closed and the
+/// next request opens a new one.
+#[test]
+fn idle_backend_connections_are_pooled_across_requests_and_clients() {
+    let (mut sim, _p, mut backends) = world(21, Faults::NONE);
+    let host = "shop.example.test";
+    let reqs: Vec<Vec<u8>> = (0..8)
+        .map(|i| get(host, if i % 2 == 0 { "/api/x" } else { "/index" }, &[]))
+        .collect();
+    let mut c = vec![client(&mut sim, 40_101, reqs)];
+    run(&mut sim, &mut backends, &mut c, 20_000);
+    let got: Vec<String> = c[0].responses.iter().map(backend_of).collect();
+    assert_eq!(got.len(), 8);
+    for (i, b) in got.iter().enumerate() {
+        let want = if i % 2 == 0 {
+            "10.78.0.11"
+        } else {
+            "10.78.0.12"
+        };
+        assert_eq!(b, want, "request {i}");
+    }
+    let k = sim.worker.counters();
+    print_counters(&sim);
+    // One connection to each backend, each reused from the pool after the first.
+    assert_eq!(k.events_of(Event::TerminateBackendConnected), 2);
+    assert_eq!(k.events_of(Event::HttpPoolReused), 6);
+    // The client's close left its last backend's connection in the pool too.
+    assert_eq!(k.events_of(Event::HttpBackendPooled), 8);
+
+    // A second client, a moment later: both backends' connections are waiting.
+    let reqs = vec![get(host, "/api/y", &[]), get(host, "/z", &[])];
+    let mut c = vec![client(&mut sim, 40_102, reqs)];
+    run(&mut sim, &mut backends, &mut c, 20_000);
+    let got: Vec<String> = c[0].responses.iter().map(backend_of).collect();
+    assert_eq!(got, ["10.78.0.11", "10.78.0.12"]);
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::TerminateBackendConnected), 2);
+    assert_eq!(k.events_of(Event::HttpPoolReused), 8);
+
+    // Idle past pool_idle_ms (10 s): closed; the next request connects anew.
+    settle(&mut sim, &mut backends, 11_000);
+    let k = sim.worker.counters();
+    assert_eq!(
+        k.events_of(Event::HttpPoolClosed),
+        2,
+        "both idle connections closed"
+    );
+    let mut c = vec![client(&mut sim, 40_103, vec![get(host, "/api/z", &[])])];
+    run(&mut sim, &mut backends, &mut c, 20_000);
+    assert_eq!(c[0].responses.len(), 1);
+    assert_eq!(c[0].responses[0].status, 200);
+    let k = sim.worker.counters();
+    print_counters(&sim);
+    assert_eq!(k.events_of(Event::TerminateBackendConnected), 3);
+    assert_eq!(k.events_of(Event::HttpPoolReused), 8);
+    assert_eq!(backends.received.len(), 11);
+}
+
+/// A pooled connection its backend closes while idle is not handed out: the next
+/// request connects anew and is answered.
+#[test]
+fn a_pooled_connection_closed_by_its_backend_is_not_reused() {
+    let (mut sim, _p, mut backends) = world(22, Faults::NONE);
+    let host = "shop.example.test";
+    // `/api/x` then `/index`: a's connection goes to the pool; then a's server closes
+    // every idle connection.
+    let mut c = vec![client(
+        &mut sim,
+        40_111,
+        vec![get(host, "/api/x", &[]), get(host, "/index", &[])],
+    )];
+    run(&mut sim, &mut backends, &mut c, 20_000);
+    assert_eq!(c[0].responses.len(), 2);
+    backends.close_idle(&mut sim.hosts[1].sockets);
+    settle(&mut sim, &mut backends, 500);
+    assert!(sim.worker.counters().events_of(Event::HttpPoolClosed) >= 1);
+    let mut c = vec![client(&mut sim, 40_112, vec![get(host, "/api/again", &[])])];
+    run(&mut sim, &mut backends, &mut c, 20_000);
+    assert_eq!(c[0].responses.len(), 1);
+    assert_eq!(backend_of(&c[0].responses[0]), "10.78.0.11");
+    let k = sim.worker.counters();
+    print_counters(&sim);
+    assert_eq!(k.events_of(Event::TerminateBackendConnected), 3);
+}
+
+/// RequestMirror: each request's copy reaches the mirror's backend with the host
+/// suffixed `-shadow`, `Connection: close` and the whole body (a 200 KB chunked upload
+/// included); the client sees only the main backend's answers; `percent: 50` copies
+/// about half; a mirror whose backend refuses is counted and changes nothing for the
+/// client.
+#[test]
+fn mirrored_copies_reach_the_mirror_and_their_answers_are_dropped() {
+    let (mut sim, _p, mut backends) = world(23, Faults::NONE);
+    let host = "mirror.example.test";
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i * 13 + i / 97) as u8).collect();
+    let mut upload =
+        format!("POST /up HTTP/1.1\r\nHost: {host}:8000\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .into_bytes();
+    for chunk in body.chunks(9_000) {
+        upload.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        upload.extend_from_slice(chunk);
+        upload.extend_from_slice(b"\r\n");
+    }
+    upload.extend_from_slice(b"0\r\n\r\n");
+    let mut reqs = vec![
+        get(host, "/one", &["X-Id: 1"]),
+        upload,
+        get(host, "/lost/1", &[]),
+    ];
+    reqs.extend((0..100).map(|i| get(host, &format!("/half/{i}"), &[])));
+    let mut c = vec![client(&mut sim, 40_121, reqs)];
+    run(&mut sim, &mut backends, &mut c, 60_000);
+    settle(&mut sim, &mut backends, 3_000);
+    print_counters(&sim);
+    let r = &c[0].responses;
+    assert_eq!(r.len(), 103);
+    assert!(r
+        .iter()
+        .all(|r| r.status == 200 && backend_of(r) == "10.78.0.11"));
+    let copies: Vec<_> = backends
+        .received
+        .iter()
+        .filter(|x| x.backend == "10.78.0.13")
+        .collect();
+    // The first two requests' copies, whole.
+    assert_eq!(copies[0].line, "GET /one HTTP/1.1");
+    assert_eq!(copies[0].header("host"), Some("mirror.example.test-shadow"));
+    assert_eq!(copies[0].header("x-id"), Some("1"));
+    assert_eq!(copies[0].header("connection"), Some("close"));
+    assert_eq!(copies[1].line, "POST /up HTTP/1.1");
+    assert_eq!(
+        copies[1].header("host"),
+        Some("mirror.example.test-shadow:8000")
+    );
+    assert!(copies[1].body == body, "the mirrored upload differs");
+    // The main backend got the upload too, without the shadow host.
+    let main: Vec<_> = backends
+        .received
+        .iter()
+        .filter(|x| x.backend == "10.78.0.11")
+        .collect();
+    assert_eq!(main.len(), 103);
+    assert_eq!(main[1].header("host"), Some("mirror.example.test:8000"));
+    assert!(main[1].body == body);
+    // About half of /half/*.
+    let half = copies.len() - 2;
+    assert!((30..=70).contains(&half), "{half} of 100 mirrored at 50%");
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::HttpMirrorSent), 3 + half as u64);
+    // The copy to a backend that refuses: counted, nothing else.
+    assert_eq!(k.events_of(Event::HttpMirrorDropped), 1);
 }

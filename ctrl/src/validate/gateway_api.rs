@@ -708,11 +708,6 @@ pub(super) fn http_route(it: &Item, spec: &gw::HttpRouteSpec, index: &Index, r: 
                         "set one of percent and fraction",
                     );
                 }
-                r.not_served_because(
-                    &it.path(&format!("{here}.type")),
-                    "UnsupportedValue",
-                    super::istio::MIRROR_NOT_SERVED,
-                );
                 backend_refs(
                     it,
                     &format!("{here}.requestMirror.backendRef"),

@@ -815,22 +815,4 @@ fn http_actions(it: &Item, at: &str, h: &istio::HttpRoute, r: &mut Reporter) {
             "set one of mirror and mirrors",
         );
     }
-    if h.mirror.is_some() || !h.mirrors.is_empty() {
-        let field = if h.mirror.is_some() {
-            "mirror"
-        } else {
-            "mirrors"
-        };
-        r.not_served_because(
-            &it.path(&format!("{at}.{field}")),
-            "UnsupportedValue",
-            MIRROR_NOT_SERVED,
-        );
-    }
 }
-
-/// Why a mirrored route is left out (Istio `mirror`/`mirrors`, Gateway API
-/// `RequestMirror`): the proxy does not send the copies yet, and serving the route
-/// without them would drop traffic the configuration asks for.
-pub(crate) const MIRROR_NOT_SERVED: &str =
-    "request mirroring is not implemented by the proxy yet (the copies would not be sent)";

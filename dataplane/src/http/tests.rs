@@ -820,6 +820,7 @@ fn edits(ops: &HeaderOps) -> RequestEdits<'_> {
         forwarded_for: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
         forwarded_proto: "https",
         upgrade: false,
+        close: false,
     }
 }
 
@@ -978,6 +979,19 @@ fn request_head_upgrade() {
              X-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\n\r\n"
         )
     );
+    // `close` asks the backend to close after its answer (mirrored copies); an upgrade
+    // wins over it.
+    e.close = true;
+    assert_eq!(
+        write_req(buf, &e).as_deref(),
+        Some(
+            "GET /ws HTTP/1.1\r\nHost: a\r\nSec-WebSocket-Key: k\r\n\
+             X-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\nConnection: close\r\n\r\n"
+        )
+    );
+    e.upgrade = true;
+    assert!(write_req(buf, &e)
+        .is_some_and(|h| h.ends_with("Connection: upgrade\r\n\r\n") && !h.contains("close")));
 }
 
 /// The written head parses back to the same method, path, query and authority.

@@ -42,6 +42,9 @@ pub struct RequestEdits<'a> {
     /// Keep `Upgrade` and send `Connection: upgrade` (only when the request asks for an
     /// upgrade, [`RequestHead::upgrade`]).
     pub upgrade: bool,
+    /// Send `Connection: close` (the backend closes after its response); ignored when
+    /// upgrading.
+    pub close: bool,
 }
 
 /// Writes the head to send to the backend: `METHOD SP origin-form SP HTTP/1.1 CRLF`, Host
@@ -138,6 +141,8 @@ pub fn write_request_head(
     }
     if upgrade {
         w.put("Connection: upgrade\r\n");
+    } else if edits.close {
+        w.put("Connection: close\r\n");
     }
     put_ops(&mut w, ops);
     w.put("\r\n");

@@ -4,7 +4,8 @@
 
 use super::parse::{Meta, ETH};
 pub use super::snat::{
-    admit, forget, insert_snat, rekey_snat, SnatPorts, SNAT_ATTEMPTS, SNAT_SCAN,
+    admit, forget, insert_own, insert_snat, rekey_snat, rest_tuple, SnatPorts, SNAT_ATTEMPTS,
+    SNAT_SCAN,
 };
 use crate::flow::Tuple;
 use crate::port::Pkt;

@@ -329,12 +329,53 @@ pub fn insert_snat(
     generation: u32,
     now_s: u32,
 ) -> Result<FlowId, DropReason> {
-    let peer = peer_tag(backend, snat_ip, orig.proto);
+    let to = (backend, snat_ip, orig.proto);
+    insert_snat_with(flows, snat, |_| orig, to, state, generation, now_s)
+}
+
+/// Creates the flow of a connection sluice opens itself to `backend` (no client
+/// connection behind it): the backend side `backend` -> (`snat_ip`, a free port of this
+/// worker's range), the other side keyed `(self_ip, that port) -> backend` — a tuple no
+/// peer sends from (`self_ip` is one of sluice's own link-local addresses), unique with
+/// the port.
+pub fn insert_own(
+    flows: &mut FlowTable,
+    snat: &mut SnatPorts,
+    backend: SocketAddr,
+    snat_ip: IpAddr,
+    self_ip: IpAddr,
+    generation: u32,
+    now_s: u32,
+) -> Result<FlowId, DropReason> {
+    let orig = |port| Tuple::new(SocketAddr::new(self_ip, port), backend, ip_proto::TCP);
+    let to = (backend, snat_ip, ip_proto::TCP);
+    insert_snat_with(flows, snat, orig, to, TcpState::SynSent, generation, now_s)
+}
+
+/// Rests tuple `reply` (a backend -> a SNAT address and port of this worker) from now,
+/// for a flow that ends without [`forget`].
+pub fn rest_tuple(snat: &mut SnatPorts, reply: &Tuple, now: u32) {
+    let peer = peer_tag(reply.source(), reply.destination().ip(), reply.proto);
+    snat.rest(reply.dport, peer, now.saturating_add(snat.rest_s), now);
+}
+
+/// [`insert_snat`] with the client side made from the port taken (`orig_of`).
+fn insert_snat_with(
+    flows: &mut FlowTable,
+    snat: &mut SnatPorts,
+    orig_of: impl Fn(u16) -> Tuple,
+    (backend, snat_ip, proto): (SocketAddr, IpAddr, u8),
+    state: TcpState,
+    generation: u32,
+    now_s: u32,
+) -> Result<FlowId, DropReason> {
+    let peer = peer_tag(backend, snat_ip, proto);
     for _ in 0..SNAT_ATTEMPTS {
         let port = snat
             .take(peer, now_s)
             .ok_or(DropReason::SnatPortsExhausted)?;
-        let reply = Tuple::new(backend, SocketAddr::new(snat_ip, port), orig.proto);
+        let orig = orig_of(port);
+        let reply = Tuple::new(backend, SocketAddr::new(snat_ip, port), proto);
         match admit_snat(flows, snat, orig, reply, peer, state, generation, now_s) {
             Ok(id) => return Ok(id),
             Err(InsertError::Full) => return Err(DropReason::FlowTableFull),

@@ -32,6 +32,16 @@ pub struct TerminateConfig {
     pub mtu: usize,
     /// Seeds the TCP initial sequence numbers (mixed with the clock).
     pub seed: u64,
+    /// Idle HTTP backend connections a worker keeps for any client's next request to
+    /// the same backend (0: none kept past their client connection).
+    pub pool_connections: usize,
+    /// A pooled backend connection unused this long is closed (kept below backends'
+    /// keep-alive timeouts; a request that finds its pooled connection closed under it
+    /// is retried once when it has no body).
+    pub pool_idle_ms: u64,
+    /// Mirrored request copies a worker has in flight at once (more are not sent, and
+    /// counted).
+    pub mirror_connections: usize,
 }
 
 /// Memory rustls keeps for an established connection, as the cap counts it (measured
@@ -54,6 +64,9 @@ impl Default for TerminateConfig {
             shard_connections: 16,
             mtu: 1500,
             seed: 0x7e4d_5eed,
+            pool_connections: 256,
+            pool_idle_ms: 10_000,
+            mirror_connections: 256,
         }
     }
 }
@@ -64,10 +77,18 @@ impl TerminateConfig {
         2 * self.client_buffer + 2 * self.backend_buffer + TLS_STATE_BYTES
     }
 
+    /// Backend connections without a client connection a worker holds at most: pooled
+    /// ones and mirrored copies.
+    pub fn legs(&self) -> usize {
+        self.pool_connections + self.mirror_connections
+    }
+
     /// Connections a worker holds at once: the connection cap or what the memory cap
-    /// pays for, whichever is lower.
+    /// pays for (after the [`legs`](TerminateConfig::legs)' two TCP buffers each),
+    /// whichever is lower.
     pub fn capacity(&self) -> usize {
+        let legs = self.legs() * 2 * self.backend_buffer;
         self.max_connections
-            .min(self.memory_bytes / self.connection_bytes().max(1))
+            .min(self.memory_bytes.saturating_sub(legs) / self.connection_bytes().max(1))
     }
 }

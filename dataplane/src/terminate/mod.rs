@@ -45,6 +45,7 @@
 mod config;
 mod conn;
 mod device;
+mod legs;
 mod proxy;
 mod route;
 
@@ -145,6 +146,17 @@ pub struct Terminator {
     generation: u32,
     /// Scratch space of regular-expression rewrites.
     scratch: crate::tables::http::HttpScratch,
+    /// Backend connections without a client connection (`legs`): pooled, mirrors.
+    legs: Vec<Option<legs::Leg>>,
+    leg_free: Vec<u32>,
+    /// Pooled legs, oldest first.
+    pool: Vec<u32>,
+    /// Mirror legs open.
+    mirrors_open: usize,
+    /// Shards of the connections (the legs' follow).
+    conn_shards: usize,
+    /// The last leg serial handed out.
+    serial: u32,
 }
 
 impl std::fmt::Debug for Terminator {
@@ -172,11 +184,19 @@ impl Terminator {
     pub fn new(cfg: TerminateConfig) -> Terminator {
         let capacity = cfg.capacity();
         let shard = cfg.shard_connections.max(1);
-        let shards = capacity.div_ceil(shard);
+        let conn_shards = capacity.div_ceil(shard);
+        let legs = cfg.legs();
+        let shards = conn_shards + legs.div_ceil(shard);
         Terminator {
             conns: (0..capacity).map(|_| None).collect(),
             free: (0..capacity as u32).rev().collect(),
             shards: (0..shards).map(|_| None).collect(),
+            legs: (0..legs).map(|_| None).collect(),
+            leg_free: (0..legs as u32).rev().collect(),
+            pool: Vec::with_capacity(cfg.pool_connections),
+            mirrors_open: 0,
+            conn_shards,
+            serial: 0,
             out: Vec::with_capacity(crate::pipeline::stage::EXTRA_TX),
             lost: 0,
             lost_counted: 0,
@@ -216,6 +236,9 @@ impl Terminator {
     /// the connection goes without a word (its peers have been silent for the flow's
     /// whole timeout).
     pub fn flow_expired(&mut self, idx: u32, orig: Tuple) {
+        if idx as usize >= self.capacity {
+            return self.leg_flow_expired(idx - self.capacity as u32, orig);
+        }
         let mine = self
             .conns
             .get(idx as usize)
@@ -232,6 +255,10 @@ impl Terminator {
         let Some(c) = self.conns.get_mut(idx as usize).and_then(Option::take) else {
             return;
         };
+        if let Some(h) = c.http.as_deref() {
+            // Mirrors of an unfinished request are reset.
+            self.cut_mirrors(h.mirrors());
+        }
         if let Some(Some(shard)) = self.shards.get_mut(si) {
             shard.sockets.remove(c.front);
             if let Some(b) = c.back {
@@ -453,6 +480,11 @@ impl Engine<'_> {
         generation: u32,
         ctx: &mut Ctx<'_>,
     ) -> Verdict {
+        if idx as usize >= self.t.capacity {
+            let l = idx - self.t.capacity as u32;
+            self.t.generation = generation;
+            return self.leg_packet(ip_bytes(pkt, meta), (id, _dir), l, ctx);
+        }
         let Some(c) = self.t.conns.get(idx as usize).and_then(Option::as_ref) else {
             return Verdict::Drop(DropReason::NoFlow);
         };
@@ -506,6 +538,7 @@ impl Engine<'_> {
         }
         if now_ms >= self.t.next_scan_ms {
             self.t.next_scan_ms = now_ms + SCAN_MS;
+            self.scan_legs(ctx);
             for idx in 0..self.t.conns.len() as u32 {
                 let Some(c) = self.t.conns[idx as usize].as_ref() else {
                     continue;
@@ -621,6 +654,12 @@ impl Engine<'_> {
 
     /// Polls shard `si` for its timers and moves every one of its connections' bytes.
     fn poll_shard(&mut self, si: usize, snap: &Snapshot, ctx: &mut Ctx<'_>) {
+        if si >= self.t.conn_shards {
+            self.flush_shard(si, ctx);
+            self.pump_legs_of(si, ctx);
+            self.flush_shard(si, ctx);
+            return;
+        }
         let per = self.t.cfg.shard_connections.max(1);
         let first = (si * per) as u32;
         let last = ((si + 1) * per).min(self.t.conns.len()) as u32;

@@ -99,7 +99,7 @@ pub(super) struct Http {
     /// The request had a body (no retry once it is partly sent).
     has_body: bool,
     /// The backend allowed its connection to be reused.
-    back_reusable: bool,
+    pub(super) back_reusable: bool,
     /// The request went on a connection an earlier request left open (a backend may
     /// close such a connection just as the request leaves: one retry is always allowed
     /// for a request without a body that got no answer on it).
@@ -124,6 +124,12 @@ pub(super) struct Http {
     try_deadline_ms: u64,
     /// Status of the current response (counters).
     status: u16,
+    /// Legs carrying mirrored copies of the current request, `(slot, serial)`.
+    mirrors: Vec<(u32, u32)>,
+    /// Body bytes sent to the backend this round, for the mirrors.
+    mirror_body: Vec<u8>,
+    /// The mirrors have had the whole request.
+    mirror_complete: bool,
 }
 
 impl super::Terminator {
@@ -165,7 +171,15 @@ impl Http {
             deadline_ms: u64::MAX,
             try_deadline_ms: u64::MAX,
             status: 0,
+            mirrors: Vec::new(),
+            mirror_body: Vec::new(),
+            mirror_complete: false,
         })
+    }
+
+    /// The mirrors of the current request, `(leg slot, serial)`.
+    pub(super) fn mirrors(&self) -> &[(u32, u32)] {
+        &self.mirrors
     }
 }
 
@@ -210,8 +224,9 @@ impl Engine<'_> {
                 Stage::Forward => self.http_forward(idx, snap, ctx),
                 Stage::Answer => self.http_answer(idx, ctx),
                 Stage::Tunnel => self.http_tunnel(idx, ctx),
-                Stage::Done => self.http_done(idx),
+                Stage::Done => self.http_done(idx, ctx),
             }
+            self.http_mirror_feed(idx, ctx);
             if self.progress_mark(idx) == before {
                 break;
             }
@@ -394,6 +409,8 @@ impl Engine<'_> {
         };
         let mut rule_at = None;
         let mut backend = None;
+        // Mirrored copies to send: their backend and head.
+        let mut mirror_plan: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
         let redirect_all =
             super::route::listener(snap, vip, ours).is_some_and(|l| l.https_redirect);
         let answered = if redirect_all {
@@ -469,11 +486,31 @@ impl Engine<'_> {
                                             forwarded_for: client.source().ip(),
                                             forwarded_proto: req.scheme,
                                             upgrade: head.upgrade,
+                                            close: false,
                                         };
                                         to_back.resize(h1::MAX_HEAD_LEN + 4096, 0);
                                         match h1::write_request_head(to_back, &head, &edits) {
                                             Some(n) => {
                                                 to_back.truncate(n);
+                                                for m in rule.mirrors.iter() {
+                                                    let draw = next_random(&mut self.t.rng);
+                                                    if draw % 1_000_000 >= u64::from(m.per_million)
+                                                    {
+                                                        continue;
+                                                    }
+                                                    let copy = mirror_head(
+                                                        &head,
+                                                        &edits,
+                                                        m,
+                                                        next_random(&mut self.t.rng),
+                                                    );
+                                                    match copy {
+                                                        Some(c) => mirror_plan.push(c),
+                                                        None => ctx
+                                                            .counters
+                                                            .event(Event::HttpMirrorDropped),
+                                                    }
+                                                }
                                                 backend = Some(b);
                                                 h.response_ops =
                                                     (!rule.response_headers.is_empty())
@@ -516,7 +553,14 @@ impl Engine<'_> {
             (Some(status), _) => h.begin_answer(status, close || redirect_all),
             (None, Some(b)) => {
                 h.begin_forward();
+                h.mirror_complete = h.req_body.is_done();
                 self.http_connect(idx, b, snap, ctx);
+                for (mb, copy) in mirror_plan {
+                    let opened = self.open_mirror(client.source().ip(), mb, copy, snap, ctx);
+                    if let (Some(id), Some(h)) = (opened, self.conn_http(idx)) {
+                        h.mirrors.push(id);
+                    }
+                }
             }
             (None, None) => h.begin_answer(500, true),
         }
@@ -540,23 +584,31 @@ impl Engine<'_> {
                 })
         };
         let now = ctx.now_ms;
+        // Another backend (or none yet): an idle connection to the old one goes to the
+        // worker's pool (else it is reset); one to the new backend comes from the pool
+        // if it has one.
+        let pooled = !reuse && {
+            if !self.park(idx, ctx) {
+                self.drop_backend(idx, ctx);
+            }
+            self.claim(idx, backend, snap, ctx)
+        };
         if let Some(h) = self.conn_http(idx) {
             h.attempts = h.attempts.saturating_add(1);
             h.back_reusable = false;
             h.to_back_sent = 0;
-            h.reused = reuse;
-            h.fresh = !reuse;
+            h.reused = reuse || pooled;
+            h.fresh = !(reuse || pooled);
             h.try_deadline_ms = match h.retries.per_try_timeout_ms {
                 0 => u64::MAX,
                 t => now + t,
             };
         }
-        if reuse {
+        if reuse || pooled {
             ctx.counters.event(Event::HttpBackendReused);
             return;
         }
-        // Another backend (or none yet): the old connection is reset, the flow re-keyed.
-        self.drop_backend(idx, ctx);
+        // A new connection: the flow re-keyed to it.
         self.connect(idx, backend, snap, ctx);
         if let Some(Some(c)) = self.t.conns.get_mut(idx as usize) {
             // `connect` moves the phase of the TLS-to-TCP path; HTTP keeps its own.
@@ -817,8 +869,9 @@ impl Engine<'_> {
     }
 
     /// Done: the last response out, then the client's connection closed (close_notify
-    /// and FIN) and the backend's.
-    fn http_done(&mut self, idx: u32) {
+    /// and FIN); the backend's goes to the pool when idle, else is closed.
+    fn http_done(&mut self, idx: u32, ctx: &mut Ctx<'_>) {
+        self.park(idx, ctx);
         let Some((c, shard)) = self.t.conn_shard(idx) else {
             return;
         };
@@ -856,6 +909,106 @@ impl Engine<'_> {
         }
         *phase = Phase::Closing;
     }
+}
+
+impl Engine<'_> {
+    /// Hands the body bytes sent this round to the request's mirrors; when the request
+    /// is whole they are told so and let go; when it ended otherwise (answered by
+    /// sluice, the client gone) they are reset.
+    fn http_mirror_feed(&mut self, idx: u32, ctx: &mut Ctx<'_>) {
+        let Some(h) = self.conn_http(idx) else {
+            return;
+        };
+        if h.mirrors.is_empty() {
+            h.mirror_body.clear();
+            return;
+        }
+        let complete = h.mirror_complete;
+        let going = h.stage == Stage::Forward;
+        if h.mirror_body.is_empty() && !complete && going {
+            return;
+        }
+        let mut mirrors = std::mem::take(&mut h.mirrors);
+        let mut body = std::mem::take(&mut h.mirror_body);
+        if complete || going {
+            for &id in &mirrors {
+                self.feed_mirror(id, &body, complete, ctx);
+            }
+        } else {
+            self.t.cut_mirrors(&mirrors);
+        }
+        body.clear();
+        if complete || !going {
+            mirrors.clear();
+        }
+        if let Some(h) = self.conn_http(idx) {
+            h.mirrors = mirrors;
+            h.mirror_body = body;
+        }
+    }
+}
+
+/// The mirrored copy of a request for mirror `m` (`draw`: its backend pick): its
+/// backend and head — the head sent to the main backend with the authority's host
+/// suffixed `-shadow` (as Envoy, Istio's proxy, sends copies) and `Connection: close`.
+/// `None` when the set has no backend or the head does not fit.
+fn mirror_head(
+    head: &h1::RequestHead<'_>,
+    edits: &RequestEdits<'_>,
+    m: &crate::tables::http::Mirror,
+    draw: u64,
+) -> Option<(SocketAddr, Vec<u8>)> {
+    if head.upgrade {
+        // A copy cannot upgrade with its request.
+        return None;
+    }
+    let Pick::Backend(b) = m.table.pick(draw) else {
+        return None;
+    };
+    let authority = edits.authority.unwrap_or(head.authority);
+    let mut shadow = [0u8; 512];
+    let shadow = shadow_authority(authority, &mut shadow)?;
+    let copy = RequestEdits {
+        path: edits.path,
+        authority: (!shadow.is_empty()).then_some(shadow),
+        ops: edits.ops,
+        forwarded_for: edits.forwarded_for,
+        forwarded_proto: edits.forwarded_proto,
+        upgrade: false,
+        close: true,
+    };
+    let mut out = vec![0u8; h1::MAX_HEAD_LEN + 4096];
+    let n = h1::write_request_head(&mut out, head, &copy)?;
+    out.truncate(n);
+    Some((b, out))
+}
+
+/// `authority` with `-shadow` after its host (before a port): `a.test:8080` ->
+/// `a.test-shadow:8080`, `[::1]` -> `[::1]-shadow`. Empty stays empty.
+fn shadow_authority<'b>(authority: &str, buf: &'b mut [u8]) -> Option<&'b str> {
+    if authority.is_empty() {
+        return Some("");
+    }
+    let host_end = match authority.rfind(':') {
+        Some(i)
+            if authority[i + 1..].bytes().all(|b| b.is_ascii_digit())
+                && !authority[..i].contains(':')
+                || authority[..i].ends_with(']') =>
+        {
+            i
+        }
+        _ => authority.len(),
+    };
+    let (host, port) = authority.split_at(host_end);
+    let parts = [host, "-shadow", port];
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let out = buf.get_mut(..len)?;
+    let mut at = 0;
+    for p in parts {
+        out[at..at + p.len()].copy_from_slice(p.as_bytes());
+        at += p.len();
+    }
+    std::str::from_utf8(out).ok()
 }
 
 impl Http {

@@ -66,6 +66,10 @@ pub(super) fn forward_step(
             });
             match sent {
                 Ok(n) if n > 0 => {
+                    if !h.mirrors.is_empty() {
+                        h.mirror_body.extend_from_slice(&h.inbuf[..n]);
+                        h.mirror_complete = h.req_body.is_done();
+                    }
                     h.inbuf.drain(..n);
                 }
                 _ => break,
