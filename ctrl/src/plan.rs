@@ -774,6 +774,24 @@ pub fn termination(t: &Termination) -> Result<TerminateConfig, PlanError> {
             (1024, 16384),
             def.head_bytes as u64,
         )? as usize,
+        pool_connections: get(
+            t.backend_pool_connections,
+            "backendPoolConnections",
+            (0, 65_536),
+            def.pool_connections as u64,
+        )? as usize,
+        pool_idle_ms: get(
+            t.backend_pool_idle_ms,
+            "backendPoolIdleMs",
+            (100, 3_600_000),
+            def.pool_idle_ms,
+        )?,
+        mirror_connections: get(
+            t.mirror_connections,
+            "mirrorConnections",
+            (0, 65_536),
+            def.mirror_connections as u64,
+        )? as usize,
         ..def
     })
 }
@@ -1034,8 +1052,15 @@ spec:
             backend_tries: Some(1),
             keep_alive_ms: Some(0),
             request_head_bytes: Some(2048),
+            backend_pool_connections: Some(8),
+            backend_pool_idle_ms: Some(4000),
+            mirror_connections: Some(0),
         };
         let c = termination(&t).unwrap();
+        assert_eq!(
+            (c.pool_connections, c.pool_idle_ms, c.mirror_connections),
+            (8, 4000, 0)
+        );
         assert_eq!(
             (
                 c.max_connections,
@@ -1056,7 +1081,11 @@ spec:
             max_connections: 1 << 20,
             ..c.clone()
         };
-        assert_eq!(small.capacity(), (64 << 20) / small.connection_bytes());
+        // What the pool's connections (two 4 KiB buffers each) leave.
+        assert_eq!(
+            small.capacity(),
+            ((64 << 20) - 8 * 2 * 4096) / small.connection_bytes()
+        );
         for (bad, what) in [
             (
                 Termination {

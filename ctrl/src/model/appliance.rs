@@ -94,6 +94,18 @@ pub struct Termination {
     /// 16384).
     #[serde(default)]
     pub request_head_bytes: Option<u32>,
+    /// Idle HTTP backend connections a worker keeps for any client's next request to the
+    /// same backend (256; 0 to 65536, 0 = none kept past their client connection).
+    #[serde(default)]
+    pub backend_pool_connections: Option<u32>,
+    /// Milliseconds a pooled backend connection may stay unused before it is closed
+    /// (10000; 100 to 3600000) — keep it below the backends' keep-alive timeouts.
+    #[serde(default)]
+    pub backend_pool_idle_ms: Option<u32>,
+    /// Mirrored request copies a worker has in flight at once; more are not sent and are
+    /// counted (256; 0 to 65536).
+    #[serde(default)]
+    pub mirror_connections: Option<u32>,
 }
 
 /// Delayed-binding settings (SNI/Host passthrough); defaults when absent.

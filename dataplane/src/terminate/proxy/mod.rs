@@ -21,8 +21,12 @@
 //!   the head buffers.
 //! - **The backend connection** is kept while its responses allow it (keep-alive) and
 //!   reused by the next request to the same backend; a request for another backend
-//!   resets it (the connection's flow carries one backend tuple at a time) and connects
-//!   the new one.
+//!   parks it in the worker's pool (idle; else it is reset — the connection's flow
+//!   carries one backend tuple at a time) and takes a pooled connection to the new
+//!   backend or connects one ([`legs`](super::legs)). The client's end parks it too.
+//! - **Mirrors**: a rule's sampled mirrors get a copy of the head (`-shadow` host,
+//!   `Connection: close`) and of the body bytes as they go to the backend, on legs of
+//!   their own; their answers are dropped.
 //! - **Limits**: heads over [`crate::http::MAX_HEAD_LEN`] or with more than
 //!   [`crate::http::MAX_HEADERS`] lines get `431`; a head not complete within
 //!   [`TerminateConfig::handshake_ms`](super::TerminateConfig) of its first byte gets
