@@ -1,7 +1,8 @@
 //! HTTP per request through sluice with real programs, on the rig of
 //! `sluice_tests::tls_rig` (client 10.77.0.1 -> VIP 10.77.0.10:80 on a TAP port; python
 //! HTTP/1.1 keep-alive backends on 10.78.0.11 (a) and .12 (b) behind the other). A Gateway
-//! API HTTPRoute sends `/api` and `/upload` to a, `/ws` and everything else to b.
+//! API HTTPRoute sends `/api` and `/upload` to a, `/mirror` to a with a copy to b, `/ws`
+//! and everything else to b.
 //!
 //! - `curl` with several URLs on one connection: each reaches the backend its path names,
 //!   over one client connection; `X-Forwarded-For`/`-Proto` reach the backend.
@@ -10,7 +11,10 @@
 //!   SHA-256 of what it decoded equals `sha256sum` of the file.
 //! - A WebSocket upgrade: frames up to 70 kB echoed through the tunnel.
 //! - `wrk` load with every response's status and body checked by a Lua script, keep-alive
-//!   and with a connection per request.
+//!   and with a connection per request (the backend connections then come from the
+//!   worker's pool).
+//! - RequestMirror: `curl` GET and a 1 MB POST under `/mirror` are answered by a; b's
+//!   server reports each copy with the `-shadow` host and the body's SHA-256.
 
 use sluice_dataplane::stats::Event;
 use sluice_tests::kernel::{Py, BACKENDS, VIP};
@@ -45,6 +49,9 @@ spec:
   hostnames: [{HOST}]
   rules:
   - matches: [{{path: {{type: PathPrefix, value: /api}}}}, {{path: {{type: Exact, value: /upload}}}}]
+    backendRefs: [{{name: a, port: {HTTP_PORT}}}]
+  - matches: [{{path: {{type: PathPrefix, value: /mirror}}}}]
+    filters: [{{type: RequestMirror, requestMirror: {{backendRef: {{name: b, port: {HTTP_PORT}}}}}}}]
     backendRefs: [{{name: a, port: {HTTP_PORT}}}]
   - backendRefs: [{{name: b, port: {HTTP_PORT}}}]
 "#,
@@ -258,7 +265,82 @@ fn wrk_with_a_connection_per_request_gets_every_response_right() {
         c.events_of(Event::HttpRequest),
     );
     assert!(conns >= reqs && conns - reqs <= 8, "{c:?}");
-    assert_eq!(c.events_of(Event::HttpBackendReused), 0, "{c:?}");
+    // The backend connections outlive their clients: most requests take one from the
+    // worker's pool.
+    let (pooled, opened) = (
+        c.events_of(Event::HttpPoolReused),
+        c.events_of(Event::TerminateBackendConnected),
+    );
+    assert!(pooled > 0 && opened < reqs / 2, "{c:?}");
+}
+
+#[test]
+fn mirrored_copies_reach_the_mirror_backend() {
+    let (rig, mut servers) = start();
+    let dir = tempdir();
+    let file = format!("{dir}/body");
+    let body: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i * 31 + i / 7919) as u8)
+        .collect();
+    std::fs::write(&file, &body).expect("body");
+    let sha = rig.topo.client.exec(&["sha256sum", &file]);
+    let sha = sha.split_whitespace().next().unwrap_or("").to_string();
+    let resolve = format!("{HOST}:80:{VIP}");
+    let get_url = format!("http://{HOST}/mirror/get");
+    let post_url = format!("http://{HOST}/mirror/post");
+    let data = format!("@{file}");
+    let (code, out, err) = curl(
+        &rig.topo.client,
+        &[
+            "-s",
+            "--resolve",
+            &resolve,
+            &get_url,
+            "--next",
+            "-s",
+            "--resolve",
+            &resolve,
+            "-H",
+            "Content-Type: application/octet-stream",
+            "--data-binary",
+            &data,
+            &post_url,
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 0, "{out} {err}");
+    // The client sees a's answers only.
+    assert!(
+        out.contains(&format!(
+            "backend {} host {HOST} path /mirror/get",
+            BACKENDS[0]
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "backend {} length 3000000 sha256 {sha}",
+            BACKENDS[0]
+        )),
+        "{out}"
+    );
+    let mut copies: Vec<String> = (0..2)
+        .map(|_| servers.line(Duration::from_secs(20)))
+        .collect();
+    copies.sort();
+    let empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    let shadow = "shop.example.test-shadow";
+    assert_eq!(
+        copies,
+        [
+            format!("mirror {} {shadow} /mirror/get close {empty}", BACKENDS[1]),
+            format!("mirror {} {shadow} /mirror/post close {sha}", BACKENDS[1]),
+        ]
+    );
+    drop(servers);
+    let c = rig.finish();
+    assert_eq!(c.events_of(Event::HttpMirrorSent), 2, "{c:?}");
+    assert_eq!(c.events_of(Event::HttpMirrorDropped), 0, "{c:?}");
 }
 
 /// A fresh directory for a test's files.

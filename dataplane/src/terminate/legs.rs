@@ -25,9 +25,10 @@
 //!   [`TerminateConfig::pool_idle_ms`](super::TerminateConfig) is closed. Policy is
 //!   checked for each client that claims one.
 //! - **Mirrors**: the copy asks the backend to close after its answer
-//!   (`Connection: close`); bytes wait in the leg (bounded by [`MIRROR_PENDING`]) while
-//!   the connection opens or the backend reads slowly — a mirror never slows its
-//!   request: one that falls behind is reset and counted.
+//!   (`Connection: close`); bytes wait in the leg (at most [`MIRROR_PENDING`] each, and
+//!   [`MIRROR_BYTES`] for all of a worker's) while the connection opens or the backend
+//!   reads slowly — a mirror never slows its request: one that falls behind is reset and
+//!   counted.
 
 use super::conn::{fin_received, new_socket};
 use super::{endpoint, now, Engine, Terminator, SELF_V4, SELF_V6};
@@ -41,8 +42,12 @@ use smoltcp::iface::SocketHandle;
 use smoltcp::socket::{tcp, Socket};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-/// Bytes of a mirrored copy that may wait for its backend; beyond, the copy is reset.
-pub const MIRROR_PENDING: usize = 256 * 1024;
+/// Bytes of a mirrored copy that may wait for its backend (Envoy's default buffer limit
+/// per connection); beyond, the copy is reset.
+pub const MIRROR_PENDING: usize = 1 << 20;
+/// Bytes all of a worker's mirrored copies may hold waiting; beyond, the copy that would
+/// pass it is reset.
+pub const MIRROR_BYTES: usize = 32 << 20;
 /// A leg closing gracefully that has not finished in this long (ms) is reset.
 const CLOSE_MS: u64 = 5_000;
 
@@ -144,6 +149,7 @@ impl Terminator {
         }
         if leg.serial & MIRROR_BIT != 0 {
             self.mirrors_open = self.mirrors_open.saturating_sub(1);
+            self.mirror_bytes = self.mirror_bytes.saturating_sub(leg.pending.len());
         }
         self.leg_free.push(l);
     }
@@ -262,6 +268,7 @@ impl Engine<'_> {
                     match s.send_slice(&leg.pending) {
                         Ok(n) if n > 0 => {
                             leg.pending.drain(..n);
+                            self.t.mirror_bytes = self.t.mirror_bytes.saturating_sub(n);
                         }
                         _ => break,
                     }
@@ -680,12 +687,16 @@ impl Engine<'_> {
             cut: false,
         });
         self.t.mirrors_open += 1;
+        self.t.mirror_bytes += self.t.legs[l as usize]
+            .as_ref()
+            .map_or(0, |g| g.pending.len());
         self.flush_shard(lsi, ctx);
         Some((l, serial))
     }
 
     /// Body bytes for mirror `(l, serial)`; `complete`: the request ended with them.
-    /// A mirror that would hold more than [`MIRROR_PENDING`] bytes is reset.
+    /// A mirror that would hold more than [`MIRROR_PENDING`] bytes (or pass the worker's
+    /// [`MIRROR_BYTES`]) is reset.
     pub(super) fn feed_mirror(
         &mut self,
         (l, serial): (u32, u32),
@@ -699,12 +710,15 @@ impl Engine<'_> {
         if leg.serial != serial || leg.role != Role::Mirror || leg.complete {
             return;
         }
-        if leg.pending.len() + bytes.len() > MIRROR_PENDING {
+        if leg.pending.len() + bytes.len() > MIRROR_PENDING
+            || self.t.mirror_bytes + bytes.len() > MIRROR_BYTES
+        {
             leg.cut = true;
             ctx.counters.event(Event::HttpMirrorDropped);
             return self.reset_leg(l, ctx);
         }
         leg.pending.extend_from_slice(bytes);
+        self.t.mirror_bytes += bytes.len();
         leg.complete = complete;
         self.pump_leg(l, ctx);
         self.flush_shard(self.t.leg_shard(l), ctx);

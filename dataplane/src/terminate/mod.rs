@@ -153,6 +153,8 @@ pub struct Terminator {
     pool: Vec<u32>,
     /// Mirror legs open.
     mirrors_open: usize,
+    /// Bytes the mirror legs hold waiting for their backends.
+    mirror_bytes: usize,
     /// Shards of the connections (the legs' follow).
     conn_shards: usize,
     /// The last leg serial handed out.
@@ -195,6 +197,7 @@ impl Terminator {
             leg_free: (0..legs as u32).rev().collect(),
             pool: Vec::with_capacity(cfg.pool_connections),
             mirrors_open: 0,
+            mirror_bytes: 0,
             conn_shards,
             serial: 0,
             out: Vec::with_capacity(crate::pipeline::stage::EXTRA_TX),

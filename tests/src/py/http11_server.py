@@ -8,7 +8,9 @@ Listens on PORT at every ADDR. Answers:
   "backend <ADDR> length <n> sha256 <hex>";
 - GET /ws with `Upgrade: websocket`: `101 Switching Protocols` (RFC 6455 accept key), then
   echoes every text or binary frame back unmasked until a close frame.
-Prints "ready" once listening; exits when stdin closes (the test that started it has gone).
+Prints "ready" once listening; then, for each mirrored copy (a Host whose name ends in
+`-shadow`), one line "mirror <ADDR> <Host> <target> <Connection> <sha256 of the body>" once
+it is answered. Exits when stdin closes (the test that started it has gone).
 """
 
 import base64
@@ -45,6 +47,12 @@ def handler_for(addr):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        def note_mirror(self, digest):
+            host = self.headers.get("Host", "")
+            if host.split(":")[0].endswith("-shadow"):
+                conn = self.headers.get("Connection", "-")
+                print(f"mirror {addr} {host} {self.path} {conn} {digest}", flush=True)
+
         def send_body(self, body, with_body=True):
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
@@ -63,6 +71,7 @@ def handler_for(addr):
                 f"xff {h.get('X-Forwarded-For')} xfp {h.get('X-Forwarded-Proto')}\n"
             ).encode()
             self.send_body(body)
+            self.note_mirror(hashlib.sha256(b"").hexdigest())
 
         def do_HEAD(self):  # noqa: N802
             self.send_body(b"x" * 10, with_body=False)
@@ -92,6 +101,7 @@ def handler_for(addr):
                     n += len(data)
                     left -= len(data)
             self.send_body(f"backend {addr} length {n} sha256 {digest.hexdigest()}\n".encode())
+            self.note_mirror(digest.hexdigest())
 
         do_PUT = do_POST  # noqa: N815
 
