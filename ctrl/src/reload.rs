@@ -647,7 +647,7 @@ spec:
         assert_eq!(counter_of(r.current(), b_name), None);
         worker.request(a);
         worker.response(a, 504);
-        let rows = r.status().rules.rows(&[worker.clone()]);
+        let rows = r.status().rules.rows(std::slice::from_ref(&worker));
         let row = rows
             .iter()
             .find(|w| w.rule == a_name)

@@ -2,10 +2,9 @@
 //! reloads, and the rows `sluice ctl stats` shows (requests routed to the rule, and the
 //! responses that answered them by status class).
 //!
-//! Each worker counts into its own fixed array of slots
-//! ([`RuleCounters`](sluice_dataplane::stats::RuleCounters), allocated when the worker
-//! starts and shared with the control thread); a rule's slot is in its compiled entry
-//! (`HttpRule::counter`). [`RuleRegistry`] lives with the
+//! Each worker counts into its own fixed array of slots ([`RuleCounters`], allocated
+//! when the worker starts and shared with the control thread); a rule's slot is in its
+//! compiled entry (`HttpRule::counter`). [`RuleRegistry`] lives with the
 //! [`Reloader`](crate::reload::Reloader) on the control thread and gives the slots, by
 //! rule name, before a generation is published:
 //!
@@ -14,10 +13,11 @@
 //!   long as each generation has it, so its counts go on across reloads; rules of one
 //!   name in several routes (an HTTPRoute on two hostnames or listeners) share it;
 //! - a name new to the registry takes a never-used slot; once none is left, the slot
-//!   that a rule gone in an earlier reload freed longest ago (never one freed by the
-//!   same reload: responses to a removed rule's last requests still count where they
-//!   belong), and the slot's counts at that moment become the baseline its rows
-//!   subtract;
+//!   that a rule gone in an earlier reload freed longest ago, and the slot's counts at
+//!   that moment become the baseline its rows subtract. Never a slot freed by the same
+//!   reload: responses to a removed rule's last requests (in flight across the reload)
+//!   still land in its old slot and vanish in the baseline, unless they come after the
+//!   next reload reused it;
 //! - when every slot is in use, the remaining rules count together in
 //!   [`OVERFLOW_SLOT`] (the row [`OVERFLOW_RULE`]) and the reload warns; they get
 //!   slots of their own at a later reload once some are free.
@@ -369,7 +369,7 @@ spec:
         worker.response(1, 301);
         worker.request(3);
         worker.response(3, 404);
-        let rows = view.rows(&[worker.clone()]);
+        let rows = view.rows(std::slice::from_ref(&worker));
         assert_eq!(rows.len(), 3, "every rule, counted or not: {rows:?}");
         assert_eq!(rows[0].counts.requests, 1);
         assert_eq!(rows[0].counts.responses, [0, 0, 1, 0, 0]);
@@ -394,7 +394,7 @@ spec:
             ]
         );
         worker.request(1);
-        let rows = reg.slots().rows(&[worker.clone()]);
+        let rows = reg.slots().rows(std::slice::from_ref(&worker));
         let names: Vec<&str> = rows.iter().map(|r| r.rule.as_str()).collect();
         assert_eq!(
             names,
@@ -438,7 +438,7 @@ spec:
             worker.response(3, 200);
         }
         worker.request(OVERFLOW_SLOT);
-        let rows = reg.slots().rows(&[worker.clone()]);
+        let rows = reg.slots().rows(std::slice::from_ref(&worker));
         assert_eq!(rows.len(), 4);
         assert_eq!(rows[3].rule, OVERFLOW_RULE);
         assert_eq!(rows[3].counts.requests, 1);
@@ -459,7 +459,7 @@ spec:
         );
         worker.request(3);
         worker.response(3, 503);
-        let rows = reg.slots().rows(&[worker.clone()]);
+        let rows = reg.slots().rows(std::slice::from_ref(&worker));
         let b = rows
             .iter()
             .find(|r| r.rule == "HTTPRoute t/b rules[0]")

@@ -43,7 +43,7 @@ pub struct CtlArgs {
 /// `sluice ctl` commands.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum CtlCommand {
-    /// Counters: per port, per worker, drops by reason.
+    /// Counters: per port, per worker, drops by reason, per HTTP rule.
     Stats {
         /// Print the raw JSON document.
         #[arg(long)]
