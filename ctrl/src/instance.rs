@@ -1,7 +1,8 @@
 //! What a running instance is, as the admin thread and the control thread share it:
 //! its ports, its workers' counters, the neighbour cache, the reload state, and the
 //! channel to ask the control thread for a reload. [`CounterSample`] is its counters at
-//! one moment (what `sluice ctl stats` and the once-per-second line show).
+//! one moment (what `sluice ctl stats` and the once-per-second line show), per-rule HTTP
+//! counters included ([`Running::rule_rows`]).
 
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
@@ -9,9 +10,12 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 use sluice_dataplane::pipeline::NeighbourCache;
 use sluice_dataplane::port::{self, LinkState, PortStats};
-use sluice_dataplane::stats::{Counters, DropReason, Event, PortCounters, SharedCounters};
+use sluice_dataplane::stats::{
+    Counters, DropReason, Event, PortCounters, RuleCounters, SharedCounters,
+};
 
 use crate::reload::{ReloadOutcome, ReloadStatus};
+use crate::rule_counters::RuleRow;
 
 /// A request from the admin thread to the control thread.
 #[derive(Debug)]
@@ -26,6 +30,8 @@ pub struct Running {
     pub ports: Vec<(String, Arc<dyn port::Port>)>,
     /// Workers: (id, core, counters they publish).
     pub workers: Vec<(usize, usize, Arc<SharedCounters>)>,
+    /// Every worker's HTTP rule counters (in the order of `workers`).
+    pub rule_counters: Vec<Arc<RuleCounters>>,
     /// The neighbour cache every worker shares.
     pub neighbours: Arc<NeighbourCache>,
     /// When the workers started.
@@ -44,6 +50,18 @@ impl Running {
     /// The counters now.
     pub fn sample(&self) -> CounterSample {
         CounterSample::take(self)
+    }
+
+    /// Every HTTP rule of the serving generation with its requests and responses by
+    /// status class, summed over the workers (by rule name; then the overflow row, if
+    /// anything counted there): what `sluice ctl stats` shows under `http_rules`.
+    pub fn rule_rows(&self) -> Vec<RuleRow> {
+        let slots = self
+            .reload
+            .lock()
+            .map(|s| s.rules.clone())
+            .unwrap_or_default();
+        slots.rows(&self.rule_counters)
     }
 
     /// A copy of the reload state (empty if the lock was poisoned by a panic elsewhere).
@@ -80,6 +98,8 @@ pub struct CounterSample {
     pub workers: Vec<(usize, usize, Counters)>,
     /// Sum over workers.
     pub total: Counters,
+    /// Per HTTP rule, summed over workers ([`Running::rule_rows`]).
+    pub rules: Vec<RuleRow>,
 }
 
 impl CounterSample {
@@ -112,6 +132,7 @@ impl CounterSample {
             ports,
             workers,
             total,
+            rules: r.rule_rows(),
         }
     }
 
@@ -175,6 +196,7 @@ impl CounterSample {
                 "packets": self.total.packets,
                 "cycles_per_packet": self.total.cycles_per_packet(),
             },
+            "http_rules": self.rules.iter().map(RuleRow::to_json).collect::<Vec<_>>(),
         })
     }
 

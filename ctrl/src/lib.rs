@@ -26,6 +26,8 @@
 //!   socket.
 //! - [`reload`]: one reload attempt: compile, check the Appliance is unchanged, publish a
 //!   new tables generation or keep the running one.
+//! - [`rule_counters`]: the HTTP rules' counter slots, kept by name across reloads, and
+//!   their per-rule counts summed over the workers.
 //! - [`api`]: the admin socket of a running instance and `sluice ctl`, its client.
 
 pub mod api;
@@ -38,6 +40,7 @@ pub mod machine;
 pub mod model;
 pub mod plan;
 pub mod reload;
+pub mod rule_counters;
 pub mod run;
 pub mod sources;
 pub mod stdout;

@@ -17,17 +17,23 @@
 //!   ([`crate::compile::addresses`]) are in the tables, so adding or removing one is
 //!   live: the first worker announces the new ones. Old generations are freed on the control thread once every worker has
 //!   moved past them ([`Reloader::reclaim`]).
+//!
+//! Before a generation is published, its HTTP rules get their counter slots from the
+//! [`RuleRegistry`] the reloader keeps (a rule keeps its slot, and so its counts, for
+//! as long as its name stays: [`crate::rule_counters`]).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 use sluice_dataplane::rcu::{Publisher, Reader};
+use sluice_dataplane::stats::{RuleCounters, RULE_SLOTS};
 use sluice_dataplane::tables::snapshot::Snapshot as Tables;
 
 use crate::compile::addresses::ServedAddress;
 use crate::compile::{build_paths, Built};
 use crate::model::appliance::ApplianceSpec;
+use crate::rule_counters::{Assigned, RuleRegistry, RuleSlots};
 use crate::sources::Trigger;
 
 /// Loads `paths` and [`crate::compile::build()`]s them; errors are printable lines
@@ -148,6 +154,8 @@ pub struct ReloadStatus {
     pub objects: Value,
     /// The listener addresses the serving generation answers ARP/ND for.
     pub addresses: Vec<ServedAddress>,
+    /// The counter slots of the serving generation's HTTP rules.
+    pub rules: std::sync::Arc<RuleSlots>,
 }
 
 /// Reloads the configuration and publishes its tables; see the module docs.
@@ -163,13 +171,18 @@ pub struct Reloader {
     failed: u64,
     not_served: Vec<String>,
     status: Value,
+    /// HTTP rule name -> counter slot, across reloads.
+    rules: RuleRegistry,
 }
 
 impl Reloader {
     /// Starts serving `first` (generation 1), with room for `readers` workers; later
     /// reloads read `paths` again.
-    pub fn new(paths: Vec<PathBuf>, first: Built, readers: usize) -> Reloader {
+    pub fn new(paths: Vec<PathBuf>, mut first: Built, readers: usize) -> Reloader {
+        let mut rules = RuleRegistry::new(RULE_SLOTS);
+        warn_rules("start", rules.assign(&mut first.snapshot));
         Reloader {
+            rules,
             paths,
             not_served: first.not_served().map(ToString::to_string).collect(),
             status: first.status_json(),
@@ -197,6 +210,12 @@ impl Reloader {
         self.publisher.current()
     }
 
+    /// Reads the workers' HTTP rule counters (one per worker, [`RULE_SLOTS`] slots
+    /// each) when a reload reuses a slot that a removed rule left.
+    pub fn count_rules_with(&mut self, workers: Vec<std::sync::Arc<RuleCounters>>) {
+        self.rules.count_with(workers);
+    }
+
     /// The last attempt, if any.
     pub fn last(&self) -> Option<&ReloadOutcome> {
         self.last.as_ref()
@@ -219,6 +238,7 @@ impl Reloader {
             not_served: self.not_served.clone(),
             objects: self.status.clone(),
             addresses: self.addresses.clone(),
+            rules: self.rules.slots(),
         }
     }
 
@@ -241,6 +261,10 @@ impl Reloader {
                     .addresses
                     .follow(&self.publisher.current().addresses);
                 self.addresses = next.addresses;
+                warn_rules(
+                    &format!("reload ({trigger})"),
+                    self.rules.assign(&mut next.snapshot),
+                );
                 self.publisher.publish(next.snapshot);
                 self.succeeded += 1;
                 Vec::new()
@@ -296,6 +320,13 @@ impl Reloader {
             )]);
         }
         Ok(next)
+    }
+}
+
+/// Prints the warning of an assignment of rule counter slots, if it has one.
+fn warn_rules(what: &str, assigned: Assigned) {
+    if let Some(w) = assigned.warning() {
+        eprintln!("sluice: {what}: {w}");
     }
 }
 
@@ -551,6 +582,85 @@ spec:
         let o = r.reload(Trigger::File);
         assert!(o.ok, "{:?}", o.errors);
         assert!(r.current().addresses.is_empty() && r.status().addresses.is_empty());
+    }
+
+    /// HTTP rules keep their counter slots, and so their counts, across reloads by name;
+    /// a removed rule leaves the rows; a rejected reload changes nothing.
+    #[test]
+    fn http_rules_keep_their_counters_across_reloads() {
+        let d = demo_copy();
+        let extra = |rules: &str| {
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: extra, namespace: demo}}
+spec:
+  gatewayClassName: sluice
+  listeners: [{{name: web, port: 9080, protocol: HTTP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: extra, namespace: demo}}
+spec:
+  parentRefs: [{{name: extra}}]
+  rules:
+{rules}"
+            )
+        };
+        let api = "  - matches: [{path: {type: PathPrefix, value: /api}}]\n    backendRefs: [{name: web, port: 80}]\n";
+        let old =
+            "  - filters: [{type: RequestRedirect, requestRedirect: {hostname: new.example}}]\n";
+        let file = d.0.join("extra.yaml");
+        std::fs::write(&file, extra(&format!("{api}{old}"))).expect("write");
+        let mut r = reloader(&d);
+        let worker = std::sync::Arc::new(RuleCounters::new(RULE_SLOTS));
+        r.count_rules_with(vec![worker.clone()]);
+        let (a_name, b_name) = (
+            "HTTPRoute demo/extra rules[0]",
+            "HTTPRoute demo/extra rules[1]",
+        );
+        let slots = r.status().rules;
+        let a = slots.slot(a_name).expect("rules[0] has a slot");
+        let b = slots.slot(b_name).expect("rules[1] has a slot");
+        assert!(a != b && a != 0 && b != 0);
+        assert!(slots.slot("VirtualService demo/web http[1]").is_some());
+        let counter_of = |t: &Tables, name: &str| {
+            t.listeners
+                .routes()
+                .iter()
+                .flat_map(|r| r.http.rules.iter())
+                .find(|r| &*r.name == name)
+                .map(|r| r.counter)
+        };
+        assert_eq!(counter_of(r.current(), a_name), Some(a));
+        assert_eq!(counter_of(r.current(), b_name), Some(b));
+        worker.request(a);
+        worker.response(a, 200);
+        worker.request(b);
+        worker.response(b, 302);
+
+        // rules[1] removed: rules[0] keeps its slot and counts, rules[1] leaves the rows.
+        std::fs::write(&file, extra(api)).expect("write");
+        let o = r.reload(Trigger::File);
+        assert!(o.ok, "{:?}", o.errors);
+        assert_eq!(counter_of(r.current(), a_name), Some(a));
+        assert_eq!(counter_of(r.current(), b_name), None);
+        worker.request(a);
+        worker.response(a, 504);
+        let rows = r.status().rules.rows(std::slice::from_ref(&worker));
+        let row = rows
+            .iter()
+            .find(|w| w.rule == a_name)
+            .expect("rules[0] row");
+        assert_eq!(row.counts.requests, 2);
+        assert_eq!(row.counts.responses, [0, 1, 0, 0, 1]);
+        assert!(rows.iter().all(|w| w.rule != b_name), "{rows:?}");
+
+        // A rejected reload keeps the slots.
+        let before = r.status().rules;
+        std::fs::write(&file, "kind: [unclosed\n").expect("write");
+        assert!(!r.reload(Trigger::Ctl).ok);
+        assert_eq!(r.status().rules, before);
     }
 
     #[test]

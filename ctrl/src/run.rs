@@ -21,7 +21,7 @@ use sluice_dataplane::balancer::{Balancer, BalancerConfig};
 use sluice_dataplane::pipeline::{FibError, Forwarder, ForwarderConfig, NeighbourCache, PortConf};
 use sluice_dataplane::port::{self, Opened, Pool, PortError, PortKind};
 use sluice_dataplane::rcu::Reader;
-use sluice_dataplane::stats::{Counters, SharedCounters};
+use sluice_dataplane::stats::{Counters, RuleCounters, SharedCounters};
 use sluice_dataplane::tables::snapshot::Snapshot as Tables;
 use sluice_dataplane::terminate::TerminateConfig;
 use sluice_dataplane::worker::{self, Idle, Redirects, Worker, WorkerConfig};
@@ -232,6 +232,8 @@ fn stage(
 struct Started {
     handles: Vec<JoinHandle<Counters>>,
     counters: Vec<(usize, usize, Arc<SharedCounters>)>,
+    /// Each worker's HTTP rule counters.
+    rules: Vec<Arc<RuleCounters>>,
 }
 
 /// One pinned worker per core, each polling one queue of every port and reading the
@@ -270,6 +272,7 @@ fn start_workers(
     let mut started = Started {
         handles: Vec::new(),
         counters: Vec::new(),
+        rules: Vec::new(),
     };
     for (id, queues) in per_worker.into_iter().enumerate() {
         let core = plan.cores[id];
@@ -286,6 +289,7 @@ fn start_workers(
         )
         .with_redirects(redirects.clone());
         started.counters.push((id, core, w.shared_counters()));
+        started.rules.push(w.rule_counters());
         let h = worker::spawn(w, stop.clone()).map_err(|source| RunError::Spawn { id, source })?;
         started.handles.push(h);
     }
@@ -349,10 +353,12 @@ fn run_inner(args: &RunArgs) -> Result<(), RunError> {
     })?;
     let mut reloader = Reloader::new(args.config.clone(), built, workers_n);
     let started = start_workers(&plan, opened, &conf, &neighbours, &reloader, &stop)?;
+    reloader.count_rules_with(started.rules.clone());
     let (requests, control) = mpsc::channel();
     let running = Arc::new(Running {
         ports,
         workers: started.counters,
+        rule_counters: started.rules,
         neighbours,
         started: Instant::now(),
         is_default: plan.is_default,

@@ -25,7 +25,7 @@
 //!   policy, full NAT); it hands SNI/Host listeners to the splice engine.
 //! - [`worker`]: pinned run-to-completion loops: burst rx, the pipeline, per-port tx
 //!   buffers, counters, clean stop.
-//! - [`stats`]: named drop reasons and per-worker counters.
+//! - [`stats`]: named drop reasons and per-worker counters (per HTTP rule too).
 //! - [`rcu`]: snapshot publication with quiescent-state reclamation: one pointer, a
 //!   load and a store per burst on the worker, frees only on the control thread.
 //! - [`port`]: the `Port`/`Queue` abstraction over owned packet buffers and its backends:

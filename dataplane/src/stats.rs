@@ -4,6 +4,11 @@
 //! its own plain [`Counters`] (no atomics on the hot path) and publishes them every few
 //! hundred poll rounds into its cache-line-aligned [`SharedCounters`], which the control
 //! thread reads without disturbing the worker.
+//!
+//! HTTP rules are counted apart, in each worker's [`RuleCounters`]: one cache line of
+//! cells per rule slot (requests, responses by status class), written by the worker
+//! alone and read by the control thread whenever it likes, so nothing is copied to
+//! publish them.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -500,6 +505,159 @@ impl SharedCounters {
     }
 }
 
+/// Counter slots of HTTP rules in each worker's [`RuleCounters`], [`OVERFLOW_SLOT`]
+/// included (64 bytes each: 256 KiB a worker).
+pub const RULE_SLOTS: usize = 4096;
+
+/// The slot of the HTTP rules that have none of their own (every slot taken, or tables
+/// built without the control plane's registry): their counts add up there.
+pub const OVERFLOW_SLOT: u32 = 0;
+
+/// One HTTP rule's counts (summed over workers by the control plane).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuleCounts {
+    /// Requests routed to the rule.
+    pub requests: u64,
+    /// Responses that went to clients for those requests (the backend's or sluice's own),
+    /// by status class: `[1xx, 2xx, 3xx, 4xx, 5xx]` ([`RuleCounts::class`]).
+    pub responses: [u64; 5],
+}
+
+impl RuleCounts {
+    /// The index in [`RuleCounts::responses`] of `status`'s class (anything outside
+    /// 100..=499 counts as 5xx, as the global `http_response_*` events do).
+    #[inline]
+    pub const fn class(status: u16) -> usize {
+        match status {
+            100..=199 => 0,
+            200..=299 => 1,
+            300..=399 => 2,
+            400..=499 => 3,
+            _ => 4,
+        }
+    }
+
+    /// Adds `o` (another worker's counts of the same slot).
+    pub fn add(&mut self, o: &RuleCounts) {
+        self.requests = self.requests.wrapping_add(o.requests);
+        for (a, b) in self.responses.iter_mut().zip(o.responses) {
+            *a = a.wrapping_add(b);
+        }
+    }
+
+    /// What was counted since `base` (an earlier reading of the same cells), never
+    /// below zero.
+    pub fn since(&self, base: &RuleCounts) -> RuleCounts {
+        let mut d = RuleCounts {
+            requests: self.requests.saturating_sub(base.requests),
+            responses: [0; 5],
+        };
+        for ((d, a), b) in d
+            .responses
+            .iter_mut()
+            .zip(self.responses)
+            .zip(base.responses)
+        {
+            *d = a.saturating_sub(b);
+        }
+        d
+    }
+}
+
+/// One slot's cells: a cache line of its own, so a request touches one line.
+#[repr(align(64))]
+#[derive(Default)]
+struct RuleCell {
+    requests: AtomicU64,
+    responses: [AtomicU64; 5],
+}
+
+/// A worker's HTTP rule counters: a fixed array of slots, allocated once (the terminate
+/// engine's HTTP proxy counts a request into its rule's slot, `HttpRule::counter` in
+/// [`crate::tables::http`], and the response that answered it).
+///
+/// The worker is the only writer: a count is a relaxed load and store (a plain `mov` on
+/// x86), not a read-modify-write; the control thread reads the cells at any time
+/// ([`RuleCounters::get`]). The array is shared (`Arc`) by the worker and the control
+/// thread and never moves, so counts survive table swaps: a rule keeps its slot across
+/// reloads as long as the control plane keeps it. A slot out of range counts in
+/// [`OVERFLOW_SLOT`].
+pub struct RuleCounters {
+    cells: Vec<RuleCell>,
+}
+
+/// Rule counters with no slot at all (what a [`crate::pipeline::stage::Ctx`] counts into
+/// unless its worker lends its own): every count is dropped.
+pub static NO_RULE_COUNTERS: RuleCounters = RuleCounters { cells: Vec::new() };
+
+impl core::fmt::Debug for RuleCounters {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RuleCounters")
+            .field("slots", &self.cells.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RuleCounters {
+    /// Zeroed counters of `slots` slots (allocated here, once).
+    pub fn new(slots: usize) -> RuleCounters {
+        RuleCounters {
+            cells: (0..slots).map(|_| RuleCell::default()).collect(),
+        }
+    }
+
+    /// Number of slots.
+    pub fn slots(&self) -> usize {
+        self.cells.len()
+    }
+
+    #[inline]
+    fn cell(&self, slot: u32) -> Option<&RuleCell> {
+        self.cells
+            .get(slot as usize)
+            .or_else(|| self.cells.get(OVERFLOW_SLOT as usize))
+    }
+
+    /// Counts a request routed to the rule of `slot` (the owning worker only).
+    #[inline]
+    pub fn request(&self, slot: u32) {
+        if let Some(c) = self.cell(slot) {
+            bump(&c.requests);
+        }
+    }
+
+    /// Counts a response with `status` to a request of the rule of `slot` (the owning
+    /// worker only).
+    #[inline]
+    pub fn response(&self, slot: u32, status: u16) {
+        if let Some(c) = self.cell(slot) {
+            bump(&c.responses[RuleCounts::class(status)]);
+        }
+    }
+
+    /// The counts of `slot` now (zero for a slot out of range).
+    pub fn get(&self, slot: u32) -> RuleCounts {
+        let Some(c) = self.cells.get(slot as usize) else {
+            return RuleCounts::default();
+        };
+        let mut r = RuleCounts {
+            requests: c.requests.load(Relaxed),
+            responses: [0; 5],
+        };
+        for (r, a) in r.responses.iter_mut().zip(&c.responses) {
+            *r = a.load(Relaxed);
+        }
+        r
+    }
+}
+
+/// One more in a cell only its worker writes: a load and a store, no locked
+/// read-modify-write (a second writer could lose counts, never corrupt anything).
+#[inline]
+fn bump(a: &AtomicU64) {
+    a.store(a.load(Relaxed).wrapping_add(1), Relaxed);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -540,5 +698,100 @@ mod tests {
         assert_eq!(sum.drops_of(DropReason::TxFull), 6);
         assert_eq!(sum.total_drops(), 8);
         assert_eq!(sum.ports[1].rx_packets, 10);
+    }
+
+    #[test]
+    fn rule_counters_count_by_slot_and_class() {
+        let r = RuleCounters::new(4);
+        assert_eq!(r.slots(), 4);
+        assert_eq!(std::mem::size_of::<RuleCell>(), 64, "one cache line a slot");
+        r.request(2);
+        r.request(2);
+        r.response(2, 200);
+        r.response(2, 101);
+        r.response(2, 302);
+        r.response(2, 404);
+        r.response(2, 503);
+        r.response(2, 599);
+        r.response(2, 42);
+        r.request(1);
+        r.response(1, 204);
+        assert_eq!(
+            r.get(2),
+            RuleCounts {
+                requests: 2,
+                responses: [1, 1, 1, 1, 3]
+            }
+        );
+        assert_eq!(
+            r.get(1),
+            RuleCounts {
+                requests: 1,
+                responses: [0, 1, 0, 0, 0]
+            }
+        );
+        assert_eq!(r.get(3), RuleCounts::default());
+        // Out of range: counted in the overflow slot, and read as nothing.
+        r.request(9);
+        r.response(u32::MAX, 500);
+        assert_eq!(
+            r.get(OVERFLOW_SLOT),
+            RuleCounts {
+                requests: 1,
+                responses: [0, 0, 0, 0, 1]
+            }
+        );
+        assert_eq!(r.get(9), RuleCounts::default());
+        // Nothing to count into: nothing happens.
+        NO_RULE_COUNTERS.request(0);
+        NO_RULE_COUNTERS.response(3, 200);
+        assert_eq!(NO_RULE_COUNTERS.get(0), RuleCounts::default());
+    }
+
+    #[test]
+    fn rule_counts_add_and_since() {
+        let a = RuleCounts {
+            requests: 5,
+            responses: [0, 3, 1, 1, 0],
+        };
+        let mut sum = a;
+        sum.add(&a);
+        assert_eq!(
+            sum,
+            RuleCounts {
+                requests: 10,
+                responses: [0, 6, 2, 2, 0]
+            }
+        );
+        assert_eq!(sum.since(&a), a);
+        assert_eq!(a.since(&sum), RuleCounts::default(), "never below zero");
+    }
+
+    /// The worker writes while another thread reads: the reader sees counts that only
+    /// grow, and all of them once the writer is done.
+    #[test]
+    fn a_reader_sees_the_writer_count() {
+        let r = std::sync::Arc::new(RuleCounters::new(2));
+        let w = r.clone();
+        let writer = std::thread::spawn(move || {
+            for _ in 0..100_000 {
+                w.request(1);
+                w.response(1, 200);
+            }
+        });
+        let mut last = 0;
+        while !writer.is_finished() {
+            let now = r.get(1).requests;
+            assert!(now >= last);
+            last = now;
+        }
+        writer.join().expect("writer");
+        assert_eq!(
+            r.get(1),
+            RuleCounts {
+                requests: 100_000,
+                responses: [0, 100_000, 0, 0, 0]
+            }
+        );
     }
 }

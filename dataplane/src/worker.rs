@@ -20,7 +20,7 @@
 use crate::mem;
 use crate::pipeline::{Ctx, Stage, StageIo, Verdict};
 use crate::port::{self, Allocator, Burst, Queue, BURST};
-use crate::stats::{Counters, DropReason, Event, SharedCounters};
+use crate::stats::{Counters, DropReason, Event, RuleCounters, SharedCounters, RULE_SLOTS};
 use crossbeam_queue::ArrayQueue;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -67,6 +67,9 @@ pub struct Worker<S: Stage> {
     verdicts: [Verdict; BURST],
     counters: Counters,
     shared: Arc<SharedCounters>,
+    /// HTTP rule counters, lent to the stage in its [`Ctx`] and read by the control
+    /// thread as they are.
+    rules: Arc<RuleCounters>,
     rounds: u64,
     tsc_per_ms: u64,
     flush_ticks: u64,
@@ -138,6 +141,7 @@ impl<S: Stage> Worker<S> {
             verdicts: [Verdict::Drop(DropReason::BadPort); BURST],
             counters: Counters::new(n),
             shared: Arc::new(SharedCounters::new(n)),
+            rules: Arc::new(RuleCounters::new(RULE_SLOTS)),
             rounds: 0,
             tsc_per_ms: (hz / 1000).max(1),
             flush_ticks: (hz / 1_000_000).max(1) * FLUSH_US,
@@ -161,6 +165,12 @@ impl<S: Stage> Worker<S> {
     /// The counters this worker publishes.
     pub fn shared_counters(&self) -> Arc<SharedCounters> {
         self.shared.clone()
+    }
+
+    /// The worker's HTTP rule counters ([`RuleCounters`]: always current, nothing to
+    /// publish).
+    pub fn rule_counters(&self) -> Arc<RuleCounters> {
+        self.rules.clone()
     }
 
     /// The worker's own (unpublished, current) counters.
@@ -217,7 +227,8 @@ impl<S: Stage> Worker<S> {
         }
         total += self.poll_redirects(now_ms);
         {
-            let mut ctx = Ctx::with_io(now_ms, &mut self.counters, &mut self.io);
+            let mut ctx =
+                Ctx::with_io(now_ms, &mut self.counters, &mut self.io).with_rules(&self.rules);
             self.stage.maintain(&mut ctx);
         }
         self.move_extra();
@@ -283,7 +294,8 @@ impl<S: Stage> Worker<S> {
     /// packet by its verdict.
     fn handle_burst(&mut self, pi: usize, now_ms: u64) {
         let n = self.rx.len();
-        let mut ctx = Ctx::with_io(now_ms, &mut self.counters, &mut self.io);
+        let mut ctx =
+            Ctx::with_io(now_ms, &mut self.counters, &mut self.io).with_rules(&self.rules);
         self.stage
             .process_burst(pi, self.rx.as_mut_slice(), &mut self.verdicts, &mut ctx);
         // What the stage sent besides its verdicts is older than the burst (released

@@ -11,10 +11,13 @@
 //! - A backend that resets in the middle of a response resets the client; a backend that
 //!   refuses is retried on another.
 //! - Malformed and oversized heads get 400 and 431; the client's end ends the exchange.
+//! - Per-rule counters: requests and responses by status class, sluice's own answers
+//!   included, counted for the rule that took each request and kept across a reload.
 
+use sluice_ctrl::rule_counters::{RuleRegistry, RuleRow};
 use sluice_dataplane::balancer::Balancer;
 use sluice_dataplane::rcu::Publisher;
-use sluice_dataplane::stats::Event;
+use sluice_dataplane::stats::{Event, RuleCounts, RULE_SLOTS};
 use sluice_dataplane::tables::snapshot::Snapshot;
 use sluice_testkit::config;
 use sluice_tests::http_apps::{get, HttpBackends, HttpClient};
@@ -121,7 +124,16 @@ fn http_snapshot() -> Snapshot {
 }
 
 fn world(seed: u64, faults: Faults) -> (Sim<Balancer>, Publisher<Snapshot>, HttpBackends) {
-    let (mut sim, p) = sim_snapshot(http_snapshot(), faults, faults, balancer_config(seed));
+    world_on(http_snapshot(), seed, faults)
+}
+
+/// [`world`] over the tables `snap`.
+fn world_on(
+    snap: Snapshot,
+    seed: u64,
+    faults: Faults,
+) -> (Sim<Balancer>, Publisher<Snapshot>, HttpBackends) {
+    let (mut sim, p) = sim_snapshot(snap, faults, faults, balancer_config(seed));
     let backends = HttpBackends::new()
         .listen(&mut sim.hosts[1].sockets, 7000, 8, 64 * 1024)
         .listen(
@@ -815,4 +827,155 @@ fn mirrored_copies_reach_the_mirror_and_their_answers_are_dropped() {
     assert_eq!(k.events_of(Event::HttpMirrorSent), 3 + half as u64);
     // The copy to a backend that refuses: counted, nothing else.
     assert_eq!(k.events_of(Event::HttpMirrorDropped), 1);
+}
+
+/// An HTTPRoute on [`PORT`] whose rules answer in known ways: `/status/NNN` goes to a
+/// (which answers NNN), `/old` is redirected (301), `/missing` has only a backend that
+/// does not exist (500), `/refused` goes to `sink` on 7002, where nothing listens (503
+/// once every try is refused); with `refused: false`, without that last rule.
+fn counted_config(refused: bool) -> String {
+    let mut rules = String::from(
+        "  - matches: [{path: {type: PathPrefix, value: /status}}]
+    backendRefs: [{name: a, port: 7000}]
+  - matches: [{path: {type: PathPrefix, value: /old}}]
+    filters: [{type: RequestRedirect, requestRedirect: {hostname: new.example.test, statusCode: 301}}]
+  - matches: [{path: {type: PathPrefix, value: /missing}}]
+    backendRefs: [{name: nowhere, port: 7000}]
+",
+    );
+    if refused {
+        rules.push_str(
+            "  - matches: [{path: {type: PathPrefix, value: /refused}}]
+    backendRefs: [{name: sink, port: 7002}]
+",
+        );
+    }
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: counted, namespace: sim}}
+spec:
+  parentRefs: [{{name: http, sectionName: web}}]
+  hostnames: [counted.example.test]
+  rules:
+{rules}"
+    )
+}
+
+/// The sim tables with [`HTTP_CONFIG`] and [`counted_config`], their rules given counter
+/// slots by `registry` as a reload of `sluice run` gives them.
+fn counted_snapshot(registry: &mut RuleRegistry, refused: bool) -> Snapshot {
+    let mut snap = config::snapshot(
+        "sim_http_counted.yaml",
+        &format!(
+            "{}\n---\n{HTTP_CONFIG}\n---\n{}\n---\n{INVENTORY}",
+            sluice_tests::fixtures::SIM_APPLIANCE,
+            counted_config(refused)
+        ),
+    );
+    registry.assign(&mut snap);
+    snap
+}
+
+/// The counts of rule `name` among `rows` (`None`: no row).
+fn row<'a>(rows: &'a [RuleRow], name: &str) -> Option<&'a RuleCounts> {
+    rows.iter().find(|r| r.rule == name).map(|r| &r.counts)
+}
+
+/// `requests` and `[1xx, 2xx, 3xx, 4xx, 5xx]` responses.
+fn counts(requests: u64, responses: [u64; 5]) -> RuleCounts {
+    RuleCounts {
+        requests,
+        responses,
+    }
+}
+
+/// Per-rule counters: each request counts for the rule that took it, and so does the
+/// response that answered it, whether a backend's (200, 201, 404, 503 after retries) or
+/// sluice's own (redirect, 500 for a missing backend, 503 when every backend refuses);
+/// requests no rule takes (404) count only globally. Across a reload a rule that stays
+/// counts on and one that goes leaves the rows.
+#[test]
+fn rules_count_their_requests_and_responses_by_status_class() {
+    let mut registry = RuleRegistry::new(RULE_SLOTS);
+    let snap = counted_snapshot(&mut registry, true);
+    let (mut sim, mut p, mut backends) = world_on(snap, 15, Faults::NONE);
+    let cells = vec![sim.worker.rule_counters()];
+    let host = "counted.example.test";
+    let reqs = vec![
+        get(host, "/status/200", &[]),
+        get(host, "/status/201", &[]),
+        get(host, "/status/404", &[]),
+        get(host, "/status/503", &[]),
+        get(host, "/old/a", &[]),
+        get(host, "/old/b", &[]),
+        get(host, "/missing", &[]),
+        get(host, "/refused", &[]),
+        // No rule of the route matches; no route for the host: 404 both, no rule's.
+        get(host, "/elsewhere", &[]),
+        get("nobody.example.test", "/", &[]),
+    ];
+    let retry = vec![get("retry.example.test", "/status/503", &[])];
+    let mut c = vec![client(&mut sim, 40_080, reqs), {
+        let host = &mut sim.hosts[0];
+        HttpClient::new(
+            &mut host.sockets,
+            host.iface.context(),
+            (Sim::addr(ip(VIP)), 8001),
+            40_081,
+            retry,
+        )
+    }];
+    run(&mut sim, &mut backends, &mut c, 20_000);
+    print_counters(&sim);
+    let statuses: Vec<Vec<u16>> = c
+        .iter()
+        .map(|cl| cl.responses.iter().map(|r| r.status).collect())
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            vec![200, 201, 404, 503, 301, 301, 500, 503, 404, 404],
+            vec![503]
+        ]
+    );
+    let rows = registry.slots().rows(&cells);
+    for r in &rows {
+        eprintln!("{}", r.to_json());
+    }
+    let rule = |i: usize| format!("HTTPRoute sim/counted rules[{i}]");
+    assert_eq!(row(&rows, &rule(0)), Some(&counts(4, [0, 2, 0, 1, 1])));
+    assert_eq!(row(&rows, &rule(1)), Some(&counts(2, [0, 0, 2, 0, 0])));
+    assert_eq!(row(&rows, &rule(2)), Some(&counts(1, [0, 0, 0, 0, 1])));
+    assert_eq!(row(&rows, &rule(3)), Some(&counts(1, [0, 0, 0, 0, 1])));
+    // Three tries (the rule retries 5xx twice), one request and one response.
+    assert_eq!(
+        row(&rows, "VirtualService sim/retry http[0]"),
+        Some(&counts(1, [0, 0, 0, 0, 1]))
+    );
+    assert_eq!(
+        row(&rows, "HTTPRoute sim/shop rules[0]"),
+        Some(&RuleCounts::default()),
+        "a rule without requests has its row"
+    );
+    assert!(rows.iter().all(|r| !r.rule.starts_with('(')), "{rows:?}");
+    // The global counters saw the same responses, and the 404s besides.
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::HttpRequest), 11);
+    assert_eq!(k.events_of(Event::HttpNoRoute), 2);
+    assert_eq!(k.events_of(Event::HttpResponse4xx), 3);
+    assert_eq!(k.events_of(Event::HttpResponse5xx), 4);
+
+    // A reload without `/refused`: the kept rules count on, the removed one is gone.
+    p.publish(counted_snapshot(&mut registry, false));
+    let reqs = vec![get(host, "/status/200", &[]), get(host, "/old/c", &[])];
+    let mut c = vec![client(&mut sim, 40_082, reqs)];
+    run(&mut sim, &mut backends, &mut c, 20_000);
+    let s: Vec<u16> = c[0].responses.iter().map(|r| r.status).collect();
+    assert_eq!(s, [200, 301]);
+    let rows = registry.slots().rows(&cells);
+    assert_eq!(row(&rows, &rule(0)), Some(&counts(5, [0, 3, 0, 1, 1])));
+    assert_eq!(row(&rows, &rule(1)), Some(&counts(3, [0, 0, 3, 0, 0])));
+    assert_eq!(row(&rows, &rule(2)), Some(&counts(1, [0, 0, 0, 0, 1])));
+    assert_eq!(row(&rows, &rule(3)), None, "removed by the reload");
 }

@@ -534,6 +534,7 @@ fn https_snapshot(server: Arc<ServerConfig>) -> Snapshot {
             http: {
                 let rule = |name: &str, backend: &str| HttpRule {
                     name: name.into(),
+                    counter: 0,
                     action: HttpAction::Forward {
                         table: table(backend),
                         table_v6: None,

@@ -43,7 +43,7 @@ pub struct CtlArgs {
 /// `sluice ctl` commands.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum CtlCommand {
-    /// Counters: per port, per worker, drops by reason.
+    /// Counters: per port, per worker, drops by reason, per HTTP rule.
     Stats {
         /// Print the raw JSON document.
         #[arg(long)]
@@ -288,12 +288,64 @@ pub fn human_stats(v: &Value) -> String {
             let _ = writeln!(s, "  {k}: {n}");
         }
     }
+    // Per HTTP rule: the ones that had requests (the JSON has every rule).
+    let rules = v["http_rules"].as_array().map_or(&[][..], Vec::as_slice);
+    let counted: Vec<&Value> = rules
+        .iter()
+        .filter(|r| r["requests"].as_u64().unwrap_or(0) > 0)
+        .collect();
+    if !rules.is_empty() {
+        let _ = writeln!(
+            s,
+            "http rules: {} ({} with requests)",
+            rules.len(),
+            counted.len()
+        );
+    }
+    for r in counted {
+        let _ = writeln!(
+            s,
+            "  {}: requests {}, responses 1xx {} 2xx {} 3xx {} 4xx {} 5xx {}",
+            r["rule"].as_str().unwrap_or("?"),
+            r["requests"],
+            r["responses_1xx"],
+            r["responses_2xx"],
+            r["responses_3xx"],
+            r["responses_4xx"],
+            r["responses_5xx"]
+        );
+    }
     s
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stats_list_the_rules_that_had_requests() {
+        let v = serde_json::json!({
+            "uptime_s": 1.0, "generation": 2, "ports": [], "workers": [],
+            "total": {"flows": 0, "events": {}, "drops": {}, "drops_total": 0},
+            "http_rules": [
+                {"rule": "HTTPRoute t/a rules[0]", "requests": 3, "responses_1xx": 0,
+                 "responses_2xx": 2, "responses_3xx": 0, "responses_4xx": 0,
+                 "responses_5xx": 1},
+                {"rule": "HTTPRoute t/b rules[0]", "requests": 0, "responses_1xx": 0,
+                 "responses_2xx": 0, "responses_3xx": 0, "responses_4xx": 0,
+                 "responses_5xx": 0},
+            ],
+        });
+        let s = human_stats(&v);
+        assert!(
+            s.contains(
+                "http rules: 2 (1 with requests)\n  HTTPRoute t/a rules[0]: requests 3, \
+                 responses 1xx 0 2xx 2 3xx 0 4xx 0 5xx 1\n"
+            ),
+            "{s}"
+        );
+        assert!(!s.contains("t/b"), "{s}");
+    }
 
     #[test]
     fn status_lists_what_is_not_served() {

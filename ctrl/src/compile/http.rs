@@ -196,6 +196,8 @@ pub fn rule(r: &HttpRule, size: u64) -> Result<dp::HttpRule, HttpTableError> {
     }
     Ok(dp::HttpRule {
         name: r.name.as_str().into(),
+        // The registry of a running instance gives the slot (`crate::rule_counters`).
+        counter: sluice_dataplane::stats::OVERFLOW_SLOT,
         action,
         rewrite: dp::Rewrite {
             path: r.rewrite.path.as_ref().map(path_rewrite).transpose()?,

@@ -2,11 +2,11 @@
 //!
 //! The worker does the I/O and counts the verdicts; a [`Stage`] only looks at and rewrites
 //! packets, so the same code runs on DPDK, TAP, pcap and in-memory ports. What a stage
-//! may use besides the packets comes in a [`Ctx`]: the clock, the worker's counters, and
-//! [`StageIo`] for packets it makes up or sends late.
+//! may use besides the packets comes in a [`Ctx`]: the clock, the worker's counters (its
+//! HTTP rule counters among them), and [`StageIo`] for packets it makes up or sends late.
 
 use crate::port::{Allocator, Pkt, BURST};
-use crate::stats::{Counters, DropReason};
+use crate::stats::{Counters, DropReason, RuleCounters, NO_RULE_COUNTERS};
 use crate::tables::addresses::{self, Addresses};
 
 /// What to do with one packet. Eight bytes, so it comes back from a stage in a register.
@@ -48,6 +48,9 @@ pub struct Ctx<'a> {
     /// Fresh buffers and packets to send besides the verdicts (the worker's); `None`
     /// where the caller offers neither (the stage then makes do without).
     pub io: Option<&'a mut StageIo>,
+    /// The worker's HTTP rule counters (requests and responses per rule slot); counts
+    /// go nowhere unless the caller lends some ([`Ctx::with_rules`]).
+    pub rules: &'a RuleCounters,
 }
 
 impl<'a> Ctx<'a> {
@@ -58,6 +61,7 @@ impl<'a> Ctx<'a> {
             now_ms,
             counters,
             io: None,
+            rules: &NO_RULE_COUNTERS,
         }
     }
 
@@ -68,7 +72,13 @@ impl<'a> Ctx<'a> {
             now_ms,
             counters,
             io: Some(io),
+            rules: &NO_RULE_COUNTERS,
         }
+    }
+
+    /// This context counting HTTP rules into `rules` (the worker's own).
+    pub fn with_rules(self, rules: &'a RuleCounters) -> Ctx<'a> {
+        Ctx { rules, ..self }
     }
 
     /// This context with `served` as the served addresses, for the length of one burst
@@ -80,6 +90,7 @@ impl<'a> Ctx<'a> {
             now_ms: self.now_ms,
             counters: &mut *self.counters,
             io: self.io.as_deref_mut(),
+            rules: self.rules,
         }
     }
 }

@@ -491,6 +491,11 @@ pub struct Mirror {
 pub struct HttpRule {
     /// `Kind ns/name rules[i]` (or `http[i]`), for counters and `explain`.
     pub name: Box<str>,
+    /// The rule's slot in each worker's [`RuleCounters`](crate::stats::RuleCounters):
+    /// the control plane keeps one per rule name across reloads
+    /// ([`ListenerTable::set_rule_counters`](super::listeners::ListenerTable::set_rule_counters));
+    /// [`OVERFLOW_SLOT`](crate::stats::OVERFLOW_SLOT) when it gave none.
+    pub counter: u32,
     /// What to do.
     pub action: HttpAction,
     /// Request changes.

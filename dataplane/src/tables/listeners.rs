@@ -316,6 +316,14 @@ impl ListenerTable {
     pub fn routes(&self) -> &[RouteEntry] {
         &self.routes
     }
+
+    /// Gives every HTTP rule its counter slot, `slot(name)` (the control plane's
+    /// registry does, before it publishes the tables; nothing changes afterwards).
+    pub fn set_rule_counters(&mut self, mut slot: impl FnMut(&str) -> u32) {
+        for rule in self.routes.iter_mut().flat_map(|r| r.http.rules.iter_mut()) {
+            rule.counter = slot(&rule.name);
+        }
+    }
 }
 
 #[cfg(test)]

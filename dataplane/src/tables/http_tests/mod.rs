@@ -420,6 +420,7 @@ fn scratch_is_reused_and_reset_between_expressions() {
 fn find_takes_the_first_match_that_holds() {
     let rule = |name: &str| HttpRule {
         name: name.into(),
+        counter: 0,
         action: HttpAction::Direct {
             status: 200,
             body: Box::new([]),

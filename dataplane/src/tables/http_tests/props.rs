@@ -196,6 +196,7 @@ proptest! {
         let rules: Vec<HttpRule> = (0..4)
             .map(|i| HttpRule {
                 name: format!("r{i}").into(),
+                counter: 0,
                 action: HttpAction::Direct { status: 200, body: Box::new([]) },
                 rewrite: Rewrite::default(),
                 request_headers: HeaderOps::default(),

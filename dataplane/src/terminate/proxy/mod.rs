@@ -54,9 +54,7 @@ use crate::tables::maglev::Pick;
 use crate::tables::snapshot::Snapshot;
 use smoltcp::socket::tcp;
 use std::io::Read;
-use step::{
-    client_room, client_write, forward_step, https_location, local, status_class, write_pending,
-};
+use step::{client_room, client_write, forward_step, https_location, local, write_pending};
 
 /// Where a connection's current exchange is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +112,9 @@ pub(super) struct Http {
     response_ops: Option<Arc<HeaderOps>>,
     /// The route and rule that took the request, under snapshot `generation`.
     rule: Option<(u32, u32, u32)>,
+    /// That rule's counter slot, until the response is counted
+    /// ([`Http::count_response`]).
+    counter: Option<u32>,
     /// Backends tried for this request.
     attempts: u8,
     /// Backends tried for this request when connecting fails.
@@ -168,6 +169,7 @@ impl Http {
             fresh: false,
             response_ops: None,
             rule: None,
+            counter: None,
             attempts: 0,
             max_attempts: 1,
             retries: Retries::default(),
@@ -412,6 +414,7 @@ impl Engine<'_> {
             Some(status)
         };
         let mut rule_at = None;
+        let mut counter = None;
         let mut backend = None;
         // Mirrored copies to send: their backend and head.
         let mut mirror_plan: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
@@ -445,6 +448,8 @@ impl Engine<'_> {
                     }
                     Some((m, rule_idx, rule)) => {
                         rule_at = Some((route_idx, rule_idx, generation));
+                        counter = Some(rule.counter);
+                        ctx.rules.request(rule.counter);
                         match &rule.action {
                             HttpAction::Redirect(r) => {
                                 let mut loc = [0u8; 2048];
@@ -548,6 +553,7 @@ impl Engine<'_> {
         h.upgrade = head.upgrade;
         h.has_body = !matches!(head.framing, Framing::None | Framing::Length(0));
         h.rule = rule_at;
+        h.counter = counter;
         h.attempts = 0;
         h.started_ms = 0;
         let (framing, consumed) = (head.framing, head.len);
@@ -793,7 +799,7 @@ impl Engine<'_> {
             h.close_after = true;
         }
         if h.to_client.is_empty() && (h.close_after || h.req_body.is_done()) {
-            ctx.counters.event(status_class(h.status));
+            h.count_response(ctx);
             h.stage = if h.close_after {
                 Stage::Done
             } else {

@@ -188,7 +188,7 @@ pub(super) fn forward_step(
         flush_tls(t, front);
     }
     if h.status == 101 && h.to_client.is_empty() {
-        ctx.counters.event(status_class(h.status));
+        h.count_response(ctx);
         h.stage = Stage::Tunnel;
         return None;
     }
@@ -203,7 +203,7 @@ pub(super) fn forward_step(
             h.back_reusable = false;
             back.close();
         }
-        ctx.counters.event(status_class(h.status));
+        h.count_response(ctx);
         h.stage = if h.close_after {
             Stage::Done
         } else {
@@ -340,6 +340,17 @@ pub(super) fn https_location(
         n += part.len();
     }
     Some((out, n))
+}
+
+impl Http {
+    /// Counts the response now complete: by status class, and for the rule that took
+    /// the request (once; sluice's own answers before routing count only globally).
+    pub(super) fn count_response(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.counters.event(status_class(self.status));
+        if let Some(slot) = self.counter.take() {
+            ctx.rules.response(slot, self.status);
+        }
+    }
 }
 
 /// The counter of a response's status class.
