@@ -32,7 +32,8 @@ pub mod write;
 pub use body::{Body, BodyError};
 pub use head::{parse_request, parse_response};
 pub use write::{
-    reason_phrase, write_local_response, write_request_head, write_response_head, RequestEdits,
+    append_head, ops_len, reason_phrase, write_local_response, write_request_head,
+    write_response_head, RequestEdits,
 };
 
 use crate::tables::http::Header;

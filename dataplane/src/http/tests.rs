@@ -1175,3 +1175,28 @@ fn local_responses() {
     assert_eq!(reason_phrase(418), "");
     assert_eq!(reason_phrase(431), "Request Header Fields Too Large");
 }
+
+/// `append_head`: a short estimate falls back to the limit with the same result; a head
+/// that fits in neither leaves the buffer as it was.
+#[test]
+fn append_head_estimates_and_falls_back() {
+    let none = HeaderOps::default();
+    let e = edits(&none);
+    let buf = b"GET /p?q=1 HTTP/1.1\r\nHost: a.example\r\nAccept: */*\r\n\r\n";
+    let whole = write_req(buf, &e).expect("fits");
+    with_req(buf, |h| {
+        for estimate in [0, 10, whole.len() - 1, whole.len(), 4096] {
+            let mut out = b"before".to_vec();
+            let n = append_head(&mut out, estimate, 4096, |o| write_request_head(o, h, &e));
+            assert_eq!(n, Some(whole.len()), "estimate {estimate}");
+            assert_eq!(&out[..6], b"before");
+            assert_eq!(&out[6..], whole.as_bytes(), "estimate {estimate}");
+        }
+        let mut out = b"kept".to_vec();
+        let n = append_head(&mut out, 8, whole.len() - 1, |o| {
+            write_request_head(o, h, &e)
+        });
+        assert_eq!((n, &out[..]), (None, &b"kept"[..]));
+        Some(())
+    });
+}

@@ -47,6 +47,41 @@ pub struct RequestEdits<'a> {
     pub close: bool,
 }
 
+/// Runs a head writer (`None` when the head does not fit) into `out` after its current
+/// bytes: first into room for `estimate` bytes, then, if that was short, into room for
+/// `max`; `out` keeps what was written, and the written length is returned. The room is
+/// zeroed as it is made, so an estimate near the head's real size keeps a request's cost
+/// near its head's (heads are small, the limits large).
+pub fn append_head(
+    out: &mut Vec<u8>,
+    estimate: usize,
+    max: usize,
+    write: impl Fn(&mut [u8]) -> Option<usize>,
+) -> Option<usize> {
+    let at = out.len();
+    for room in [estimate.min(max), max] {
+        out.resize(at + room, 0);
+        if let Some(n) = write(&mut out[at..]) {
+            out.truncate(at + n);
+            return Some(n);
+        }
+        if room >= max {
+            break;
+        }
+    }
+    out.truncate(at);
+    None
+}
+
+/// Bytes `ops` may add to a head (an estimate for [`append_head`]).
+pub fn ops_len(ops: &HeaderOps) -> usize {
+    ops.set
+        .iter()
+        .chain(ops.add.iter())
+        .map(|(n, v)| n.len() + v.len() + 4)
+        .sum()
+}
+
 /// Writes the head to send to the backend: `METHOD SP origin-form SP HTTP/1.1 CRLF`, Host
 /// first (the authority; absolute-form targets become origin-form), the other headers in
 /// order minus hop-by-hop ones (Connection, Keep-Alive, Proxy-Connection, TE, Upgrade

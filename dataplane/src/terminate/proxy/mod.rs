@@ -497,10 +497,16 @@ impl Engine<'_> {
                                             upgrade: head.upgrade,
                                             close: false,
                                         };
-                                        to_back.resize(h1::MAX_HEAD_LEN + 4096, 0);
-                                        match h1::write_request_head(to_back, &head, &edits) {
-                                            Some(n) => {
-                                                to_back.truncate(n);
+                                        to_back.clear();
+                                        let estimate = request_estimate(&head, &edits);
+                                        let written = h1::append_head(
+                                            to_back,
+                                            estimate,
+                                            h1::MAX_HEAD_LEN + 4096,
+                                            |out| h1::write_request_head(out, &head, &edits),
+                                        );
+                                        match written {
+                                            Some(_) => {
                                                 for m in rule.mirrors.iter() {
                                                     let draw = next_random(&mut self.t.rng);
                                                     if draw % 1_000_000 >= u64::from(m.per_million)
@@ -565,7 +571,11 @@ impl Engine<'_> {
                 h.begin_forward();
                 h.mirror_complete = h.req_body.is_done();
                 self.http_connect(idx, b, snap, ctx);
-                for (mb, copy) in mirror_plan {
+                // (Not for a request whose connection went: policy, no route to b.)
+                let live = self
+                    .conn_http(idx)
+                    .is_some_and(|h| h.stage == Stage::Forward);
+                for (mb, copy) in mirror_plan.into_iter().filter(|_| live) {
                     let opened = self.open_mirror(client.source().ip(), mb, copy, snap, ctx);
                     if let (Some(id), Some(h)) = (opened, self.conn_http(idx)) {
                         h.mirrors.push(id);
@@ -987,10 +997,24 @@ fn mirror_head(
         upgrade: false,
         close: true,
     };
-    let mut out = vec![0u8; h1::MAX_HEAD_LEN + 4096];
-    let n = h1::write_request_head(&mut out, head, &copy)?;
-    out.truncate(n);
+    let mut out = Vec::new();
+    h1::append_head(
+        &mut out,
+        request_estimate(head, &copy),
+        h1::MAX_HEAD_LEN + 4096,
+        |o| h1::write_request_head(o, head, &copy),
+    )?;
     Some((b, out))
+}
+
+/// What a request head rewritten with `edits` takes at most in the usual case (the
+/// received head, the edits, the forwarding headers), for [`h1::append_head`].
+fn request_estimate(head: &h1::RequestHead<'_>, edits: &RequestEdits<'_>) -> usize {
+    head.len
+        + edits.path.map_or(0, str::len)
+        + edits.authority.map_or(0, str::len)
+        + h1::ops_len(edits.ops)
+        + 256
 }
 
 /// `authority` with `-shadow` after its host (before a port): `a.test:8080` ->

@@ -273,11 +273,11 @@ pub(super) fn response_head(h: &mut Http) -> HeadStep {
         if (100..200).contains(&status) && status != 101 {
             // 100 Continue and other interim answers: passed on; the final one follows.
             let none = HeaderOps::default();
-            let at = to_client.len();
-            to_client.resize(at + h1::MAX_HEAD_LEN + 1024, 0);
-            match h1::write_response_head(&mut to_client[at..], &head, &none, false) {
-                Some(n) => to_client.truncate(at + n),
-                None => return HeadStep::Bad,
+            let written = h1::append_head(to_client, len + 64, h1::MAX_HEAD_LEN + 1024, |o| {
+                h1::write_response_head(o, &head, &none, false)
+            });
+            if written.is_none() {
+                return HeadStep::Bad;
             }
             resp.drain(..len.min(resp.len()));
             continue;
@@ -294,14 +294,12 @@ pub(super) fn response_head(h: &mut Http) -> HeadStep {
         let close = !keep || (until_close && status != 101);
         let none = HeaderOps::default();
         let ops = response_ops.as_deref().unwrap_or(&none);
-        let at = to_client.len();
-        to_client.resize(at + h1::MAX_HEAD_LEN + 4096, 0);
-        match h1::write_response_head(&mut to_client[at..], &head, ops, close) {
-            Some(n) => to_client.truncate(at + n),
-            None => {
-                to_client.truncate(at);
-                return HeadStep::Bad;
-            }
+        let estimate = len + h1::ops_len(ops) + 64;
+        let written = h1::append_head(to_client, estimate, h1::MAX_HEAD_LEN + 4096, |o| {
+            h1::write_response_head(o, &head, ops, close)
+        });
+        if written.is_none() {
+            return HeadStep::Bad;
         }
         *back_reusable = head.keep_alive && !until_close && status != 101;
         *resp_body = Body::new(if status == 101 {
