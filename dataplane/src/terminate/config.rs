@@ -26,7 +26,9 @@ pub struct TerminateConfig {
     /// The largest HTTP request head (and the client buffer of the HTTP proxy); larger
     /// heads get `431`. At most [`crate::http::MAX_HEAD_LEN`].
     pub head_bytes: usize,
-    /// Connections per shard (one smoltcp interface and socket set).
+    /// Connections per shard (one smoltcp interface and socket set): smoltcp walks every
+    /// socket of a set each time it polls one, so small shards keep a packet's cost
+    /// flat (2: the figures in `perf/NOTES.md`, bench_http_peers 2026-12-05).
     pub shard_connections: usize,
     /// IP MTU of the packets sluice writes.
     pub mtu: usize,
@@ -61,7 +63,7 @@ impl Default for TerminateConfig {
             backend_tries: 3,
             keep_alive_ms: 60_000,
             head_bytes: 16 * 1024,
-            shard_connections: 16,
+            shard_connections: 2,
             mtu: 1500,
             seed: 0x7e4d_5eed,
             pool_connections: 256,
