@@ -65,6 +65,7 @@ fuzz_target!(|data: &[u8]| {
             forwarded_for: IpAddr::V4(Ipv4Addr::LOCALHOST),
             forwarded_proto: "http",
             upgrade: true,
+            close: data.first().is_some_and(|b| b & 1 == 1),
         };
         let n = http::write_request_head(&mut out, &head, &edits).expect("fits in 32 KiB");
         let mut hs2 = [EMPTY_HEADER; MAX_HEADERS];
