@@ -31,7 +31,7 @@
 //!   counted.
 
 use super::conn::{fin_received, new_socket};
-use super::{endpoint, now, Engine, Terminator, SELF_V4, SELF_V6};
+use super::{endpoint, Engine, Terminator, SELF_V4, SELF_V6};
 use crate::flow::{Dir, FlowId, Splice, TcpState, Tuple};
 use crate::pipeline::nat::{admit, forget, insert_own, rest_tuple};
 use crate::pipeline::stage::Ctx;
@@ -205,20 +205,7 @@ impl Engine<'_> {
         if let Some(Some(leg)) = self.t.legs.get_mut(l as usize) {
             leg.last_ms = ctx.now_ms;
         }
-        if let Some(shard) = self.t.shards[si].as_mut() {
-            let room = ctx.io.as_ref().map_or(0, |io| io.room());
-            let mut wire = super::device::Wire {
-                rx: Some(bytes),
-                io: ctx.io.as_deref(),
-                out: &mut self.t.out,
-                room,
-                lost: &mut self.t.lost,
-                mtu: self.t.cfg.mtu,
-            };
-            shard
-                .iface
-                .poll_ingress_single(now(ctx.now_ms), &mut wire, &mut shard.sockets);
-        }
+        self.ingress(si, bytes, ctx);
         self.pump_leg(l, ctx);
         self.flush_shard(si, ctx);
         Verdict::Drop(DropReason::TerminateConsumed)

@@ -634,25 +634,31 @@ impl Engine<'_> {
         if let Some(c) = self.t.conns[idx as usize].as_mut() {
             c.last_ms = ctx.now_ms;
         }
-        {
-            let Some(shard) = self.t.shards[si].as_mut() else {
-                return;
-            };
-            let room = ctx.io.as_ref().map_or(0, |io| io.room());
-            let mut wire = Wire {
-                rx: Some(bytes),
-                io: ctx.io.as_deref(),
-                out: &mut self.t.out,
-                room,
-                lost: &mut self.t.lost,
-                mtu: self.t.cfg.mtu,
-            };
-            shard
-                .iface
-                .poll_ingress_single(now(ctx.now_ms), &mut wire, &mut shard.sockets);
+        if !self.ingress(si, bytes, ctx) {
+            return;
         }
         self.pump(idx, snap, ctx);
         self.flush_shard(si, ctx);
+    }
+
+    /// Hands one IP packet to shard `si`'s interface (whether the shard exists).
+    fn ingress(&mut self, si: usize, bytes: &[u8], ctx: &mut Ctx<'_>) -> bool {
+        let Some(shard) = self.t.shards.get_mut(si).and_then(Option::as_mut) else {
+            return false;
+        };
+        let room = ctx.io.as_ref().map_or(0, |io| io.room());
+        let mut wire = Wire {
+            rx: Some(bytes),
+            io: ctx.io.as_deref(),
+            out: &mut self.t.out,
+            room,
+            lost: &mut self.t.lost,
+            mtu: self.t.cfg.mtu,
+        };
+        shard
+            .iface
+            .poll_ingress_single(now(ctx.now_ms), &mut wire, &mut shard.sockets);
+        true
     }
 
     /// Polls shard `si` for its timers and moves every one of its connections' bytes.
