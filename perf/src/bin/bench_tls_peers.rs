@@ -43,7 +43,9 @@
 //! Usage: `bench_tls_peers [--duration S] [--warmup S] [--rounds N] [--conns C]
 //! [--bulk-conns C] [--bulk-mib M] [--mode full,resumed,bulk] [--keys ecdsa,rsa]
 //! [--only nginx,haproxy,sluice] [--timeout S] [--sluice-idle sleep|spin]
-//! [--sluice-http-api istio|gateway-api]` (`--help`).
+//! [--sluice-http-api istio|gateway-api] [--client-auth]` (`--help`). With
+//! `--client-auth` every contender requires a client certificate and verifies it against
+//! a client CA made at start (issue #33's mutual handshakes: `--mode full --client-auth`).
 
 use clap::{Parser, ValueEnum};
 use serde_json::{json, Value};
@@ -114,6 +116,13 @@ struct Cli {
     /// control plane today), or a Gateway API HTTPS listener + HTTPRoute.
     #[arg(long, value_enum, default_value_t = ApiArg::Istio)]
     sluice_http_api: ApiArg,
+    /// Client certificates: every contender requires one and verifies it against a
+    /// client CA made at start (nginx `ssl_verify_client on`, HAProxy `verify required`,
+    /// sluice Istio `MUTUAL` / Gateway API `frontendValidation`); the client presents
+    /// one (ECDSA P-256) on every full handshake. `--mode full --client-auth` measures
+    /// mutual handshakes.
+    #[arg(long)]
+    client_auth: bool,
     /// Print sluice's manifests for the first of `--keys` (stream, then HTTP; with a
     /// certificate made for the occasion) and exit: what `sluice check -c` should
     /// accept and serve.
@@ -198,6 +207,7 @@ struct Opts {
     only: Vec<&'static str>,
     spin: bool,
     http_api: HttpApi,
+    client_auth: bool,
     print_config: bool,
 }
 
@@ -250,6 +260,7 @@ fn opts() -> Opts {
             ApiArg::Istio => HttpApi::Istio,
             ApiArg::GatewayApi => HttpApi::GatewayApi,
         },
+        client_auth: c.client_auth,
         print_config: c.print_sluice_config,
     }
 }
@@ -375,7 +386,13 @@ fn main() {
     let o = opts();
     if o.print_config {
         let key = o.keys.first().copied().unwrap_or(KeyType::EcdsaP256);
-        match Certs::generate(&[key]) {
+        let made = Certs::generate(&[key]).and_then(|mut c| {
+            if o.client_auth {
+                c.with_client_auth()?;
+            }
+            Ok(c)
+        });
+        match made {
             Ok(certs) => {
                 for (proto, what) in [(Protocol::Stream, "stream"), (Protocol::Http, "http")] {
                     println!("# sluice-{what} ({})", key.describe());
@@ -421,7 +438,12 @@ fn main() {
 /// The benchmark: certificates, topology, backend, every round; the report. What it
 /// creates is dropped (deleted, stopped) when it returns, error or not.
 fn run(o: &Opts, stop: &AtomicBool) -> Result<Value, String> {
-    let certs = Certs::generate(&o.keys).map_err(|e| format!("certificates: {e}"))?;
+    let mut certs = Certs::generate(&o.keys).map_err(|e| format!("certificates: {e}"))?;
+    if o.client_auth {
+        certs
+            .with_client_auth()
+            .map_err(|e| format!("client certificates: {e}"))?;
+    }
     let topo = Topology::new().map_err(|e| format!("topology: {e}"))?;
     let (bname, bport) = net::BACKENDS[peers::BACKEND];
     let backend = Backend::start(&topo.backend.name, sni_load::LOAD_CORE, bname, bport)?;
@@ -431,7 +453,7 @@ fn run(o: &Opts, stop: &AtomicBool) -> Result<Value, String> {
         let Some(cert) = certs.get(*key) else {
             continue;
         };
-        let tls = TlsClient::new(cert.der.clone())?;
+        let tls = TlsClient::with_client_auth(cert.der.clone(), cert.client_auth.as_ref())?;
         let mut cs = contenders(o, cert);
         let mut results: Vec<Results> = cs
             .iter()
@@ -536,6 +558,11 @@ fn run(o: &Opts, stop: &AtomicBool) -> Result<Value, String> {
             "modes": o.modes.iter().map(|m| m.name()).collect::<Vec<_>>(),
             "keys": o.keys.iter().map(|k| k.describe()).collect::<Vec<_>>(),
             "sluice_idle": if o.spin { "spin" } else { "sleep (as sluice run on TAP)" },
+            "client_auth": if o.client_auth {
+                "required: a client CA and an ECDSA P-256 client certificate (URI SAN spiffe://bench.example/client) made with openssl at start; nginx ssl_verify_client on, HAProxy verify required, sluice Istio MUTUAL (credentialName with ca.crt) / Gateway API frontendValidation (ConfigMap ca.crt)"
+            } else {
+                "none"
+            },
             "sluice_http_api": match o.http_api { HttpApi::Istio => "istio", HttpApi::GatewayApi => "gateway-api" },
             "client": "rustls (ring) in one epoll thread in the client netns: TLS 1.3, TLS13_AES_128_GCM_SHA256, X25519, SNI tls.example.test, the run's certificate pinned; full: no resumption; resumed: a session store per slot, each connection offers its predecessor's ticket; bulk: the body checked byte for byte against the backend's pattern",
             "requests": "stream: `hello\\n` answered `backend=a\\n`, `bulk N\\n` answered with N bytes; http: `GET /hello`, `GET /bulk/N` (Connection: close); the contender closes after the backend",

@@ -187,16 +187,34 @@ impl TlsClient {
     /// TLS 1.3 only, `TLS13_AES_128_GCM_SHA256`, X25519, SNI [`SERVER_NAME`], `cert`
     /// pinned, no resumption.
     pub fn new(cert: CertificateDer<'static>) -> Result<TlsClient, String> {
+        TlsClient::with_client_auth(cert, None)
+    }
+
+    /// [`TlsClient::new`], presenting `auth`'s client certificate when there is one.
+    pub fn with_client_auth(
+        cert: CertificateDer<'static>,
+        auth: Option<&super::certs::ClientAuth>,
+    ) -> Result<TlsClient, String> {
         let mut p = rustls::crypto::ring::default_provider();
         p.cipher_suites = vec![rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256];
         p.kx_groups = vec![rustls::crypto::ring::kx_group::X25519];
         let provider = Arc::new(p);
-        let mut config = ClientConfig::builder_with_provider(provider.clone())
+        let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| format!("TLS client: {e}"))?
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Pinned { cert, provider }))
-            .with_no_client_auth();
+            .with_custom_certificate_verifier(Arc::new(Pinned { cert, provider }));
+        let mut config = match auth {
+            None => builder.with_no_client_auth(),
+            Some(a) => {
+                use rustls::pki_types::pem::PemObject;
+                let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(a.key_pem.as_bytes())
+                    .map_err(|e| format!("client key: {e:?}"))?;
+                builder
+                    .with_client_auth_cert(vec![a.cert_der.clone()], key)
+                    .map_err(|e| format!("client certificate: {e}"))?
+            }
+        };
         config.resumption = Resumption::disabled();
         Ok(TlsClient {
             base: Arc::new(config),

@@ -73,9 +73,16 @@ pub fn nginx_config(dir: &Path, cert: &Cert, proto: Protocol, nofile: u64) -> St
         ssl_certificate_key {key};
         ssl_protocols TLSv1.3;
         ssl_session_cache shared:TLS:64m;
-        ssl_session_timeout 1h;",
+        ssl_session_timeout 1h;{verify}",
         crt = cert.cert_file.display(),
-        key = cert.key_file.display()
+        key = cert.key_file.display(),
+        verify = cert.client_auth.as_ref().map_or(String::new(), |a| format!(
+            "
+        ssl_verify_client on;
+        ssl_verify_depth 2;
+        ssl_client_certificate {};",
+            a.ca_file.display()
+        ))
     );
     let (module, block) = match proto {
         Protocol::Stream => (
@@ -171,7 +178,7 @@ defaults
     timeout server 1h
 {keepalive}
 frontend tls
-    bind {front} ssl crt {crt} backlog 4096
+    bind {front} ssl crt {crt}{verify} backlog 4096
     default_backend be
 
 backend be
@@ -179,6 +186,10 @@ backend be
 ",
         front = front(),
         crt = cert.combined_file.display(),
+        verify = cert.client_auth.as_ref().map_or(String::new(), |a| format!(
+            " verify required ca-file {}",
+            a.ca_file.display()
+        )),
         backend = net::backend_peer(BACKEND),
     )
 }
@@ -232,8 +243,11 @@ pub enum HttpApi {
 
 /// The namespace of sluice's objects.
 const NS: &str = "tls-bench";
-/// The Secret holding the certificate.
+/// The Secret holding the certificate (and `ca.crt`, the client CA, with client
+/// authentication).
 const SECRET: &str = "bench-cert";
+/// The ConfigMap holding the client CA (Gateway API `frontendValidation`).
+const CLIENT_CA: &str = "bench-client-ca";
 
 /// sluice's manifests for a TLS-terminating contender, on the lane VIP: the Appliance of
 /// the benchmarks, a `kubernetes.io/tls` Secret made of `cert`'s PEM files, the backend's
@@ -259,10 +273,34 @@ metadata: {{name: {SECRET}, namespace: {NS}}}
 data:
   tls.crt: {crt}
   tls.key: {key}
-",
+{ca}",
         crt = b64(&cert.cert_pem),
-        key = b64(&cert.key_pem)
+        key = b64(&cert.key_pem),
+        ca = cert
+            .client_auth
+            .as_ref()
+            .map_or(String::new(), |a| format!("  ca.crt: {}\n", b64(&a.ca_pem)))
     ));
+    if let Some(a) = &cert.client_auth {
+        let pem: String = a.ca_pem.lines().map(|l| format!("    {l}\n")).collect();
+        y.push_str(&format!(
+            "---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: {CLIENT_CA}, namespace: {NS}}}
+data:
+  ca.crt: |
+{pem}"
+        ));
+    }
+    // Client certificates required: Gateway API's frontend validation, Istio's MUTUAL.
+    let (validation, istio_mode) = match cert.client_auth {
+        Some(_) => (
+            format!(", frontendValidation: {{caCertificateRefs: [{{group: \"\", kind: ConfigMap, name: {CLIENT_CA}}}]}}"),
+            "MUTUAL",
+        ),
+        None => (String::new(), "SIMPLE"),
+    };
     y.push_str(&sluice_testkit::manifests::service_with_pods(
         NS,
         bname,
@@ -283,7 +321,7 @@ spec:
     port: {port}
     protocol: {protocol}
     hostname: {host}
-    tls: {{mode: Terminate, certificateRefs: [{{kind: Secret, name: {SECRET}}}]}}
+    tls: {{mode: Terminate, certificateRefs: [{{kind: Secret, name: {SECRET}}}]{validation}}}
 "
         )
     };
@@ -327,7 +365,7 @@ spec:
   servers:
   - port: {{number: {port}, name: https, protocol: HTTPS}}
     hosts: [{host}]
-    tls: {{mode: SIMPLE, credentialName: {SECRET}}}
+    tls: {{mode: {istio_mode}, credentialName: {SECRET}}}
 ---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
@@ -410,6 +448,7 @@ mod tests {
             cert_pem: String::new(),
             key_pem: String::new(),
             der: CertificateDer::from(vec![0u8]),
+            client_auth: None,
         }
     }
 
@@ -432,6 +471,20 @@ mod tests {
         assert!(t.contains("mode tcp"));
         assert!(t.contains("bind 10.95.1.2:443 ssl crt /c/ecdsa.pem backlog 4096"));
         assert!(haproxy_config(&c, Protocol::Http, 20_000).contains("mode http"));
+        // Client certificates required and verified against the client CA.
+        let mut m = fake_cert();
+        m.client_auth = Some(crate::tls_load::certs::ClientAuth {
+            ca_file: "/c/client-ca.crt".into(),
+            ca_pem: String::new(),
+            cert_der: CertificateDer::from(vec![0u8]),
+            key_pem: String::new(),
+        });
+        let n = nginx_config(Path::new("/w"), &m, Protocol::Http, 20_000);
+        assert!(n.contains("ssl_verify_client on;"));
+        assert!(n.contains("ssl_client_certificate /c/client-ca.crt;"));
+        assert!(!nginx_config(Path::new("/w"), &c, Protocol::Http, 20_000).contains("verify"));
+        let t = haproxy_config(&m, Protocol::Stream, 20_000);
+        assert!(t.contains("ssl crt /c/ecdsa.pem verify required ca-file /c/client-ca.crt backlog"));
     }
 
     #[test]
@@ -447,6 +500,12 @@ mod tests {
             }
         };
         for c in &certs.certs {
+            check_compiles(c);
+        }
+        // With client authentication (the ConfigMap, `ca.crt`, MUTUAL, frontendValidation).
+        let mut mutual = certs;
+        mutual.with_client_auth().expect("client certificates");
+        for c in &mutual.certs {
             check_compiles(c);
         }
     }
