@@ -821,6 +821,7 @@ fn edits(ops: &HeaderOps) -> RequestEdits<'_> {
         forwarded_proto: "https",
         upgrade: false,
         close: false,
+        client_cert: None,
     }
 }
 
@@ -1199,4 +1200,30 @@ fn append_head_estimates_and_falls_back() {
         assert_eq!((n, &out[..]), (None, &b"kept"[..]));
         Some(())
     });
+}
+
+/// `X-Forwarded-Client-Cert`: what the client sent is dropped, with or without a
+/// verified certificate; the connection's value is set when there is one; a value that
+/// is no valid field refuses the head.
+#[test]
+fn request_head_forwarded_client_cert() {
+    let none = HeaderOps::default();
+    let buf = b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Client-Cert: By=forged\r\n\r\n";
+    let mut e = edits(&none);
+    let plain = write_req(buf, &e).expect("fits");
+    assert!(
+        !plain
+            .to_ascii_lowercase()
+            .contains("x-forwarded-client-cert"),
+        "{plain}"
+    );
+    e.client_cert = Some("Hash=ab;Subject=\"CN=c\";URI=spiffe://x/y");
+    let set = write_req(buf, &e).expect("fits");
+    assert!(!set.contains("forged"), "{set}");
+    assert!(
+        set.contains("\r\nX-Forwarded-Client-Cert: Hash=ab;Subject=\"CN=c\";URI=spiffe://x/y\r\n"),
+        "{set}"
+    );
+    e.client_cert = Some("a\r\nInjected: 1");
+    assert_eq!(write_req(buf, &e), None);
 }

@@ -45,6 +45,10 @@ pub struct RequestEdits<'a> {
     /// Send `Connection: close` (the backend closes after its response); ignored when
     /// upgrading.
     pub close: bool,
+    /// The `X-Forwarded-Client-Cert` value of the connection's verified client
+    /// certificate. Whatever XFCC the client sent is dropped either way (Istio's gateway
+    /// default, `SANITIZE_SET`: a client cannot claim an identity).
+    pub client_cert: Option<&'a str>,
 }
 
 /// Runs a head writer (`None` when the head does not fit) into `out` after its current
@@ -105,6 +109,9 @@ pub fn write_request_head(
             .authority
             .is_none_or(|a| !a.is_empty() && valid_authority(a.as_bytes(), false))
         || !valid_token(edits.forwarded_proto)
+        || !edits
+            .client_cert
+            .is_none_or(|v| valid_field("x-forwarded-client-cert", v))
     {
         return None;
     }
@@ -145,6 +152,7 @@ pub fn write_request_head(
         let name = h.name;
         if name.eq_ignore_ascii_case("host")
             || name.eq_ignore_ascii_case("x-forwarded-proto")
+            || name.eq_ignore_ascii_case("x-forwarded-client-cert")
             || is_hop_by_hop(name, upgrade)
             || (named && named_in_connection(name, head.headers))
             || dropped_by(ops, name)
@@ -173,6 +181,9 @@ pub fn write_request_head(
     }
     if !dropped_by(ops, "x-forwarded-proto") {
         w.line("X-Forwarded-Proto", edits.forwarded_proto.as_bytes());
+    }
+    if let Some(xfcc) = edits.client_cert {
+        w.line("X-Forwarded-Client-Cert", xfcc.as_bytes());
     }
     if upgrade {
         w.put("Connection: upgrade\r\n");

@@ -3,7 +3,8 @@
 
 Listens on PORT at every ADDR. Answers:
 - GET/HEAD: `200` with the body "backend <ADDR> host <Host> path <target> xff <X-Forwarded-For>
-  xfp <X-Forwarded-Proto>" (one line) and `X-Backend: <ADDR>`;
+  xfp <X-Forwarded-Proto>[ xfcc <X-Forwarded-Client-Cert>]" (one line; the last part only
+  when the header came) and `X-Backend: <ADDR>`;
 - POST/PUT: reads the body (Content-Length or chunked, decoded here) and answers
   "backend <ADDR> length <n> sha256 <hex>";
 - GET /ws with `Upgrade: websocket`: `101 Switching Protocols` (RFC 6455 accept key), then
@@ -66,9 +67,12 @@ def handler_for(addr):
             if self.headers.get("Upgrade", "").lower() == "websocket":
                 return self.websocket()
             h = self.headers
+            xfcc = h.get("X-Forwarded-Client-Cert")
             body = (
                 f"backend {addr} host {h.get('Host')} path {self.path} "
-                f"xff {h.get('X-Forwarded-For')} xfp {h.get('X-Forwarded-Proto')}\n"
+                f"xff {h.get('X-Forwarded-For')} xfp {h.get('X-Forwarded-Proto')}"
+                + (f" xfcc {xfcc}" if xfcc is not None else "")
+                + "\n"
             ).encode()
             self.send_body(body)
             self.note_mirror(hashlib.sha256(b"").hexdigest())

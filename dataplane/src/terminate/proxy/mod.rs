@@ -135,6 +135,9 @@ pub(super) struct Http {
     mirror_body: Vec<u8>,
     /// The mirrors have had the whole request.
     mirror_complete: bool,
+    /// `X-Forwarded-Client-Cert` of the connection's verified client certificate (set
+    /// once, after the handshake).
+    pub(in crate::terminate) client_cert: Option<Box<str>>,
 }
 
 impl super::Terminator {
@@ -180,6 +183,7 @@ impl Http {
             mirrors: Vec::new(),
             mirror_body: Vec::new(),
             mirror_complete: false,
+            client_cert: None,
         })
     }
 
@@ -362,6 +366,7 @@ impl Engine<'_> {
             h.deadline_ms = now_ms + head_ms;
         }
         let (inbuf, to_back, to_client) = (&mut h.inbuf, &mut h.to_back, &mut h.to_client);
+        let client_cert = &h.client_cert;
         let mut headers = [Header {
             name: "",
             value: &[],
@@ -496,6 +501,7 @@ impl Engine<'_> {
                                             forwarded_proto: req.scheme,
                                             upgrade: head.upgrade,
                                             close: false,
+                                            client_cert: client_cert.as_deref(),
                                         };
                                         to_back.clear();
                                         let estimate = request_estimate(&head, &edits);
@@ -996,6 +1002,7 @@ fn mirror_head(
         forwarded_proto: edits.forwarded_proto,
         upgrade: false,
         close: true,
+        client_cert: edits.client_cert,
     };
     let mut out = Vec::new();
     h1::append_head(
@@ -1013,6 +1020,7 @@ fn request_estimate(head: &h1::RequestHead<'_>, edits: &RequestEdits<'_>) -> usi
     head.len
         + edits.path.map_or(0, str::len)
         + edits.authority.map_or(0, str::len)
+        + edits.client_cert.map_or(0, |v| v.len() + 28)
         + h1::ops_len(edits.ops)
         + 256
 }
