@@ -26,7 +26,7 @@ impl Engine<'_> {
         };
         // Ciphertext in, while rustls has room (no undelivered plaintext).
         let front = shard.sockets.get_mut::<tcp::Socket>(c.front);
-        let mut tls_failed = false;
+        let mut tls_failed = None;
         if let Some(tls) = c.tls.as_mut() {
             while tls.wants_read() && front.can_recv() {
                 let read = front.recv(|buf| match tls.read_tls(&mut &buf[..]) {
@@ -42,8 +42,8 @@ impl Engine<'_> {
                             c.client_done = true;
                         }
                     }
-                    Err(_) => {
-                        tls_failed = true;
+                    Err(e) => {
+                        tls_failed = Some(super::refusal::refusal(&e));
                         break;
                     }
                 }
@@ -56,8 +56,11 @@ impl Engine<'_> {
             c.client_done = true;
         }
         let front_state = front.state();
-        if tls_failed {
+        if let Some(reason) = tls_failed {
             ctx.counters.event(Event::TerminateTlsFailed);
+            if let Some(r) = reason {
+                ctx.counters.event(r);
+            }
             // rustls queued the alert: send it, then FIN; the backend side goes.
             if let Some(tls) = c.tls.as_mut() {
                 flush_tls(tls, front);

@@ -45,8 +45,10 @@
 mod config;
 mod conn;
 mod device;
+pub mod identity;
 mod legs;
 mod proxy;
+pub mod refusal;
 mod route;
 
 pub use config::{TerminateConfig, TLS_STATE_BYTES};
