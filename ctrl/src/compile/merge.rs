@@ -111,7 +111,8 @@ fn refusal(group: &Group, l: &Listener) -> Option<(&'static str, String)> {
                 "ProtocolConflict",
                 format!(
                     "port {} is shared with {}, which terminates TLS with other settings \
-                     (HTTPS and TLS, protocol versions or cipher suites): one port has one \
+                     (HTTPS and TLS, protocol versions, cipher suites or client certificate \
+                     verification: mode, CA source, pins): one port has one \
                      handshake configuration",
                     l.port, first.name
                 ),

@@ -258,35 +258,15 @@ fn server_tls(
     }
 }
 
-/// A terminating server's mode and handshake settings: SIMPLE is served; the modes that
-/// verify client certificates are not yet (issue #33); protocol versions and cipher
-/// suites rustls cannot honour exactly leave the server out rather than serve it wider
-/// or narrower than asked.
+/// A terminating server's mode and handshake settings: SIMPLE, MUTUAL, OPTIONAL_MUTUAL
+/// and ISTIO_MUTUAL are served (their CA certificates are loaded, and checked, with the
+/// server certificates: `compile::certs`); protocol versions and cipher suites rustls
+/// cannot honour exactly, and pins that do not parse, leave the server out rather than
+/// serve it wider or narrower than asked.
 fn terminate_settings(it: &Item, at: &str, tls: &istio::ServerTlsSettings, r: &mut Reporter) {
     let p = |f: &str| it.path(&format!("{at}.{f}"));
     match tls.mode {
-        TlsMode::Simple => {}
-        TlsMode::Mutual | TlsMode::OptionalMutual => {
-            r.not_served_because(
-                &p("mode"),
-                "UnsupportedValue",
-                format!(
-                    "mode {}: verifying client certificates is not implemented yet (issue #33): \
-                     this server's connections get no route",
-                    tls.mode.as_str()
-                ),
-            );
-            return;
-        }
-        TlsMode::IstioMutual => {
-            r.not_served_because(
-                &p("mode"),
-                "UnsupportedValue",
-                "mode ISTIO_MUTUAL: Istio's mesh certificates and client verification are not \
-                 implemented yet (issue #33): this server's connections get no route",
-            );
-            return;
-        }
+        TlsMode::Simple | TlsMode::Mutual | TlsMode::OptionalMutual | TlsMode::IstioMutual => {}
         TlsMode::Passthrough | TlsMode::AutoPassthrough => return,
     }
     for (field, v) in [
@@ -340,6 +320,31 @@ fn terminate_settings(it: &Item, at: &str, tls: &istio::ServerTlsSettings, r: &m
             !tls.verify_certificate_hash.is_empty(),
         ),
     ];
+    if tls.mode != TlsMode::Simple {
+        // The pins of a server that verifies client certificates: one that does not
+        // parse would check nothing, so the server is left out.
+        let auth = crate::compile::ir::ClientAuth {
+            spki: tls.verify_certificate_spki.clone(),
+            hash: tls.verify_certificate_hash.clone(),
+            ..Default::default()
+        };
+        if let Err(e) = crate::compile::certs::trust::pins(&auth) {
+            let field = match &e {
+                crate::compile::certs::trust::PinError::Spki(i, _) => {
+                    format!("verifyCertificateSpki[{i}]")
+                }
+                crate::compile::certs::trust::PinError::Hash(i, _) => {
+                    format!("verifyCertificateHash[{i}]")
+                }
+            };
+            r.not_served_because(
+                &p(&field),
+                "UnsupportedValue",
+                format!("{e}: this server is not served"),
+            );
+        }
+        return;
+    }
     for (field, set) in client_side {
         if set {
             r.warn(
