@@ -297,7 +297,9 @@ struct Failure {
 pub fn load(items: &[Item], excluded: &Exclusions, out: &mut Vec<Diagnostic>) -> CertStore {
     let index = Index::new(items);
     let now = now();
-    let appliance = items.iter().find(|it| matches!(it.object, Object::Appliance(_)));
+    let appliance = items
+        .iter()
+        .find(|it| matches!(it.object, Object::Appliance(_)));
     let mut loader = Loader {
         index: &index,
         now,
@@ -483,7 +485,10 @@ impl Loader<'_> {
                     let pos = item.origin.locate(&item.base);
                     match &item.object {
                         Object::ConfigMap(c) => c.spec.entries.get("ca.crt").ok_or_else(|| {
-                            format!("{source} ({}:{}): has no `ca.crt`", item.origin.file, pos.line)
+                            format!(
+                                "{source} ({}:{}): has no `ca.crt`",
+                                item.origin.file, pos.line
+                            )
                         }),
                         _ => Err(format!("{source}: not found")),
                     }
@@ -652,11 +657,13 @@ impl Loader<'_> {
             _ => None,
         });
         let Some((it, m)) = found else {
-            return Err("mode ISTIO_MUTUAL needs the mesh's root of trust and the gateway's \
+            return Err(
+                "mode ISTIO_MUTUAL needs the mesh's root of trust and the gateway's \
                         certificate, which Istio's agent provisions: set \
                         spec.termination.istioMutual (caCertificates, certificateChain, \
                         privateKey) in the Appliance"
-                .into());
+                    .into(),
+            );
         };
         let base = manifest_dir(&it.origin.file);
         let at = "Appliance spec.termination.istioMutual";
@@ -738,8 +745,10 @@ fn file_trust(base: &Path, ca: &str, crl: Option<&str>) -> Result<ClientTrust, (
     };
     let source = ca_path.display().to_string();
     trust::load_trust(source.clone(), &ca_pem, crl_pem.as_deref()).map_err(|e| {
-        let crl_fault = matches!(e, trust::TrustError::Crl(_) | trust::TrustError::Verifier(_))
-            && crl.is_some();
+        let crl_fault = matches!(
+            e,
+            trust::TrustError::Crl(_) | trust::TrustError::Verifier(_)
+        ) && crl.is_some();
         let what = match (crl_fault, crl) {
             (true, Some(f)) => format!("{} (CRL {})", source, base.join(f).display()),
             _ => source.clone(),
