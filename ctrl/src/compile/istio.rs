@@ -743,30 +743,6 @@ impl Ctx<'_> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn istio_binding_narrows_to_the_more_specific_host() {
-        assert_eq!(istio_bound_host("*", "a.com").as_deref(), Some("a.com"));
-        assert_eq!(
-            istio_bound_host("*.a.com", "x.a.com").as_deref(),
-            Some("x.a.com")
-        );
-        assert_eq!(
-            istio_bound_host("x.a.com", "*.a.com").as_deref(),
-            Some("x.a.com")
-        );
-        assert_eq!(
-            istio_bound_host("*.a.com", "*.x.a.com").as_deref(),
-            Some("*.x.a.com")
-        );
-        assert_eq!(istio_bound_host("b.com", "a.com"), None);
-        assert_eq!(istio_bound_host("*.b.com", "*.a.com"), None);
-    }
-}
-
 /// The client certificate verification of an Istio server's TLS settings (`MUTUAL`,
 /// `OPTIONAL_MUTUAL`, `ISTIO_MUTUAL`), or `None` (other modes request no certificate).
 /// The trust sources: `credentialName`'s Secret (its CA entries, or its `-cacert`
@@ -793,4 +769,28 @@ pub fn istio_client_auth(gns: &str, t: &istio::ServerTlsSettings) -> Option<Clie
         spki: t.verify_certificate_spki.clone(),
         hash: t.verify_certificate_hash.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn istio_binding_narrows_to_the_more_specific_host() {
+        assert_eq!(istio_bound_host("*", "a.com").as_deref(), Some("a.com"));
+        assert_eq!(
+            istio_bound_host("*.a.com", "x.a.com").as_deref(),
+            Some("x.a.com")
+        );
+        assert_eq!(
+            istio_bound_host("x.a.com", "*.a.com").as_deref(),
+            Some("x.a.com")
+        );
+        assert_eq!(
+            istio_bound_host("*.a.com", "*.x.a.com").as_deref(),
+            Some("*.x.a.com")
+        );
+        assert_eq!(istio_bound_host("b.com", "a.com"), None);
+        assert_eq!(istio_bound_host("*.b.com", "*.a.com"), None);
+    }
 }
