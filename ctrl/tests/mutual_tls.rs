@@ -577,16 +577,24 @@ fn credential_name_secrets_carry_the_ca_and_crl_or_a_cacert_twin() {
             indent(&pki.a.cert.pem())
         ),
     );
+    let no_ca = tls_secret("no-ca", "");
     let b = d.build(&format!(
-        "{with_ca}{twin}{twin_ca}{bad_crl}{}",
+        "{with_ca}{twin}{twin_ca}{bad_crl}{no_ca}{}",
         istio_gateway(&[
             server(443, "{mode: MUTUAL, credentialName: with-ca}"),
             server(444, "{mode: MUTUAL, credentialName: twin}"),
             server(445, "{mode: MUTUAL, credentialName: bad-crl}"),
+            server(446, "{mode: OPTIONAL_MUTUAL, credentialName: no-ca}"),
+            server(447, "{mode: SIMPLE, credentialName: no-ca}"),
         ])
     ));
     let ns = not_served(&b);
-    assert_eq!(ns.len(), 1, "{ns:#?}");
+    assert_eq!(ns.len(), 2, "{ns:#?}");
+    assert!(
+        ns[1].contains("spec.servers[3].tls.credentialName")
+            && ns[1].contains("no `ca.crt` or `cacert` (in it or in Secret default/no-ca-cacert)"),
+        "{ns:?}"
+    );
     assert!(
         ns[0].contains("spec.servers[2].tls.credentialName")
             && ns[0].contains("Secret default/bad-crl")
