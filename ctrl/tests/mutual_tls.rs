@@ -802,3 +802,51 @@ fn forwarded_client_cert_of_a_verified_client() {
         Err(identity::XfccError::NoCertificate)
     );
 }
+
+/// `configs/tls-termination/mutual.yaml`: both mutual listeners served, and a client
+/// that trusts their certificates but has none of its own is refused for it.
+#[test]
+fn the_mutual_example_is_served() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../configs/tls-termination");
+    let b = build_paths(&[dir.clone()]).unwrap_or_else(|d| panic!("{:#?}", d.error_lines()));
+    assert_eq!(not_served(&b), Vec::<String>::new());
+    let mut roots = RootCertStore::empty();
+    let ca = std::fs::read(dir.join("../../ctrl/tests/data/tls/ca.crt")).expect("ca");
+    for c in rustls::pki_types::pem::PemObject::pem_slice_iter(&ca) {
+        let c: CertificateDer<'static> = c.expect("pem");
+        roots.add(c).expect("root");
+    }
+    let client = Arc::new(
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    );
+    for (dst, sni) in [
+        ("10.77.0.51:8444", "rsa.example.com"),
+        ("10.77.0.52:443", "ec.example.com"),
+    ] {
+        let cfg = server_config(&b, dst);
+        let name = ServerName::try_from(sni).expect("name");
+        let mut c = ClientConnection::new(client.clone(), name).expect("client");
+        let mut s = ServerConnection::new(cfg).expect("server");
+        let mut err = pump(&mut c, &mut s).err();
+        if err.is_none() {
+            let mut buf = Vec::new();
+            while c.wants_write() {
+                c.write_tls(&mut buf).expect("client write");
+            }
+            let mut rd = &buf[..];
+            while !rd.is_empty() && err.is_none() {
+                s.read_tls(&mut rd).expect("server read");
+                err = s.process_new_packets().err();
+            }
+        }
+        assert_eq!(
+            err.as_ref().and_then(refusal),
+            Some(Event::TlsClientCertMissing),
+            "{dst}: {err:?}"
+        );
+    }
+}
