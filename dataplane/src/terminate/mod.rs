@@ -29,6 +29,10 @@
 //! - **TLS**: rustls 0.23 (the provider is ctrl's choice: aws-lc-rs); the listener's `ServerConfig` is taken from the
 //!   snapshot when the SYN arrives and kept by the connection, so a reload changes the
 //!   certificate of new handshakes only.
+//! - **Client certificates**: verified during the handshake by the listener's verifier
+//!   (ctrl builds rustls's WebPki verifier, with [`crate::tables::client_auth`]'s pins
+//!   around it); a refused handshake counts `terminate_tls_failed` and its reason
+//!   ([`refusal`]); [`identity`] writes a verified client's `X-Forwarded-Client-Cert`.
 //! - **Backpressure**: ciphertext is read from the client only while rustls holds no
 //!   undelivered plaintext, and plaintext is sent to the backend only as its send buffer
 //!   has room; the other way, backend bytes are encrypted only as the client's send
