@@ -850,3 +850,69 @@ fn the_mutual_example_is_served() {
         );
     }
 }
+
+/// Servers sharing a port share one client verifier: their own `credentialName`
+/// Secrets may carry the same CA (served together, the SNI picks the certificate); a
+/// different CA, or other pins, leaves the later server out (`ProtocolConflict`).
+#[test]
+fn servers_sharing_a_port_share_the_client_verification() {
+    let pki = pki();
+    let other = ca("another CA");
+    let d = Scratch::new("share", &pki);
+    let indent = |s: &str| -> String { s.lines().map(|l| format!("    {l}\n")).collect() };
+    let secret = |name: &str, ca: &str| {
+        format!(
+            "---\napiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: default}}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}  ca.crt: |\n{}",
+            indent(&pki.server.pem),
+            indent(&pki.server.key_pem),
+            indent(ca)
+        )
+    };
+    let host = |port: u16, host: &str, tls: &str| {
+        format!(
+            "  - port: {{number: {port}, name: {}, protocol: HTTPS}}\n    bind: 10.77.0.50\n    hosts: [\"{host}\"]\n    tls: {tls}\n",
+            host.replace('.', "-")
+        )
+    };
+    let b = d.build(&format!(
+        "{}{}{}{}",
+        secret("one", &pki.a.cert.pem()),
+        secret("two", &pki.a.cert.pem()),
+        secret("three", &other.cert.pem()),
+        istio_gateway(&[
+            host(
+                443,
+                "mtls.example.com",
+                "{mode: MUTUAL, credentialName: one}"
+            ),
+            host(
+                443,
+                "two.example.com",
+                "{mode: MUTUAL, credentialName: two}"
+            ),
+            host(
+                443,
+                "three.example.com",
+                "{mode: MUTUAL, credentialName: three}"
+            ),
+            host(
+                443,
+                "four.example.com",
+                "{mode: OPTIONAL_MUTUAL, credentialName: one}"
+            ),
+        ])
+    ));
+    let ns = not_served(&b);
+    assert_eq!(ns.len(), 2, "{ns:#?}");
+    assert!(ns.iter().all(|n| n.contains("ProtocolConflict")), "{ns:#?}");
+    assert!(
+        ns[0].contains("servers[2]") && ns[1].contains("servers[3]"),
+        "{ns:#?}"
+    );
+    let cfg = server_config(&b, "10.77.0.50:443");
+    assert_eq!(verdict(&cfg, &pki, Some(&pki.good)), Ok(()));
+    assert_eq!(
+        verdict(&cfg, &pki, None),
+        Err(Some(Event::TlsClientCertMissing))
+    );
+}

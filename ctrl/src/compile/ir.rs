@@ -72,6 +72,19 @@ pub struct TlsTerminate {
     pub client: Option<ClientAuth>,
 }
 
+impl ClientAuth {
+    /// What a handshake checks, the trust's source aside (listeners sharing a port
+    /// compare the CA certificates themselves: `compile/merge.rs`).
+    pub fn policy(&self) -> (bool, &[String], &[String], &[String]) {
+        (
+            self.optional,
+            &self.subject_alt_names,
+            &self.spki,
+            &self.hash,
+        )
+    }
+}
+
 /// How a terminating listener verifies client certificates: what the manifest says
 /// (the CA certificates and CRLs themselves are loaded with the server certificates,
 /// `compile/certs`, and attached to the members).
@@ -104,7 +117,8 @@ impl TlsTerminate {
             && self.min_tls13 == other.min_tls13
             && self.max_tls12 == other.max_tls12
             && self.cipher_suites == other.cipher_suites
-            && self.client == other.client
+            && self.client.as_ref().map(ClientAuth::policy)
+                == other.client.as_ref().map(ClientAuth::policy)
     }
 }
 
