@@ -808,7 +808,8 @@ fn forwarded_client_cert_of_a_verified_client() {
 #[test]
 fn the_mutual_example_is_served() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../configs/tls-termination");
-    let b = build_paths(&[dir.clone()]).unwrap_or_else(|d| panic!("{:#?}", d.error_lines()));
+    let b = build_paths(std::slice::from_ref(&dir))
+        .unwrap_or_else(|d| panic!("{:#?}", d.error_lines()));
     assert_eq!(not_served(&b), Vec::<String>::new());
     let mut roots = RootCertStore::empty();
     let ca = std::fs::read(dir.join("../../ctrl/tests/data/tls/ca.crt")).expect("ca");
