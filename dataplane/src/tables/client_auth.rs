@@ -208,3 +208,71 @@ impl ClientCertVerifier for PinnedVerifier {
         self.inner.supported_verify_schemes()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tables::x509::skeleton::{cert, tlv};
+
+    /// A skeleton certificate whose SPKI element is `tlv(0x30, [1, 2, 3])`.
+    fn der(sans: &[(u8, &[u8])]) -> Vec<u8> {
+        cert(&[], sans)
+    }
+
+    fn sha(b: &[u8]) -> Sha256 {
+        sha256_of(provider_sha256(), b)
+    }
+
+    #[test]
+    fn sans_spki_and_hash_combine_as_envoy_does() {
+        let h = provider_sha256();
+        let c = der(&[
+            (0x82, b"Client.Example.com"),
+            (0x86, b"spiffe://td/ns/a/sa/b"),
+            (0x81, b"me@example.com"),
+            (0x87, &[192, 0, 2, 7]),
+        ]);
+        let spki = sha(&tlv(0x30, &[1, 2, 3]));
+        let hash = sha(&c);
+        let pins = |sans: &[&str], s: Vec<Sha256>, h: Vec<Sha256>| {
+            Pins::new(
+                &sans.iter().map(|x| x.to_string()).collect::<Vec<_>>(),
+                s,
+                h,
+            )
+        };
+        assert!(Pins::default().is_empty() && Pins::default().check(&c, h));
+        // SANs: DNS ignoring case, URI and email exactly, IP by address.
+        assert!(pins(&["client.example.COM"], vec![], vec![]).check(&c, h));
+        assert!(pins(&["spiffe://td/ns/a/sa/b"], vec![], vec![]).check(&c, h));
+        assert!(!pins(&["SPIFFE://td/ns/a/sa/b"], vec![], vec![]).check(&c, h));
+        assert!(pins(&["me@example.com"], vec![], vec![]).check(&c, h));
+        assert!(pins(&["192.0.2.7"], vec![], vec![]).check(&c, h));
+        assert!(!pins(&["192.0.2.8", "other.example.com"], vec![], vec![]).check(&c, h));
+        // SPKI or hash, either.
+        assert!(pins(&[], vec![spki], vec![]).check(&c, h));
+        assert!(pins(&[], vec![], vec![hash]).check(&c, h));
+        assert!(pins(&[], vec![[0; 32]], vec![hash]).check(&c, h));
+        assert!(pins(&[], vec![spki], vec![[0; 32]]).check(&c, h));
+        assert!(!pins(&[], vec![[0; 32]], vec![[0; 32]]).check(&c, h));
+        // And the SANs besides.
+        assert!(pins(&["spiffe://td/ns/a/sa/b"], vec![spki], vec![]).check(&c, h));
+        assert!(!pins(&["spiffe://td/ns/a/sa/x"], vec![spki], vec![hash]).check(&c, h));
+        // A certificate the reader cannot walk fails any pin, passes none.
+        assert!(!pins(&[], vec![spki], vec![]).check(&c[..c.len() - 1], h));
+        assert!(Pins::default().check(b"junk", h));
+    }
+
+    #[test]
+    fn sha256_is_sha256() {
+        // FIPS 180-2 example: SHA-256("abc").
+        assert_eq!(
+            sha(b"abc"),
+            [
+                0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea, 0x41, 0x41, 0x40, 0xde, 0x5d, 0xae,
+                0x22, 0x23, 0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17, 0x7a, 0x9c, 0xb4, 0x10, 0xff, 0x61,
+                0xf2, 0x00, 0x15, 0xad
+            ]
+        );
+    }
+}

@@ -286,22 +286,85 @@ impl<'a> Iterator for SubjectAttrs<'a> {
     }
 }
 
-/// The RFC 4514 short name of a subject attribute type, if it has one.
+/// OpenSSL's short name of a subject attribute type (what `XN_FLAG_RFC2253` prints), for
+/// the types certificates carry; `None` for others.
 pub fn attr_name(oid: &[u8]) -> Option<&'static str> {
     Some(match oid {
         [0x55, 0x04, 0x03] => "CN",
+        [0x55, 0x04, 0x04] => "SN",
+        [0x55, 0x04, 0x05] => "serialNumber",
         [0x55, 0x04, 0x06] => "C",
         [0x55, 0x04, 0x07] => "L",
         [0x55, 0x04, 0x08] => "ST",
-        [0x55, 0x04, 0x09] => "STREET",
+        [0x55, 0x04, 0x09] => "street",
         [0x55, 0x04, 0x0a] => "O",
         [0x55, 0x04, 0x0b] => "OU",
-        [0x55, 0x04, 0x05] => "serialNumber",
+        [0x55, 0x04, 0x0c] => "title",
+        [0x55, 0x04, 0x0f] => "businessCategory",
+        [0x55, 0x04, 0x11] => "postalCode",
+        [0x55, 0x04, 0x29] => "name",
+        [0x55, 0x04, 0x2a] => "GN",
+        [0x55, 0x04, 0x2b] => "initials",
+        [0x55, 0x04, 0x2c] => "generationQualifier",
+        [0x55, 0x04, 0x2e] => "dnQualifier",
+        [0x55, 0x04, 0x41] => "pseudonym",
+        [0x55, 0x04, 0x61] => "organizationIdentifier",
         [0x09, 0x92, 0x26, 0x89, 0x93, 0xf2, 0x2c, 0x64, 0x01, 0x19] => "DC",
         [0x09, 0x92, 0x26, 0x89, 0x93, 0xf2, 0x2c, 0x64, 0x01, 0x01] => "UID",
         [0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x01] => "emailAddress",
         _ => return None,
     })
+}
+
+/// Certificate skeletons for tests: the structure the readers walk, with no signature
+/// or key worth the name.
+#[cfg(test)]
+pub(crate) mod skeleton {
+    /// DER element.
+    pub(crate) fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+        let mut v = vec![tag];
+        if content.len() < 0x80 {
+            v.push(content.len() as u8);
+        } else {
+            v.push(0x82);
+            v.extend_from_slice(&(content.len() as u16).to_be_bytes());
+        }
+        v.extend_from_slice(content);
+        v
+    }
+
+    pub(crate) fn atv(oid: &[u8], tag: u8, value: &[u8]) -> Vec<u8> {
+        tlv(0x30, &[tlv(0x06, oid), tlv(tag, value)].concat())
+    }
+
+    /// A certificate skeleton with this subject (RDN SETs) and these GeneralNames.
+    pub(crate) fn cert(rdns: &[Vec<u8>], sans: &[(u8, &[u8])]) -> Vec<u8> {
+        let subject = tlv(0x30, &rdns.concat());
+        let names: Vec<u8> = sans.iter().flat_map(|(t, v)| tlv(*t, v)).collect();
+        let ext = tlv(
+            0x30,
+            &[
+                tlv(0x06, &[0x55, 0x1d, 0x11]),
+                tlv(0x04, &tlv(0x30, &names)),
+            ]
+            .concat(),
+        );
+        let tbs = [
+            tlv(0xa0, &tlv(0x02, &[2])),
+            tlv(0x02, &[1]),
+            tlv(0x30, &[]),
+            tlv(0x30, &[]),
+            tlv(0x30, &[]),
+            subject,
+            tlv(0x30, &[1, 2, 3]),
+            tlv(0xa3, &tlv(0x30, &ext)),
+        ]
+        .concat();
+        tlv(
+            0x30,
+            &[tlv(0x30, &tbs), tlv(0x30, &[]), tlv(0x03, &[0])].concat(),
+        )
+    }
 }
 
 #[cfg(test)]

@@ -10,10 +10,11 @@
 //! subject), `URI` always present (empty without a URI SAN; only the first), one `DNS`
 //! per dNSName. The subject is printed the way OpenSSL's `XN_FLAG_RFC2253` does, which
 //! Envoy uses: the last RDN first, separated by `,` (`+` inside a multi-valued RDN),
-//! short names for the common attributes (dotted OIDs otherwise), the characters
+//! OpenSSL's short names for the attribute types certificates carry, the characters
 //! `,+"\<>;` escaped with `\`, and so are a leading `#` or space and a trailing space,
-//! bytes outside printable ASCII as `\XX`, and values that are no string type as `#`
-//! and the hex of their DER. A `URI` or `DNS` value holding `,`, `;`, `=` or `"` is
+//! bytes outside printable ASCII as `\XX`; a value that is no string type, or of an
+//! attribute type sluice has no name for (printed as its dotted OID), as `#` and the
+//! hex of its DER. A `URI` or `DNS` value holding `,`, `;`, `=` or `"` is
 //! double-quoted (with `"` and `\` escaped), as the XFCC grammar requires.
 //!
 //! [`forwarded_client_cert`] writes into a caller's buffer and allocates nothing.
@@ -145,14 +146,16 @@ fn subject(leaf: &Leaf<'_>, o: &mut Out<'_>) -> Result<(), XfccError> {
         }
         first = false;
         last_rdn = rdn;
-        match attr_name(a.oid) {
+        let name = attr_name(a.oid);
+        match name {
             Some(n) => o.bytes(n.as_bytes())?,
             None => oid_dotted(a.oid, o)?,
         }
         o.byte(b'=')?;
         match a.tag {
-            // UTF8String, PrintableString, T61String, IA5String, VisibleString
-            0x0c | 0x13 | 0x14 | 0x16 | 0x1a => escaped(a.value, o)?,
+            // UTF8String, PrintableString, T61String, IA5String, VisibleString, of a
+            // known type; an unknown type's value is dumped (XN_FLAG_DUMP_UNKNOWN_FIELDS).
+            0x0c | 0x13 | 0x14 | 0x16 | 0x1a if name.is_some() => escaped(a.value, o)?,
             tag => {
                 o.byte(b'#')?;
                 o.hex_upper(tag)?;
@@ -252,51 +255,7 @@ mod tests {
         }
     }
 
-    /// DER element.
-    fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
-        let mut v = vec![tag];
-        if content.len() < 0x80 {
-            v.push(content.len() as u8);
-        } else {
-            v.push(0x82);
-            v.extend_from_slice(&(content.len() as u16).to_be_bytes());
-        }
-        v.extend_from_slice(content);
-        v
-    }
-
-    fn atv(oid: &[u8], tag: u8, value: &[u8]) -> Vec<u8> {
-        tlv(0x30, &[tlv(0x06, oid), tlv(tag, value)].concat())
-    }
-
-    /// A certificate skeleton with this subject (RDN SETs) and these GeneralNames.
-    fn cert(rdns: &[Vec<u8>], sans: &[(u8, &[u8])]) -> Vec<u8> {
-        let subject = tlv(0x30, &rdns.concat());
-        let names: Vec<u8> = sans.iter().flat_map(|(t, v)| tlv(*t, v)).collect();
-        let ext = tlv(
-            0x30,
-            &[
-                tlv(0x06, &[0x55, 0x1d, 0x11]),
-                tlv(0x04, &tlv(0x30, &names)),
-            ]
-            .concat(),
-        );
-        let tbs = [
-            tlv(0xa0, &tlv(0x02, &[2])),
-            tlv(0x02, &[1]),
-            tlv(0x30, &[]),
-            tlv(0x30, &[]),
-            tlv(0x30, &[]),
-            subject,
-            tlv(0x30, &[1, 2, 3]),
-            tlv(0xa3, &tlv(0x30, &ext)),
-        ]
-        .concat();
-        tlv(
-            0x30,
-            &[tlv(0x30, &tbs), tlv(0x30, &[]), tlv(0x03, &[0])].concat(),
-        )
-    }
+    use crate::tables::x509::skeleton::{atv, cert, tlv};
 
     const CN: &[u8] = &[0x55, 0x04, 0x03];
     const O: &[u8] = &[0x55, 0x04, 0x0a];
@@ -337,7 +296,7 @@ mod tests {
         assert_eq!(
             xfcc(&der).expect("written"),
             format!(
-                "Hash={DIGEST};Subject=\"CN=client \\\"one\\\",OU=eng+1.2.3.128=x,\
+                "Hash={DIGEST};Subject=\"CN=client \\\"one\\\",OU=eng+1.2.3.128=#0C0178,\
                  O=Acme\\, Inc.,C=US\";URI=spiffe://cluster.local/ns/default/sa/client;\
                  DNS=a.example.com;DNS=b.example.com"
             )
