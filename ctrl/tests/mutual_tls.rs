@@ -917,3 +917,38 @@ fn servers_sharing_a_port_share_the_client_verification() {
         Err(Some(Event::TlsClientCertMissing))
     );
 }
+
+/// `explain` names the client verification of a terminating listener.
+#[test]
+fn explain_shows_the_client_verification() {
+    let pki = pki();
+    let d = Scratch::new("explain", &pki);
+    let b = d.build(&istio_gateway(&[
+        server(
+            443,
+            &format!("{{mode: OPTIONAL_MUTUAL, serverCertificate: server.crt, privateKey: server.key, caCertificates: ca.crt, subjectAltNames: [\"{SPIFFE}\"]}}"),
+        ),
+        server(444, "{mode: SIMPLE, serverCertificate: server.crt, privateKey: server.key}"),
+    ]));
+    let q = |port: u16| sluice_ctrl::explain::Query {
+        proto: sluice_ctrl::compile::ir::L4::Tcp,
+        src: "198.51.100.1:40000".parse().expect("src"),
+        dst: format!("10.77.0.50:{port}").parse().expect("dst"),
+        sni: Some("mtls.example.com".into()),
+        http_host: None,
+        payload: None,
+        http: Default::default(),
+    };
+    let v = sluice_ctrl::explain::explain(&b, &q(443));
+    let c = &v["client_certificate"];
+    assert_eq!(c["optional"], true, "{v}");
+    assert_eq!(c["subject_alt_names"][0], SPIFFE, "{v}");
+    assert!(
+        c["trust"][0]
+            .as_str()
+            .is_some_and(|t| t.ends_with("ca.crt")),
+        "{v}"
+    );
+    let v = sluice_ctrl::explain::explain(&b, &q(444));
+    assert!(v["client_certificate"].is_null(), "{v}");
+}
