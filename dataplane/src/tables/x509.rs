@@ -83,7 +83,7 @@ impl<'a> Der<'a> {
 
     /// The next element's contents and the whole element, which must have tag `want`
     /// (`what` names it in errors).
-    fn expect(&mut self, want: u8, what: &'static str) -> Result<(&'a [u8], &'a [u8]), X509Error> {
+    fn take(&mut self, want: u8, what: &'static str) -> Result<(&'a [u8], &'a [u8]), X509Error> {
         match self.any()? {
             (tag, content, whole) if tag == want => Ok((content, whole)),
             _ => Err(X509Error::Unexpected(what)),
@@ -166,36 +166,36 @@ impl<'a> Iterator for Sans<'a> {
 impl<'a> Leaf<'a> {
     /// Reads a DER certificate's subject, SubjectPublicKeyInfo and subjectAltNames.
     pub fn parse(der: &'a [u8]) -> Result<Leaf<'a>, X509Error> {
-        let (cert, _) = Der::new(der).expect(SEQUENCE, "Certificate")?;
-        let (tbs, _) = Der::new(cert).expect(SEQUENCE, "tbsCertificate")?;
+        let (cert, _) = Der::new(der).take(SEQUENCE, "Certificate")?;
+        let (tbs, _) = Der::new(cert).take(SEQUENCE, "tbsCertificate")?;
         let mut tbs = Der::new(tbs);
         if tbs.peek() == Some(VERSION) {
             tbs.any()?;
         }
-        tbs.expect(INTEGER, "serialNumber")?;
-        tbs.expect(SEQUENCE, "signature")?;
-        tbs.expect(SEQUENCE, "issuer")?;
-        tbs.expect(SEQUENCE, "validity")?;
-        let (subject, _) = tbs.expect(SEQUENCE, "subject")?;
-        let (_, spki) = tbs.expect(SEQUENCE, "subjectPublicKeyInfo")?;
+        tbs.take(INTEGER, "serialNumber")?;
+        tbs.take(SEQUENCE, "signature")?;
+        tbs.take(SEQUENCE, "issuer")?;
+        tbs.take(SEQUENCE, "validity")?;
+        let (subject, _) = tbs.take(SEQUENCE, "subject")?;
+        let (_, spki) = tbs.take(SEQUENCE, "subjectPublicKeyInfo")?;
         let mut sans: &[u8] = &[];
         while !tbs.is_empty() {
             let (tag, content, _) = tbs.any()?;
             if tag != EXTENSIONS {
                 continue; // issuerUniqueID, subjectUniqueID
             }
-            let (exts, _) = Der::new(content).expect(SEQUENCE, "extensions")?;
+            let (exts, _) = Der::new(content).take(SEQUENCE, "extensions")?;
             let mut exts = Der::new(exts);
             while !exts.is_empty() {
-                let (ext, _) = exts.expect(SEQUENCE, "extension")?;
+                let (ext, _) = exts.take(SEQUENCE, "extension")?;
                 let mut ext = Der::new(ext);
-                let (oid, _) = ext.expect(OID, "extnID")?;
+                let (oid, _) = ext.take(OID, "extnID")?;
                 if ext.peek() == Some(BOOLEAN) {
                     ext.any()?;
                 }
-                let (value, _) = ext.expect(OCTET_STRING, "extnValue")?;
+                let (value, _) = ext.take(OCTET_STRING, "extnValue")?;
                 if oid == SAN_OID {
-                    sans = Der::new(value).expect(SEQUENCE, "subjectAltName")?.0;
+                    sans = Der::new(value).take(SEQUENCE, "subjectAltName")?.0;
                 }
             }
         }
@@ -221,7 +221,7 @@ impl<'a> Leaf<'a> {
         let mut n = 0;
         let mut d = Der::new(self.subject);
         while !d.is_empty() && n < MAX_RDNS {
-            match d.expect(SET, "RelativeDistinguishedName") {
+            match d.take(SET, "RelativeDistinguishedName") {
                 Ok((set, _)) => {
                     rdns[n] = set;
                     n += 1;
@@ -264,12 +264,12 @@ impl<'a> Iterator for SubjectAttrs<'a> {
     fn next(&mut self) -> Option<(usize, Attr<'a>)> {
         loop {
             if !self.current.is_empty() {
-                let Ok((atv, _)) = self.current.expect(SEQUENCE, "AttributeTypeAndValue") else {
+                let Ok((atv, _)) = self.current.take(SEQUENCE, "AttributeTypeAndValue") else {
                     self.current = Der::new(&[]);
                     continue;
                 };
                 let mut atv = Der::new(atv);
-                let Ok((oid, _)) = atv.expect(OID, "AttributeType") else {
+                let Ok((oid, _)) = atv.take(OID, "AttributeType") else {
                     continue;
                 };
                 let Ok((tag, value, _)) = atv.any() else {
