@@ -27,7 +27,15 @@ impl Engine<'_> {
         // Ciphertext in, while rustls has room (no undelivered plaintext).
         let front = shard.sockets.get_mut::<tcp::Socket>(c.front);
         let mut tls_failed = None;
-        if let Some(tls) = c.tls.as_mut() {
+        if c.tls_failed {
+            // rustls repeats its error on every later call: the failure was counted
+            // once; the client's last bytes (and its FIN) are taken and dropped.
+            while front.can_recv() {
+                if front.recv(|b| (b.len(), b.len())).unwrap_or(0) == 0 {
+                    break;
+                }
+            }
+        } else if let Some(tls) = c.tls.as_mut() {
             while tls.wants_read() && front.can_recv() {
                 let read = front.recv(|buf| match tls.read_tls(&mut &buf[..]) {
                     Ok(n) => (n, n),
@@ -57,6 +65,7 @@ impl Engine<'_> {
         }
         let front_state = front.state();
         if let Some(reason) = tls_failed {
+            c.tls_failed = true;
             ctx.counters.event(Event::TerminateTlsFailed);
             if let Some(r) = reason {
                 ctx.counters.event(r);

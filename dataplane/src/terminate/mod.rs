@@ -119,6 +119,8 @@ struct Conn {
     backend_done: bool,
     /// close_notify queued and FIN asked of the client socket.
     front_closed: bool,
+    /// The TLS session failed (counted once): what the client still sends is discarded.
+    tls_failed: bool,
 }
 
 /// One smoltcp interface and its sockets.
@@ -433,6 +435,7 @@ impl Engine<'_> {
             back_closed: false,
             backend_done: false,
             front_closed: false,
+            tls_failed: false,
         }));
         ctx.counters.event(Event::TerminateAccepted);
         self.ingest(idx, ip_bytes(pkt, meta), snap, ctx);
