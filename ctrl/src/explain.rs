@@ -435,6 +435,10 @@ impl Trace<'_> {
                     return self.end("reject", format!("TLS handshake fails: {why}"));
                 }
             }
+            // What the handshake asks of the client: its certificate verified against
+            // these CAs and pins (`optional`: OPTIONAL_MUTUAL), or nothing (null).
+            let client = l.tls.as_ref().and_then(|t| t.client.as_ref());
+            self.set("client_certificate", json!(client));
         }
         let name = self.routing_name(l);
         if l.members.len() > 1 {

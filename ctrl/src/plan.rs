@@ -1055,6 +1055,7 @@ spec:
             backend_pool_connections: Some(8),
             backend_pool_idle_ms: Some(4000),
             mirror_connections: Some(0),
+            istio_mutual: None,
         };
         let c = termination(&t).unwrap();
         assert_eq!(

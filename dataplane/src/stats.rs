@@ -121,6 +121,25 @@ Event {
     /// A TLS handshake or record failed (no certificate for the name, a protocol error,
     /// a bad record): the alert was sent, then FIN.
     TerminateTlsFailed => "terminate_tls_failed",
+    /// A handshake was refused: the listener requires a client certificate (Istio
+    /// `MUTUAL`, Gateway API `frontendValidation`) and the client sent none (also counted
+    /// `terminate_tls_failed`; the reasons: [`crate::terminate::refusal`]).
+    TlsClientCertMissing => "tls_client_cert_missing",
+    /// A handshake was refused: the client certificate does not chain to the listener's
+    /// CA certificates (unknown issuer, bad signature, wrong key usage, undecodable).
+    TlsClientCertUntrusted => "tls_client_cert_untrusted",
+    /// A handshake was refused: the client certificate (or an intermediate) is revoked by
+    /// the listener's CRL.
+    TlsClientCertRevoked => "tls_client_cert_revoked",
+    /// A handshake was refused: the client certificate is expired or not yet valid.
+    TlsClientCertExpired => "tls_client_cert_expired",
+    /// A handshake was refused: the client certificate matches none of the listener's
+    /// `subjectAltNames`, or none of its `verifyCertificateSpki`/`verifyCertificateHash`.
+    TlsClientCertPinMismatch => "tls_client_cert_pin_mismatch",
+    /// A handshake was refused: the client offers no TLS version the listener serves.
+    TlsVersionRefused => "tls_version_refused",
+    /// A handshake was refused: the client offers no cipher suite the listener serves.
+    TlsNoSharedSuite => "tls_no_shared_suite",
     /// A handshake (or the first request head) did not complete before its deadline:
     /// the client was reset.
     TerminateHandshakeTimeout => "terminate_handshake_timeout",

@@ -14,6 +14,8 @@
 //! - Python `ssl` clients resume by ticket (TLS 1.3 and 1.2).
 //! - The Secret rotated by a reload while a long transfer runs: the transfer finishes
 //!   with the old certificate, new handshakes get the new one.
+//! - `openssl s_client -cert` against `frontendValidation`: the CA's client in, clients
+//!   without a certificate or of another CA refused and counted by reason.
 
 use base64::Engine as _;
 use sluice_dataplane::stats::Event;
@@ -306,4 +308,113 @@ fn a_rotated_secret_serves_new_handshakes_and_the_running_transfer_finishes() {
     drop(agent);
     let c = rig.finish();
     assert_eq!(c.events_of(Event::TerminateHandshake), 3, "{c:?}");
+}
+
+/// Client certificates (issue #33) with `openssl s_client`: a Gateway API listener
+/// with `frontendValidation` (a ConfigMap's `ca.crt`) lets in the client whose
+/// certificate its CA signed and refuses, counted by reason, a client without one and a
+/// client of another CA, in TLS 1.2 and 1.3.
+#[test]
+fn openssl_clients_with_and_without_certificates_meet_frontend_validation() {
+    let certs = Certs::empty();
+    certs.make("server", "a.example.test", &["a.example.test"], Key::P256);
+    // The client PKI (rcgen), in the same scratch directory.
+    let ca = |name: &str| {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        p.distinguished_name.push(rcgen::DnType::CommonName, name);
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        (p.self_signed(&key).expect("ca"), key)
+    };
+    let (trusted, trusted_key) = ca("client CA");
+    let (other, other_key) = ca("other CA");
+    let dir = std::path::PathBuf::from(certs.dir_str());
+    for (name, ca, ca_key) in [
+        ("good", &trusted, &trusted_key),
+        ("stranger", &other, &other_key),
+    ] {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        p.distinguished_name.push(rcgen::DnType::CommonName, name);
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = p.signed_by(&key, ca, ca_key).expect("client");
+        std::fs::write(dir.join(format!("{name}-client.crt")), cert.pem()).expect("write");
+        std::fs::write(dir.join(format!("{name}-client.key")), key.serialize_pem()).expect("write");
+    }
+    let ca_pem: String = trusted
+        .pem()
+        .lines()
+        .map(|l| format!("    {l}\n"))
+        .collect();
+    let config = format!(
+        r#"{}{}---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: client-ca, namespace: ks}}
+data:
+  ca.crt: |
+{ca_pem}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: ks}}
+spec:
+  gatewayClassName: sluice
+  addresses: [{{type: IPAddress, value: {VIP}}}]
+  listeners:
+  - name: tls
+    port: 443
+    protocol: TLS
+    tls:
+      mode: Terminate
+      certificateRefs: [{{name: server-cert}}]
+      frontendValidation:
+        caCertificateRefs: [{{group: "", kind: ConfigMap, name: client-ca}}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TLSRoute
+metadata: {{name: all, namespace: ks}}
+spec:
+  parentRefs: [{{name: gw, sectionName: tls}}]
+  rules: [{{backendRefs: [{{name: a, port: {PORT}}}]}}]
+"#,
+        inventory(PORT),
+        secret("server-cert", &certs, "server"),
+    );
+    let rig = Rig::start(&config);
+    let _servers = identify_servers(&rig);
+    let client = &rig.topo.client;
+    for flag in ["-tls1_3", "-tls1_2"] {
+        for who in [None, Some("good"), Some("stranger")] {
+            let cert = who.map_or(String::new(), |w| {
+                format!(
+                    "-cert {d}/{w}-client.crt -key {d}/{w}-client.key",
+                    d = dir.display()
+                )
+            });
+            // The verdict is read from sluice's counters: in TLS 1.3 the client
+            // finishes before the server has seen its certificate.
+            let _ = s_client(client, "a.example.test", &format!("{flag} {cert}"));
+        }
+    }
+    let c = rig.finish();
+    let seen: Vec<(&str, u64)> = [
+        Event::TerminateHandshake,
+        Event::TerminateTlsFailed,
+        Event::TlsClientCertMissing,
+        Event::TlsClientCertUntrusted,
+        Event::TerminateAccepted,
+    ]
+    .iter()
+    .map(|e| (e.name(), c.events_of(*e)))
+    .collect();
+    // Each refused connection counted once (rustls repeats its error on every later
+    // read: the engine counts the first).
+    assert_eq!(c.events_of(Event::TerminateHandshake), 2, "{seen:?}");
+    assert_eq!(c.events_of(Event::TlsClientCertMissing), 2, "{seen:?}");
+    assert_eq!(c.events_of(Event::TlsClientCertUntrusted), 2, "{seen:?}");
+    assert_eq!(c.events_of(Event::TerminateTlsFailed), 4, "{seen:?}");
 }

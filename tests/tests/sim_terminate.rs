@@ -910,3 +910,199 @@ fn a_refusing_backend_and_a_client_reset_mid_handshake_leave_nothing_behind() {
         1
     );
 }
+
+/// A CA made with rcgen, and leaves it signs (ECDSA P-256).
+struct TestCa {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+fn test_ca(name: &str) -> TestCa {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    p.distinguished_name.push(rcgen::DnType::CommonName, name);
+    p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    p.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let cert = p.self_signed(&key).expect("ca");
+    TestCa { cert, key }
+}
+
+/// A leaf of `ca` with these SANs: its chain and key.
+fn test_leaf(
+    ca: &TestCa,
+    sans: Vec<rcgen::SanType>,
+) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    p.subject_alt_names = sans;
+    let cert = p.signed_by(&key, &ca.cert, &ca.key).expect("leaf");
+    (
+        vec![cert.der().clone()],
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+    )
+}
+
+/// Client certificate refusals in the engine: each reason counted once on its own
+/// event and all on `terminate_tls_failed`; the verified client's bytes go through.
+#[test]
+fn client_certificates_are_refused_by_reason_and_counted() {
+    use rustls::server::WebPkiClientVerifier;
+    use sluice_dataplane::tables::client_auth::{provider_sha256, PinnedVerifier, Pins};
+    const SPIFFE: &str = "spiffe://cluster.local/ns/default/sa/client";
+    let ca = test_ca("sim CA");
+    let other = test_ca("other CA");
+    let dns = |n: &str| rcgen::SanType::DnsName(n.try_into().expect("dns"));
+    let uri = |n: &str| rcgen::SanType::URI(n.try_into().expect("uri"));
+    let (server_chain, server_key) = test_leaf(&ca, vec![dns("a.example.test")]);
+    let mut roots = RootCertStore::empty();
+    roots.add(ca.cert.der().clone()).expect("root");
+    let roots = Arc::new(roots);
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let webpki = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+        .build()
+        .expect("verifier");
+    let verifier = Arc::new(PinnedVerifier::new(
+        webpki,
+        Pins::new(&[SPIFFE.to_string()], vec![], vec![]),
+        provider_sha256(),
+    ));
+    let server = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(server_chain, server_key)
+        .expect("server");
+    let client = |cert: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>| {
+        let b = ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots.clone());
+        Arc::new(match cert {
+            None => b.with_no_client_auth(),
+            Some((chain, key)) => b.with_client_auth_cert(chain, key).expect("client cert"),
+        })
+    };
+    let (mut sim, _p) = sim_snapshot(
+        terminating_snapshot(Arc::new(server)),
+        Faults::NONE,
+        Faults::NONE,
+        config(11, TerminateConfig::default()),
+    );
+    let mut backends = EchoBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 8, 64 * 1024);
+    let mut rng = Rng::new(11);
+    let payload = data(&mut rng, 20_000);
+    let good = client(Some(test_leaf(&ca, vec![uri(SPIFFE)])));
+    let stranger = client(Some(test_leaf(&other, vec![uri(SPIFFE)])));
+    let unlisted = client(Some(test_leaf(&ca, vec![dns("client.example.test")])));
+    let anonymous = client(None);
+    let mut clients = vec![
+        Client::with(&mut sim, good, "a.example.test", 41_001, payload.clone()),
+        Client::with(
+            &mut sim,
+            stranger,
+            "a.example.test",
+            41_002,
+            payload.clone(),
+        ),
+        Client::with(
+            &mut sim,
+            unlisted,
+            "a.example.test",
+            41_003,
+            payload.clone(),
+        ),
+        Client::with(
+            &mut sim,
+            anonymous,
+            "a.example.test",
+            41_004,
+            payload.clone(),
+        ),
+    ];
+    run(&mut sim, &mut backends, &mut clients, 10_000);
+    print_counters(&sim);
+    assert_eq!(
+        clients[0].got, payload,
+        "the verified client's bytes, echoed"
+    );
+    for c in &clients[1..] {
+        assert!(c.got.is_empty(), "a refused client gets nothing back");
+    }
+    let k = sim.worker.counters();
+    assert_eq!(k.events_of(Event::TlsClientCertUntrusted), 1);
+    assert_eq!(k.events_of(Event::TlsClientCertPinMismatch), 1);
+    assert_eq!(k.events_of(Event::TlsClientCertMissing), 1);
+    assert_eq!(k.events_of(Event::TerminateTlsFailed), 3);
+    assert_eq!(k.events_of(Event::TerminateHandshake), 1);
+}
+
+/// A TLS 1.2 client against a TLS 1.3-only listener: `tls_version_refused`; a client
+/// whose only suite the listener does not serve: `tls_no_shared_suite`.
+#[test]
+fn version_and_suite_refusals_are_counted() {
+    let provider = rustls::crypto::ring::default_provider();
+    let ck = rcgen::generate_simple_self_signed(vec!["a.example.test".to_string()])
+        .expect("certificate");
+    let cert = CertificateDer::from(ck.cert.der().to_vec());
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der()));
+    let mut roots = RootCertStore::empty();
+    roots.add(cert.clone()).expect("root");
+    let client = |p: rustls::crypto::CryptoProvider| {
+        Arc::new(
+            ClientConfig::builder_with_provider(Arc::new(p))
+                .with_protocol_versions(&[&rustls::version::TLS12])
+                .expect("versions")
+                .with_root_certificates(roots.clone())
+                .with_no_client_auth(),
+        )
+    };
+    // The listener: TLS 1.3 only, or TLS 1.2 with ECDHE-ECDSA-AES128-GCM only.
+    let server = |versions: &[&'static rustls::SupportedProtocolVersion]| {
+        let mut p = provider.clone();
+        p.cipher_suites.retain(|s| {
+            s.tls13().is_some()
+                || s.suite() == rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+        });
+        Arc::new(
+            ServerConfig::builder_with_provider(Arc::new(p))
+                .with_protocol_versions(versions)
+                .expect("versions")
+                .with_no_client_auth()
+                .with_single_cert(vec![cert.clone()], key.clone_key())
+                .expect("server"),
+        )
+    };
+    let mut chacha = provider.clone();
+    chacha.cipher_suites.retain(|s| {
+        s.suite() == rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+    });
+    for (versions, want) in [
+        (&[&rustls::version::TLS13][..], Event::TlsVersionRefused),
+        (&[&rustls::version::TLS12][..], Event::TlsNoSharedSuite),
+    ] {
+        let (mut sim, _p) = sim_snapshot(
+            terminating_snapshot(server(versions)),
+            Faults::NONE,
+            Faults::NONE,
+            config(12, TerminateConfig::default()),
+        );
+        let mut backends =
+            EchoBackends::new().listen(&mut sim.hosts[1].sockets, 7000, 8, 64 * 1024);
+        let mut clients = vec![Client::with(
+            &mut sim,
+            client(chacha.clone()),
+            "a.example.test",
+            41_101,
+            vec![1],
+        )];
+        run(&mut sim, &mut backends, &mut clients, 5_000);
+        print_counters(&sim);
+        let k = sim.worker.counters();
+        assert_eq!(k.events_of(want), 1, "{want:?}");
+        assert_eq!(k.events_of(Event::TerminateTlsFailed), 1);
+        assert!(clients[0].tls_error, "the client saw the alert");
+    }
+}

@@ -471,6 +471,7 @@ impl Ctx<'_> {
                 },
                 source: (gi, li),
                 certificates: Vec::new(),
+                client_trust: None,
             }];
             let want_kinds = want_kinds(l);
             if want_kinds.contains(&"HTTPRoute") {
@@ -563,7 +564,10 @@ impl Ctx<'_> {
                     .flat_map(|t| t.certificate_refs.iter())
                     .map(|c| format!("{}/{}", c.namespace.as_deref().unwrap_or(gns), c.name))
                     .collect(),
-                require_client_cert: false,
+                require_client_cert: l
+                    .tls
+                    .as_ref()
+                    .is_some_and(|t| t.frontend_validation.is_some()),
                 http: l.protocol == "HTTPS",
                 min_tls13: l
                     .tls
@@ -572,6 +576,26 @@ impl Ctx<'_> {
                     .is_some_and(|v| v == "1.3"),
                 max_tls12: false,
                 cipher_suites: Vec::new(),
+                client: l
+                    .tls
+                    .as_ref()
+                    .and_then(|t| t.frontend_validation.as_ref())
+                    .map(|v| ClientAuth {
+                        optional: false,
+                        trust: v
+                            .ca_certificate_refs
+                            .iter()
+                            .map(|r| {
+                                format!(
+                                    "{} {}/{}",
+                                    r.kind,
+                                    r.namespace.as_deref().unwrap_or(gns),
+                                    r.name
+                                )
+                            })
+                            .collect(),
+                        ..ClientAuth::default()
+                    }),
             }),
             https_redirect: false,
             transparent: false,

@@ -65,6 +65,46 @@ pub struct TlsTerminate {
     /// The TLS 1.2 cipher suites allowed (Istio `cipherSuites`, OpenSSL names); empty =
     /// every suite of the provider.
     pub cipher_suites: Vec<String>,
+    /// Client certificate verification (Istio `MUTUAL`, `OPTIONAL_MUTUAL`,
+    /// `ISTIO_MUTUAL`; Gateway API `frontendValidation`); `None` = no client
+    /// certificate is requested.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientAuth>,
+}
+
+impl ClientAuth {
+    /// What a handshake checks, the trust's source aside (listeners sharing a port
+    /// compare the CA certificates themselves: `compile/merge.rs`).
+    pub fn policy(&self) -> (bool, &[String], &[String], &[String]) {
+        (
+            self.optional,
+            &self.subject_alt_names,
+            &self.spki,
+            &self.hash,
+        )
+    }
+}
+
+/// How a terminating listener verifies client certificates: what the manifest says
+/// (the CA certificates and CRLs themselves are loaded with the server certificates,
+/// `compile/certs`, and attached to the members).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ClientAuth {
+    /// A client without a certificate is let in (`OPTIONAL_MUTUAL`); one that presents
+    /// a certificate is verified all the same.
+    pub optional: bool,
+    /// Where the CA certificates come from (files, `Secret ns/name`, `ConfigMap
+    /// ns/name`, the Appliance's `istioMutual`).
+    pub trust: Vec<String>,
+    /// `subjectAltNames`: one SAN of the client certificate must be one of these.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub subject_alt_names: Vec<String>,
+    /// `verifyCertificateSpki` (base64 SHA-256 of the SubjectPublicKeyInfo).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub spki: Vec<String>,
+    /// `verifyCertificateHash` (hex SHA-256 of the certificate).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hash: Vec<String>,
 }
 
 impl TlsTerminate {
@@ -77,6 +117,8 @@ impl TlsTerminate {
             && self.min_tls13 == other.min_tls13
             && self.max_tls12 == other.max_tls12
             && self.cipher_suites == other.cipher_suites
+            && self.client.as_ref().map(ClientAuth::policy)
+                == other.client.as_ref().map(ClientAuth::policy)
     }
 }
 
@@ -108,6 +150,10 @@ pub struct Member {
     /// (`sluice_dataplane::tables::tls::SniResolver`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub certificates: Vec<std::sync::Arc<super::certs::Certificate>>,
+    /// The CA certificates and CRLs its client certificates are verified with
+    /// (terminating listeners with [`ClientAuth`]).
+    #[serde(skip)]
+    pub client_trust: Option<std::sync::Arc<super::certs::ClientTrust>>,
 }
 
 impl Member {

@@ -305,6 +305,7 @@ impl Ctx<'_> {
                 },
                 source: (gi, si),
                 certificates: Vec::new(),
+                client_trust: None,
             }];
             if listener.kind == ListenerKind::TlsAutoPassthrough {
                 self.auto_passthrough(&server_hosts, u32::from(port), &mut listener, ir);
@@ -398,11 +399,15 @@ impl Ctx<'_> {
                     Some(c) => vec![format!("{gns}/{c}")],
                     None => t.server_certificate.iter().cloned().collect(),
                 },
-                require_client_cert: t.mode == istio::TlsMode::Mutual,
+                require_client_cert: matches!(
+                    t.mode,
+                    istio::TlsMode::Mutual | istio::TlsMode::IstioMutual
+                ),
                 http: proto == "HTTPS",
                 min_tls13: t.min_protocol_version == istio::TlsProtocol::V1_3,
                 max_tls12: t.max_protocol_version == istio::TlsProtocol::V1_2,
                 cipher_suites: t.cipher_suites.clone(),
+                client: istio_client_auth(gns, &t),
             }
         });
         let bind: Vec<IpAddr> = server.bind.iter().filter_map(|b| b.parse().ok()).collect();
@@ -736,6 +741,34 @@ impl Ctx<'_> {
             }
         }
     }
+}
+
+/// The client certificate verification of an Istio server's TLS settings (`MUTUAL`,
+/// `OPTIONAL_MUTUAL`, `ISTIO_MUTUAL`), or `None` (other modes request no certificate).
+/// The trust sources: `credentialName`'s Secret (its CA entries, or its `-cacert`
+/// twin), else `caCertificates` (and `caCrl`); `ISTIO_MUTUAL`: the Appliance's
+/// `spec.termination.istioMutual`.
+pub fn istio_client_auth(gns: &str, t: &istio::ServerTlsSettings) -> Option<ClientAuth> {
+    let trust = match t.mode {
+        istio::TlsMode::Mutual | istio::TlsMode::OptionalMutual => match &t.credential_name {
+            Some(c) => vec![format!("Secret {gns}/{c}")],
+            None => t
+                .ca_certificates
+                .iter()
+                .map(|f| format!("caCertificates {f}"))
+                .chain(t.ca_crl.iter().map(|f| format!("caCrl {f}")))
+                .collect(),
+        },
+        istio::TlsMode::IstioMutual => vec!["Appliance spec.termination.istioMutual".into()],
+        _ => return None,
+    };
+    Some(ClientAuth {
+        optional: t.mode == istio::TlsMode::OptionalMutual,
+        trust,
+        subject_alt_names: t.subject_alt_names.clone(),
+        spki: t.verify_certificate_spki.clone(),
+        hash: t.verify_certificate_hash.clone(),
+    })
 }
 
 #[cfg(test)]

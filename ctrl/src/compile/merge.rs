@@ -84,6 +84,19 @@ impl Group {
     }
 }
 
+/// Whether two terminating listeners verify client certificates against the same CA
+/// certificates and CRLs (wherever they were read from: two Istio servers with their
+/// own `credentialName` Secrets may carry the same CA). One rustls configuration serves
+/// a port, with one client verifier.
+fn same_client_trust(a: &Listener, b: &Listener) -> bool {
+    let trust = |l: &Listener| l.members.first().and_then(|m| m.client_trust.clone());
+    match (trust(a), trust(b)) {
+        (None, None) => true,
+        (Some(x), Some(y)) => x.roots.roots == y.roots.roots && x.crls == y.crls,
+        _ => false,
+    }
+}
+
 /// Why `l` cannot join `group`, as a condition reason and a message.
 fn refusal(group: &Group, l: &Listener) -> Option<(&'static str, String)> {
     let first = &group.head;
@@ -106,12 +119,13 @@ fn refusal(group: &Group, l: &Listener) -> Option<(&'static str, String)> {
         ));
     }
     if let (Some(a), Some(b)) = (&first.tls, &l.tls) {
-        if !a.shares_with(b) {
+        if !a.shares_with(b) || !same_client_trust(first, l) {
             return Some((
                 "ProtocolConflict",
                 format!(
                     "port {} is shared with {}, which terminates TLS with other settings \
-                     (HTTPS and TLS, protocol versions or cipher suites): one port has one \
+                     (HTTPS and TLS, protocol versions, cipher suites or client certificate \
+                     verification: mode, CA certificates and CRLs, pins): one port has one \
                      handshake configuration",
                     l.port, first.name
                 ),

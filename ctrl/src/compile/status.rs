@@ -250,7 +250,12 @@ impl StatusInput<'_> {
             .find(|d| {
                 matches!(
                     d.reason,
-                    Some(super::certs::INVALID_CERTIFICATE_REF | super::certs::REF_NOT_PERMITTED)
+                    Some(
+                        super::certs::INVALID_CERTIFICATE_REF
+                            | super::certs::REF_NOT_PERMITTED
+                            | super::certs::INVALID_CA_CERTIFICATE_REF
+                            | super::certs::INVALID_CA_CERTIFICATE_KIND
+                    )
                 )
             })
             .copied();

@@ -12,7 +12,11 @@
 //!   (`ignore_client_order` false);
 //! - ALPN `http/1.1` on HTTP(S) listeners — never `h2`: the leg to the backend is
 //!   HTTP/1.1 — and none on opaque TLS listeners;
-//! - no client certificates (Istio SIMPLE, Gateway API Terminate);
+//! - client certificates ([`client_verifier`]): none requested (Istio `SIMPLE`, Gateway
+//!   API `Terminate`), or verified by rustls's WebPki verifier against the listener's CA
+//!   certificates and CRLs (`MUTUAL`, `ISTIO_MUTUAL`, `frontendValidation`: required;
+//!   `OPTIONAL_MUTUAL`: verified when presented), then held to the listener's pins
+//!   ([`PinnedVerifier`]) when it has any;
 //! - resumption by session tickets only, in TLS 1.2 and 1.3: no server-side session
 //!   cache ([`NoServerSessionStorage`]; rustls's default cache is a mutex), two TLS 1.3
 //!   tickets per handshake, sealed by the process-wide [`Ticketer`].
@@ -28,6 +32,14 @@
 //! secrecy of resumed sessions ends with the process (a restart draws a new key and
 //! invalidates every ticket); tickets say they live 6 hours ([`TICKET_LIFETIME`]),
 //! a hint to clients.
+//!
+//! **Listeners that verify client certificates get a ticketer of their own**, made with
+//! the listener's configuration (so in each tables generation). rustls does not check,
+//! when a ticket is redeemed, that it came from a handshake with the same client
+//! verification: with the shared key, a ticket from a `SIMPLE` listener (or from before
+//! a CA or CRL change) would resume on a `MUTUAL` one without a client certificate. A
+//! listener's own key opens only its own tickets, and a reload (a new CA, a new CRL)
+//! ends them.
 
 use std::sync::{Arc, OnceLock};
 
@@ -36,13 +48,16 @@ pub use rustls::crypto::aws_lc_rs as crypto;
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
 use ring::rand::{SecureRandom, SystemRandom};
-use rustls::server::{NoServerSessionStorage, ProducesTickets};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{NoServerSessionStorage, ProducesTickets, WebPkiClientVerifier};
 use rustls::{CipherSuite, ServerConfig, SupportedProtocolVersion};
+use sluice_dataplane::tables::client_auth::{provider_sha256, PinnedVerifier};
 use sluice_dataplane::tables::hosts::HostPattern;
 use sluice_dataplane::tables::tls::{
     MemberCerts, ResolverError, ServedCert, SniResolver, TlsListener,
 };
 
+use super::certs::trust;
 use super::ir::Listener;
 
 /// The lifetime tickets announce, in seconds (6 hours).
@@ -97,6 +112,16 @@ pub enum TlsError {
     /// rustls refused the configuration.
     #[error(transparent)]
     Rustls(#[from] rustls::Error),
+    /// Client verification without loaded CA certificates (certificate loading reports
+    /// why first).
+    #[error("client certificate verification without CA certificates")]
+    NoClientTrust,
+    /// rustls refused the CA certificates or CRLs.
+    #[error("client certificate verifier: {0}")]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
+    /// A pin that does not parse (validation reports it first).
+    #[error(transparent)]
+    Pin(#[from] trust::PinError),
 }
 
 /// Session tickets sealed with ChaCha20-Poly1305 under one key, without a lock (see the
@@ -236,6 +261,29 @@ pub fn resolver(l: &Listener) -> Result<SniResolver, TlsError> {
     Ok(SniResolver::build(members)?)
 }
 
+/// The client certificate verifier of listener `l` (see the [module docs](self)): none,
+/// WebPki over its members' CA certificates and CRLs (the members of one listener share
+/// their client verification: `compile/merge.rs`), wrapped in a [`PinnedVerifier`] when
+/// it has pins.
+pub fn client_verifier(l: &Listener) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let t = l.tls.as_ref().ok_or(TlsError::NoSettings)?;
+    let Some(c) = &t.client else {
+        return Ok(WebPkiClientVerifier::no_client_auth());
+    };
+    let trust = l
+        .members
+        .first()
+        .and_then(|m| m.client_trust.as_ref())
+        .ok_or(TlsError::NoClientTrust)?;
+    let webpki = trust::verifier(trust, c.optional)?;
+    let pins = trust::pins(c)?;
+    Ok(if pins.is_empty() {
+        webpki
+    } else {
+        Arc::new(PinnedVerifier::new(webpki, pins, provider_sha256()))
+    })
+}
+
 /// The TLS settings the terminate engine serves listener `l` with (see the
 /// [module docs](self)).
 pub fn listener_tls(l: &Listener) -> Result<Arc<TlsListener>, TlsError> {
@@ -260,9 +308,11 @@ pub fn listener_tls(l: &Listener) -> Result<Arc<TlsListener>, TlsError> {
         (false, true) => &[&rustls::version::TLS12],
         (false, false) => &[&rustls::version::TLS13, &rustls::version::TLS12],
     };
+    let verifier = client_verifier(l)?;
+    let own_tickets = verifier.offer_client_auth();
     let mut config = ServerConfig::builder_with_provider(Arc::new(provider))
         .with_protocol_versions(versions)?
-        .with_no_client_auth()
+        .with_client_cert_verifier(verifier)
         .with_cert_resolver(resolver);
     config.alpn_protocols = if t.http {
         vec![b"http/1.1".to_vec()]
@@ -271,7 +321,14 @@ pub fn listener_tls(l: &Listener) -> Result<Arc<TlsListener>, TlsError> {
     };
     config.ignore_client_order = false;
     config.session_storage = Arc::new(NoServerSessionStorage {});
-    config.ticketer = ticketer();
+    config.ticketer = if own_tickets {
+        match Ticketer::new() {
+            Some(t) => Arc::new(t),
+            None => Arc::new(NoTickets),
+        }
+    } else {
+        ticketer()
+    };
     config.send_tls13_tickets = 2;
     Ok(Arc::new(TlsListener {
         config: Arc::new(config),

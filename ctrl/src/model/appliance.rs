@@ -106,6 +106,28 @@ pub struct Termination {
     /// counted (256; 0 to 65536).
     #[serde(default)]
     pub mirror_connections: Option<u32>,
+    /// The mesh's root of trust and the gateway's own certificate for Istio servers in
+    /// mode `ISTIO_MUTUAL` (which Istio's agent would provision); without it such servers
+    /// are not served.
+    #[serde(default)]
+    pub istio_mutual: Option<IstioMutual>,
+}
+
+/// Files of the mesh identity `ISTIO_MUTUAL` servers terminate with (PEM; a relative
+/// path is relative to the Appliance manifest's directory).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IstioMutual {
+    /// CA certificates client certificates must chain to (the mesh root, Istio's
+    /// `root-cert.pem`).
+    pub ca_certificates: String,
+    /// The gateway's certificate chain, leaf first (Istio's `cert-chain.pem`).
+    pub certificate_chain: String,
+    /// The gateway's private key (Istio's `key.pem`).
+    pub private_key: String,
+    /// A certificate revocation list (PEM) for client certificates; optional.
+    #[serde(default)]
+    pub ca_crl: Option<String>,
 }
 
 /// Delayed-binding settings (SNI/Host passthrough); defaults when absent.

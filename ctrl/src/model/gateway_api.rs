@@ -59,6 +59,36 @@ pub struct GatewayTlsConfig {
     /// Implementation-specific options (domain-prefixed keys).
     #[serde(default)]
     pub options: BTreeMap<String, String>,
+    /// Client certificate validation (`FrontendTLSValidation`, experimental in Gateway
+    /// API v1.1-v1.2): clients must present a certificate that chains to one of these
+    /// CA certificates.
+    #[serde(default)]
+    pub frontend_validation: Option<FrontendTlsValidation>,
+}
+
+/// `FrontendTLSValidation`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FrontendTlsValidation {
+    /// ConfigMaps (key `ca.crt`) holding the CA certificates clients are verified with.
+    #[serde(default)]
+    pub ca_certificate_refs: Vec<ObjectReference>,
+}
+
+/// `ObjectReference` (group, kind, name, namespace).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ObjectReference {
+    /// API group (`""` for core).
+    #[serde(default)]
+    pub group: String,
+    /// Kind (`ConfigMap`).
+    pub kind: String,
+    /// Name.
+    pub name: String,
+    /// Namespace (the Gateway's when unset).
+    #[serde(default)]
+    pub namespace: Option<String>,
 }
 
 /// `TLSModeType`.

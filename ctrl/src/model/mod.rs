@@ -65,6 +65,8 @@ pub enum Kind {
     EndpointSlice,
     /// `v1` Secret.
     Secret,
+    /// `v1` ConfigMap (CA certificates of Gateway API `frontendValidation`).
+    ConfigMap,
     /// `sluice.dev/v1alpha1` Appliance.
     Appliance,
 }
@@ -83,7 +85,7 @@ pub struct VersionError {
 
 impl Kind {
     /// Every kind, in summary order.
-    pub const ALL: [Kind; 18] = [
+    pub const ALL: [Kind; 19] = [
         Kind::Appliance,
         Kind::IstioGateway,
         Kind::VirtualService,
@@ -102,6 +104,7 @@ impl Kind {
         Kind::Endpoints,
         Kind::EndpointSlice,
         Kind::Secret,
+        Kind::ConfigMap,
     ];
 
     /// A short, unambiguous name (Istio's Gateway is `Gateway.networking.istio.io`).
@@ -124,6 +127,7 @@ impl Kind {
             Kind::Endpoints => "Endpoints",
             Kind::EndpointSlice => "EndpointSlice",
             Kind::Secret => "Secret",
+            Kind::ConfigMap => "ConfigMap",
             Kind::Appliance => "Appliance",
         }
     }
@@ -144,6 +148,7 @@ impl Kind {
                 | Kind::Endpoints
                 | Kind::EndpointSlice
                 | Kind::Secret
+                | Kind::ConfigMap
         )
     }
 
@@ -173,6 +178,7 @@ impl Kind {
             ("", "Service") => (Kind::Service, &["v1"]),
             ("", "Endpoints") => (Kind::Endpoints, &["v1"]),
             ("", "Secret") => (Kind::Secret, &["v1"]),
+            ("", "ConfigMap") => (Kind::ConfigMap, &["v1"]),
             ("discovery.k8s.io", "EndpointSlice") => (Kind::EndpointSlice, &["v1", "v1beta1"]),
             ("sluice.dev", "Appliance") => (Kind::Appliance, &["v1alpha1"]),
             _ => return Ok(None),
@@ -247,6 +253,8 @@ pub enum Object {
     Endpoints(Resource<Vec<core::EndpointSubset>>),
     EndpointSlice(Resource<core::EndpointSliceInfo>),
     Secret(Resource<core::SecretData>),
+    /// `v1` ConfigMap: its entries (`data` and `binaryData`).
+    ConfigMap(Resource<core::SecretData>),
     Appliance(Resource<appliance::ApplianceSpec>),
 }
 
@@ -270,6 +278,7 @@ macro_rules! each_object {
             Object::Endpoints($r) => $body,
             Object::EndpointSlice($r) => $body,
             Object::Secret($r) => $body,
+            Object::ConfigMap($r) => $body,
             Object::Appliance($r) => $body,
         }
     };
@@ -296,6 +305,7 @@ impl Object {
             Object::Endpoints(_) => Kind::Endpoints,
             Object::EndpointSlice(_) => Kind::EndpointSlice,
             Object::Secret(_) => Kind::Secret,
+            Object::ConfigMap(_) => Kind::ConfigMap,
             Object::Appliance(_) => Kind::Appliance,
         }
     }
@@ -526,6 +536,21 @@ struct SecretDoc {
     immutable: Option<bool>,
 }
 
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ConfigMapDoc {
+    api_version: String,
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    data: BTreeMap<String, String>,
+    #[serde(default)]
+    binary_data: BTreeMap<String, String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    immutable: Option<bool>,
+}
+
 fn resource<S>(api_version: String, meta: ObjectMeta, spec: S) -> Resource<S> {
     Resource {
         api_version,
@@ -625,6 +650,32 @@ fn decode_kind(kind: Kind, doc: &Value) -> Decoded {
                 };
                 (
                     Object::Secret(resource(d.api_version, d.metadata, data)),
+                    ig,
+                )
+            }
+            Kind::ConfigMap => {
+                let (d, ig): (ConfigMapDoc, _) = de(doc)?;
+                let mut entries = BTreeMap::new();
+                for (k, v) in &d.binary_data {
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(v.trim())
+                        .map_err(|e| {
+                            (
+                                FieldPath::root().key("binaryData").key(k),
+                                format!("not valid base64: {e}"),
+                            )
+                        })?;
+                    entries.insert(k.clone(), bytes);
+                }
+                for (k, v) in d.data {
+                    entries.insert(k, v.into_bytes());
+                }
+                let data = core::SecretData {
+                    kind: "ConfigMap".into(),
+                    entries,
+                };
+                (
+                    Object::ConfigMap(resource(d.api_version, d.metadata, data)),
                     ig,
                 )
             }
@@ -783,7 +834,6 @@ pub fn unimplemented_fields(kind: Kind) -> &'static [(&'static str, Effect)] {
             ("spec.backendTLS", R),
             ("spec.allowedListeners", T),
             ("spec.tls", R),
-            ("spec.listeners[].tls.frontendValidation", R),
         ],
         Kind::TlsRoute | Kind::TcpRoute => &[("spec.rules[].backendRefs[].filters", R)],
         // Upstream `UDPRoute` (v1alpha2): `parentRefs` and `rules[]` of `name` and plain

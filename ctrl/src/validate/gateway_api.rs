@@ -124,6 +124,15 @@ fn listener_tls(it: &Item, at: &str, l: &gw::Listener, r: &mut Reporter) {
             // certificate) is checked when certificates are loaded
             // (`compile::certs`): a bad one leaves this listener out, not the whole
             // configuration.
+            if tls.mode == GatewayTlsMode::Passthrough && tls.frontend_validation.is_some() {
+                r.warn(
+                    &it.path(&format!("{at}.tls.frontendValidation")),
+                    "frontendValidation verifies client certificates of terminated TLS; a \
+                     Passthrough listener never sees them: ignored",
+                );
+            }
+            // Each caCertificateRef (kind, ReferenceGrant, the ConfigMap's `ca.crt`) is
+            // checked when certificates are loaded (`compile::certs`).
             for (k, v) in &tls.options {
                 let here = it.path(&format!("{at}.tls")).key("options").key(k);
                 if !k.contains('/') {

@@ -21,14 +21,13 @@ pub const ISTIO_PROTOCOLS: &[&str] = &[
 /// class, and each host with how it is handled (plain, passthrough, terminate).
 type PortUse = (String, BTreeMap<String, &'static str>);
 
-pub(super) fn istio_gateway(it: &Item, spec: &istio::GatewaySpec, index: &Index, r: &mut Reporter) {
+pub(super) fn istio_gateway(it: &Item, spec: &istio::GatewaySpec, r: &mut Reporter) {
     if spec.servers.is_empty() {
         r.error(
             &it.path("spec.servers"),
             "a Gateway needs at least one server",
         );
     }
-    let ns = it.object.meta().namespace().to_string();
     let mut names = BTreeSet::new();
     // (bind, port) -> (protocol class, hosts seen)
     let mut ports: BTreeMap<(String, u32), PortUse> = BTreeMap::new();
@@ -85,7 +84,7 @@ pub(super) fn istio_gateway(it: &Item, spec: &istio::GatewaySpec, index: &Index,
             }
         }
         if let Some(tls) = &s.tls {
-            server_tls(it, &format!("{at}.tls"), tls, &proto, &ns, index, r);
+            server_tls(it, &format!("{at}.tls"), tls, &proto, r);
         } else if matches!(proto.as_str(), "HTTPS" | "TLS") {
             r.error(
                 &it.path(&format!("{at}.tls")),
@@ -150,15 +149,7 @@ pub(super) fn istio_gateway(it: &Item, spec: &istio::GatewaySpec, index: &Index,
     }
 }
 
-fn server_tls(
-    it: &Item,
-    at: &str,
-    tls: &istio::ServerTlsSettings,
-    proto: &str,
-    ns: &str,
-    index: &Index,
-    r: &mut Reporter,
-) {
+fn server_tls(it: &Item, at: &str, tls: &istio::ServerTlsSettings, proto: &str, r: &mut Reporter) {
     let p = |f: &str| it.path(&format!("{at}.{f}"));
     let has_files = tls.server_certificate.is_some()
         || tls.private_key.is_some()
@@ -214,21 +205,10 @@ fn server_tls(
                         ),
                     );
                 }
-            } else if let (Some(cred), TlsMode::Mutual | TlsMode::OptionalMutual) =
-                (&tls.credential_name, tls.mode)
-            {
-                let has_ca = |it: &Item| match &it.object {
-                    Object::Secret(s) => ["ca.crt", "cacert"]
-                        .iter()
-                        .any(|k| s.spec.entries.contains_key(*k)),
-                    _ => false,
-                };
-                let ca_secret = index.get(Kind::Secret, ns, &format!("{cred}-cacert"));
-                let main = index.get(Kind::Secret, ns, cred);
-                if main.is_some() && !main.is_some_and(has_ca) && !ca_secret.is_some_and(has_ca) {
-                    r.error(&p("credentialName"), format!("mode {} needs a CA: Secret {ns}/{cred} has no `ca.crt`/`cacert` and there is no {cred}-cacert Secret", tls.mode.as_str()));
-                }
             }
+            // credentialName's CA (`ca.crt`/`cacert` in it or in `<name>-cacert`) is
+            // read with the certificates (`compile::certs`): a Secret without one leaves
+            // this server out, not the whole configuration.
         }
         TlsMode::IstioMutual => {
             if has_files || tls.credential_name.is_some() {
@@ -258,35 +238,15 @@ fn server_tls(
     }
 }
 
-/// A terminating server's mode and handshake settings: SIMPLE is served; the modes that
-/// verify client certificates are not yet (issue #33); protocol versions and cipher
-/// suites rustls cannot honour exactly leave the server out rather than serve it wider
-/// or narrower than asked.
+/// A terminating server's mode and handshake settings: SIMPLE, MUTUAL, OPTIONAL_MUTUAL
+/// and ISTIO_MUTUAL are served (their CA certificates are loaded, and checked, with the
+/// server certificates: `compile::certs`); protocol versions and cipher suites rustls
+/// cannot honour exactly, and pins that do not parse, leave the server out rather than
+/// serve it wider or narrower than asked.
 fn terminate_settings(it: &Item, at: &str, tls: &istio::ServerTlsSettings, r: &mut Reporter) {
     let p = |f: &str| it.path(&format!("{at}.{f}"));
     match tls.mode {
-        TlsMode::Simple => {}
-        TlsMode::Mutual | TlsMode::OptionalMutual => {
-            r.not_served_because(
-                &p("mode"),
-                "UnsupportedValue",
-                format!(
-                    "mode {}: verifying client certificates is not implemented yet (issue #33): \
-                     this server's connections get no route",
-                    tls.mode.as_str()
-                ),
-            );
-            return;
-        }
-        TlsMode::IstioMutual => {
-            r.not_served_because(
-                &p("mode"),
-                "UnsupportedValue",
-                "mode ISTIO_MUTUAL: Istio's mesh certificates and client verification are not \
-                 implemented yet (issue #33): this server's connections get no route",
-            );
-            return;
-        }
+        TlsMode::Simple | TlsMode::Mutual | TlsMode::OptionalMutual | TlsMode::IstioMutual => {}
         TlsMode::Passthrough | TlsMode::AutoPassthrough => return,
     }
     for (field, v) in [
@@ -340,6 +300,31 @@ fn terminate_settings(it: &Item, at: &str, tls: &istio::ServerTlsSettings, r: &m
             !tls.verify_certificate_hash.is_empty(),
         ),
     ];
+    if tls.mode != TlsMode::Simple {
+        // The pins of a server that verifies client certificates: one that does not
+        // parse would check nothing, so the server is left out.
+        let auth = crate::compile::ir::ClientAuth {
+            spki: tls.verify_certificate_spki.clone(),
+            hash: tls.verify_certificate_hash.clone(),
+            ..Default::default()
+        };
+        if let Err(e) = crate::compile::certs::trust::pins(&auth) {
+            let field = match &e {
+                crate::compile::certs::trust::PinError::Spki(i, _) => {
+                    format!("verifyCertificateSpki[{i}]")
+                }
+                crate::compile::certs::trust::PinError::Hash(i, _) => {
+                    format!("verifyCertificateHash[{i}]")
+                }
+            };
+            r.not_served_because(
+                &p(&field),
+                "UnsupportedValue",
+                format!("{e}: this server is not served"),
+            );
+        }
+        return;
+    }
     for (field, set) in client_side {
         if set {
             r.warn(

@@ -73,7 +73,7 @@ pub fn validate(loaded: &mut Loaded) {
                 }
             }
             match &it.object {
-                Object::IstioGateway(g) => istio::istio_gateway(it, &g.spec, &index, &mut r),
+                Object::IstioGateway(g) => istio::istio_gateway(it, &g.spec, &mut r),
                 Object::VirtualService(v) => istio::virtual_service(it, &v.spec, &index, &mut r),
                 Object::DestinationRule(d) => istio::destination_rule(it, &d.spec, &mut r),
                 Object::Gateway(g) => gateway_api::gateway(it, &g.spec, &mut r),

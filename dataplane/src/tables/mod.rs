@@ -1,6 +1,7 @@
 //! Compiled, immutable tables and their lookups. Built by `sluice-ctrl`, read here.
 
 pub mod addresses;
+pub mod client_auth;
 pub mod hosts;
 pub mod http;
 pub mod ipcache;
@@ -10,6 +11,7 @@ pub mod maglev;
 pub mod policy;
 pub mod snapshot;
 pub mod tls;
+pub mod x509;
 
 use crate::mem::HugeSlice;
 

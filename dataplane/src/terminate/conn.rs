@@ -26,8 +26,16 @@ impl Engine<'_> {
         };
         // Ciphertext in, while rustls has room (no undelivered plaintext).
         let front = shard.sockets.get_mut::<tcp::Socket>(c.front);
-        let mut tls_failed = false;
-        if let Some(tls) = c.tls.as_mut() {
+        let mut tls_failed = None;
+        if c.tls_failed {
+            // rustls repeats its error on every later call: the failure was counted
+            // once; the client's last bytes (and its FIN) are taken and dropped.
+            while front.can_recv() {
+                if front.recv(|b| (b.len(), b.len())).unwrap_or(0) == 0 {
+                    break;
+                }
+            }
+        } else if let Some(tls) = c.tls.as_mut() {
             while tls.wants_read() && front.can_recv() {
                 let read = front.recv(|buf| match tls.read_tls(&mut &buf[..]) {
                     Ok(n) => (n, n),
@@ -42,8 +50,8 @@ impl Engine<'_> {
                             c.client_done = true;
                         }
                     }
-                    Err(_) => {
-                        tls_failed = true;
+                    Err(e) => {
+                        tls_failed = Some(super::refusal::refusal(&e));
                         break;
                     }
                 }
@@ -56,8 +64,12 @@ impl Engine<'_> {
             c.client_done = true;
         }
         let front_state = front.state();
-        if tls_failed {
+        if let Some(reason) = tls_failed {
+            c.tls_failed = true;
             ctx.counters.event(Event::TerminateTlsFailed);
+            if let Some(r) = reason {
+                ctx.counters.event(r);
+            }
             // rustls queued the alert: send it, then FIN; the backend side goes.
             if let Some(tls) = c.tls.as_mut() {
                 flush_tls(tls, front);

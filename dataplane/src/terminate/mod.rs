@@ -29,6 +29,10 @@
 //! - **TLS**: rustls 0.23 (the provider is ctrl's choice: aws-lc-rs); the listener's `ServerConfig` is taken from the
 //!   snapshot when the SYN arrives and kept by the connection, so a reload changes the
 //!   certificate of new handshakes only.
+//! - **Client certificates**: verified during the handshake by the listener's verifier
+//!   (ctrl builds rustls's WebPki verifier, with [`crate::tables::client_auth`]'s pins
+//!   around it); a refused handshake counts `terminate_tls_failed` and its reason
+//!   ([`refusal`]); [`identity`] writes a verified client's `X-Forwarded-Client-Cert`.
 //! - **Backpressure**: ciphertext is read from the client only while rustls holds no
 //!   undelivered plaintext, and plaintext is sent to the backend only as its send buffer
 //!   has room; the other way, backend bytes are encrypted only as the client's send
@@ -45,8 +49,10 @@
 mod config;
 mod conn;
 mod device;
+pub mod identity;
 mod legs;
 mod proxy;
+pub mod refusal;
 mod route;
 
 pub use config::{TerminateConfig, TLS_STATE_BYTES};
@@ -113,6 +119,8 @@ struct Conn {
     backend_done: bool,
     /// close_notify queued and FIN asked of the client socket.
     front_closed: bool,
+    /// The TLS session failed (counted once): what the client still sends is discarded.
+    tls_failed: bool,
 }
 
 /// One smoltcp interface and its sockets.
@@ -427,6 +435,7 @@ impl Engine<'_> {
             back_closed: false,
             backend_done: false,
             front_closed: false,
+            tls_failed: false,
         }));
         ctx.counters.event(Event::TerminateAccepted);
         self.ingest(idx, ip_bytes(pkt, meta), snap, ctx);

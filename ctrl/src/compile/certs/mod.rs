@@ -26,6 +26,9 @@
 //! `Programmed=False`. Everything else is served.
 
 pub mod der;
+pub mod trust;
+
+pub use trust::ClientTrust;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -53,6 +56,11 @@ use der::UnixTime;
 pub const INVALID_CERTIFICATE_REF: &str = "InvalidCertificateRef";
 /// `ResolvedRefs` reason: a cross-namespace reference no ReferenceGrant permits.
 pub const REF_NOT_PERMITTED: &str = "RefNotPermitted";
+/// `ResolvedRefs` reason: a `frontendValidation.caCertificateRefs` entry that does not
+/// resolve to usable CA certificates.
+pub const INVALID_CA_CERTIFICATE_REF: &str = "InvalidCACertificateRef";
+/// `ResolvedRefs` reason: a `caCertificateRefs` entry of a kind sluice does not read.
+pub const INVALID_CA_CERTIFICATE_KIND: &str = "InvalidCACertificateKind";
 
 /// A certificate chain with its private key, loaded and checked.
 #[derive(Clone, Serialize)]
@@ -223,6 +231,7 @@ pub fn load_pem(
 #[derive(Debug, Default)]
 pub struct CertStore {
     by_listener: HashMap<(usize, usize), Vec<Arc<Certificate>>>,
+    trust: HashMap<(usize, usize), Arc<ClientTrust>>,
 }
 
 impl CertStore {
@@ -236,6 +245,7 @@ impl CertStore {
         for l in &mut ir.listeners {
             for m in &mut l.members {
                 m.certificates = self.get(m.source.0, m.source.1).to_vec();
+                m.client_trust = self.trust.get(&m.source).cloned();
             }
         }
     }
@@ -254,20 +264,25 @@ pub fn gateway_terminates(l: &gw::Listener) -> bool {
     }
 }
 
-/// Whether Istio server `s` terminates TLS in a mode sluice serves (`SIMPLE` on an
-/// HTTPS or TLS server).
+/// Whether Istio server `s` terminates TLS (`SIMPLE`, `MUTUAL`, `OPTIONAL_MUTUAL` or
+/// `ISTIO_MUTUAL` on an HTTPS or TLS server).
 pub fn istio_terminates(s: &istio::Server) -> bool {
     matches!(
         s.port.protocol.to_ascii_uppercase().as_str(),
         "HTTPS" | "TLS"
-    ) && s
-        .tls
-        .as_ref()
-        .is_some_and(|t| t.mode == istio::TlsMode::Simple)
+    ) && s.tls.as_ref().is_some_and(|t| {
+        matches!(
+            t.mode,
+            istio::TlsMode::Simple
+                | istio::TlsMode::Mutual
+                | istio::TlsMode::OptionalMutual
+                | istio::TlsMode::IstioMutual
+        )
+    })
 }
 
-/// A listener's certificates, or every reference of it that failed.
-type Loaded = Result<Vec<Arc<Certificate>>, Vec<Failure>>;
+/// A listener's certificates and client trust, or every reference of it that failed.
+type Loaded = Result<(Vec<Arc<Certificate>>, Option<Arc<ClientTrust>>), Vec<Failure>>;
 
 /// One reference's failure: the field, the condition reason and the message.
 struct Failure {
@@ -282,10 +297,14 @@ struct Failure {
 pub fn load(items: &[Item], excluded: &Exclusions, out: &mut Vec<Diagnostic>) -> CertStore {
     let index = Index::new(items);
     let now = now();
+    let appliance = items
+        .iter()
+        .find(|it| matches!(it.object, Object::Appliance(_)));
     let mut loader = Loader {
         index: &index,
         now,
         secrets: HashMap::new(),
+        appliance,
     };
     let mut store = CertStore::default();
     for (gi, it) in items.iter().enumerate() {
@@ -309,8 +328,11 @@ pub fn load(items: &[Item], excluded: &Exclusions, out: &mut Vec<Diagnostic>) ->
         }
         for (li, r) in results {
             match r {
-                Ok(certs) => {
+                Ok((certs, trust)) => {
                     store.by_listener.insert((gi, li), certs);
+                    if let Some(t) = trust {
+                        store.trust.insert((gi, li), t);
+                    }
                 }
                 Err(failures) => {
                     for f in failures {
@@ -333,6 +355,8 @@ struct Loader<'a> {
     now: UnixTime,
     /// (namespace, name, Istio rules) -> the Secret's certificate or why not.
     secrets: HashMap<(String, String, bool), Result<Arc<Certificate>, String>>,
+    /// The Appliance (`spec.termination.istioMutual`), if any.
+    appliance: Option<&'a Item>,
 }
 
 impl Loader<'_> {
@@ -386,16 +410,124 @@ impl Loader<'_> {
                 }),
             }
         }
+        let trust = match l.tls.as_ref().and_then(|t| t.frontend_validation.as_ref()) {
+            Some(v) => self.frontend_trust(gns, li, v, &mut failures),
+            None => None,
+        };
         if failures.is_empty() {
-            Ok(certs)
+            Ok((certs, trust))
         } else {
             Err(failures)
         }
     }
 
+    /// The CA certificates of a Gateway API listener's `frontendValidation`: each
+    /// reference a core ConfigMap with `ca.crt` (cross-namespace with a ReferenceGrant),
+    /// their certificates pooled. Failures are pushed to `failures`.
+    fn frontend_trust(
+        &self,
+        gns: &str,
+        li: usize,
+        v: &gw::FrontendTlsValidation,
+        failures: &mut Vec<Failure>,
+    ) -> Option<Arc<ClientTrust>> {
+        let at = format!("spec.listeners[{li}].tls.frontendValidation");
+        if v.ca_certificate_refs.is_empty() {
+            failures.push(Failure {
+                field: format!("{at}.caCertificateRefs"),
+                reason: INVALID_CA_CERTIFICATE_REF,
+                message: "frontendValidation without caCertificateRefs: no CA to verify client \
+                          certificates with: this listener is not served"
+                    .into(),
+            });
+            return None;
+        }
+        let mut pem = Vec::new();
+        let mut sources = Vec::new();
+        for (j, r) in v.ca_certificate_refs.iter().enumerate() {
+            let at = format!("{at}.caCertificateRefs[{j}]");
+            if r.kind != "ConfigMap" || !r.group.is_empty() {
+                failures.push(Failure {
+                    field: format!("{at}.kind"),
+                    reason: INVALID_CA_CERTIFICATE_KIND,
+                    message: format!(
+                        "caCertificateRef of kind {}{}: sluice reads core ConfigMaps (key \
+                         `ca.crt`): this listener is not served",
+                        if r.group.is_empty() {
+                            String::new()
+                        } else {
+                            format!("{}/", r.group)
+                        },
+                        r.kind
+                    ),
+                });
+                continue;
+            }
+            let ns = r.namespace.as_deref().unwrap_or(gns);
+            if !self.index.grant_allows(
+                ("gateway.networking.k8s.io", "Gateway", gns),
+                ("", "ConfigMap", ns, &r.name),
+            ) {
+                failures.push(Failure {
+                    field: format!("{at}.namespace"),
+                    reason: REF_NOT_PERMITTED,
+                    message: format!(
+                        "ConfigMap {ns}/{}: no ReferenceGrant in namespace {ns} lets Gateways \
+                         of namespace {gns} refer to it: this listener is not served",
+                        r.name
+                    ),
+                });
+                continue;
+            }
+            let source = format!("ConfigMap {ns}/{}", r.name);
+            let entry = match self.index.get(Kind::ConfigMap, ns, &r.name) {
+                Some(item) => {
+                    let pos = item.origin.locate(&item.base);
+                    match &item.object {
+                        Object::ConfigMap(c) => c.spec.entries.get("ca.crt").ok_or_else(|| {
+                            format!(
+                                "{source} ({}:{}): has no `ca.crt`",
+                                item.origin.file, pos.line
+                            )
+                        }),
+                        _ => Err(format!("{source}: not found")),
+                    }
+                }
+                None => Err(format!("{source}: not found")),
+            };
+            match entry {
+                Ok(bytes) => {
+                    pem.extend_from_slice(bytes);
+                    pem.push(b'\n');
+                    sources.push(source);
+                }
+                Err(m) => failures.push(Failure {
+                    field: format!("{at}.name"),
+                    reason: INVALID_CA_CERTIFICATE_REF,
+                    message: format!("{m}: this listener is not served"),
+                }),
+            }
+        }
+        if !failures.is_empty() {
+            return None;
+        }
+        let source = sources.join(", ");
+        match trust::load_trust(source.clone(), &pem, None) {
+            Ok(t) => Some(Arc::new(t)),
+            Err(e) => {
+                failures.push(Failure {
+                    field: format!("{at}.caCertificateRefs"),
+                    reason: INVALID_CA_CERTIFICATE_REF,
+                    message: format!("{source}: {e}: this listener is not served"),
+                });
+                None
+            }
+        }
+    }
+
     fn istio_server(&mut self, it: &Item, si: usize, s: &istio::Server) -> Loaded {
         let Some(tls) = &s.tls else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), None));
         };
         let at = format!("spec.servers[{si}].tls");
         let fail = |field: &str, message: String| {
@@ -405,10 +537,27 @@ impl Loader<'_> {
                 message: format!("{message}: this server is not served"),
             }])
         };
+        let mutual = matches!(
+            tls.mode,
+            istio::TlsMode::Mutual | istio::TlsMode::OptionalMutual
+        );
+        if tls.mode == istio::TlsMode::IstioMutual {
+            return match self.istio_mutual() {
+                Ok((c, t)) => Ok((vec![c], Some(t))),
+                Err(m) => fail("mode", m),
+            };
+        }
         if let Some(cred) = &tls.credential_name {
             let ns = it.object.meta().namespace();
-            return match self.secret(ns, cred, true) {
-                Ok(c) => Ok(vec![c]),
+            let cert = match self.secret(ns, cred, true) {
+                Ok(c) => c,
+                Err(m) => return fail("credentialName", m),
+            };
+            if !mutual {
+                return Ok((vec![cert], None));
+            }
+            return match self.secret_trust(ns, cred) {
+                Ok(t) => Ok((vec![cert], Some(t))),
                 Err(m) => fail("credentialName", m),
             };
         }
@@ -420,26 +569,110 @@ impl Loader<'_> {
             );
         };
         let base = manifest_dir(&it.origin.file);
+        let cert = match self.files(&base, cert, key) {
+            Ok(c) => c,
+            Err(m) => return fail("serverCertificate", m),
+        };
+        if !mutual {
+            return Ok((vec![cert], None));
+        }
+        let Some(ca) = &tls.ca_certificates else {
+            return fail(
+                "caCertificates",
+                format!("mode {} without caCertificates", tls.mode.as_str()),
+            );
+        };
+        match file_trust(&base, ca, tls.ca_crl.as_deref()) {
+            Ok(t) => Ok((vec![cert], Some(Arc::new(t)))),
+            Err((crl, m)) => fail(if crl { "caCrl" } else { "caCertificates" }, m),
+        }
+    }
+
+    /// A certificate and key from PEM files (relative to `base`), or why not.
+    fn files(&self, base: &Path, cert: &str, key: &str) -> Result<Arc<Certificate>, String> {
         let cert_path = base.join(cert);
         let key_path = base.join(key);
-        let read = |p: &Path| {
-            std::fs::read(p).map_err(|source| CertError::Io {
-                path: p.display().to_string(),
-                source,
-            })
-        };
         let loaded = read(&cert_path).and_then(|c| {
             let k = read(&key_path)?;
             load_pem(cert_path.display().to_string(), &c, &k, self.now)
         });
         match loaded {
-            Ok(c) => Ok(vec![Arc::new(c)]),
-            Err(e @ CertError::Io { .. }) => fail("serverCertificate", e.to_string()),
-            Err(e) => fail(
-                "serverCertificate",
-                format!("{} (key {}): {e}", cert_path.display(), key_path.display()),
-            ),
+            Ok(c) => Ok(Arc::new(c)),
+            Err(e @ CertError::Io { .. }) => Err(e.to_string()),
+            Err(e) => Err(format!(
+                "{} (key {}): {e}",
+                cert_path.display(),
+                key_path.display()
+            )),
         }
+    }
+
+    /// The client CA certificates (and CRL) of Istio `credentialName` `ns/name`: its
+    /// `ca.crt` or `cacert` (and `ca.crl` or `crl`), else those of Secret
+    /// `<name>-cacert`, as Istio reads them.
+    fn secret_trust(&self, ns: &str, name: &str) -> Result<Arc<ClientTrust>, String> {
+        let entries = |n: &str| -> Option<(String, &SecretData)> {
+            let item = self.index.get(Kind::Secret, ns, n)?;
+            let pos = item.origin.locate(&item.base);
+            match &item.object {
+                Object::Secret(s) => Some((
+                    format!("Secret {ns}/{n} ({}:{})", item.origin.file, pos.line),
+                    &s.spec,
+                )),
+                _ => None,
+            }
+        };
+        fn pick<'s>(s: &'s SecretData, keys: [&str; 2]) -> Option<&'s [u8]> {
+            keys.iter()
+                .find_map(|k| s.entries.get(*k).map(Vec::as_slice))
+        }
+        let cacert = format!("{name}-cacert");
+        let found = entries(name)
+            .and_then(|(src, s)| Some((src, pick(s, ["ca.crt", "cacert"])?, s)))
+            .or_else(|| {
+                entries(&cacert).and_then(|(src, s)| Some((src, pick(s, ["ca.crt", "cacert"])?, s)))
+            });
+        let Some((source, ca, s)) = found else {
+            return Err(format!(
+                "Secret {ns}/{name}: no `ca.crt` or `cacert` (in it or in Secret \
+                 {ns}/{cacert}) to verify client certificates with"
+            ));
+        };
+        let crl = pick(s, ["ca.crl", "crl"]);
+        trust::load_trust(source.clone(), ca, crl)
+            .map(Arc::new)
+            .map_err(|e| format!("{source}: {e}"))
+    }
+
+    /// The Appliance's `spec.termination.istioMutual`: the gateway's certificate and the
+    /// mesh's CA certificates (and CRL), or why not.
+    fn istio_mutual(&self) -> Result<(Arc<Certificate>, Arc<ClientTrust>), String> {
+        let found = self.appliance.and_then(|it| match &it.object {
+            Object::Appliance(a) => a
+                .spec
+                .termination
+                .as_ref()
+                .and_then(|t| t.istio_mutual.as_ref())
+                .map(|m| (it, m)),
+            _ => None,
+        });
+        let Some((it, m)) = found else {
+            return Err(
+                "mode ISTIO_MUTUAL needs the mesh's root of trust and the gateway's \
+                        certificate, which Istio's agent provisions: set \
+                        spec.termination.istioMutual (caCertificates, certificateChain, \
+                        privateKey) in the Appliance"
+                    .into(),
+            );
+        };
+        let base = manifest_dir(&it.origin.file);
+        let at = "Appliance spec.termination.istioMutual";
+        let cert = self
+            .files(&base, &m.certificate_chain, &m.private_key)
+            .map_err(|e| format!("{at}: {e}"))?;
+        let trust = file_trust(&base, &m.ca_certificates, m.ca_crl.as_deref())
+            .map_err(|(_, e)| format!("{at}: {e}"))?;
+        Ok((cert, Arc::new(trust)))
     }
 
     /// The certificate of Secret `ns/name`, or a message naming it (with its file:line)
@@ -488,6 +721,40 @@ fn secret_entries(s: &SecretData, istio: bool) -> Result<(&[u8], &[u8]), CertErr
     let crt = get("tls.crt").ok_or(CertError::MissingEntry("tls.crt"))?;
     let key = get("tls.key").ok_or(CertError::MissingEntry("tls.key"))?;
     Ok((crt, key))
+}
+
+/// Reads a file for a certificate, key, CA bundle or CRL.
+fn read(p: &Path) -> Result<Vec<u8>, CertError> {
+    std::fs::read(p).map_err(|source| CertError::Io {
+        path: p.display().to_string(),
+        source,
+    })
+}
+
+/// Client trust from a CA bundle file and an optional CRL file (relative to `base`);
+/// the error says whether the CRL was at fault.
+fn file_trust(base: &Path, ca: &str, crl: Option<&str>) -> Result<ClientTrust, (bool, String)> {
+    let ca_path = base.join(ca);
+    let ca_pem = read(&ca_path).map_err(|e| (false, e.to_string()))?;
+    let crl_pem = match crl {
+        Some(f) => {
+            let p = base.join(f);
+            Some(read(&p).map_err(|e| (true, e.to_string()))?)
+        }
+        None => None,
+    };
+    let source = ca_path.display().to_string();
+    trust::load_trust(source.clone(), &ca_pem, crl_pem.as_deref()).map_err(|e| {
+        let crl_fault = matches!(
+            e,
+            trust::TrustError::Crl(_) | trust::TrustError::Verifier(_)
+        ) && crl.is_some();
+        let what = match (crl_fault, crl) {
+            (true, Some(f)) => format!("{} (CRL {})", source, base.join(f).display()),
+            _ => source.clone(),
+        };
+        (crl_fault, format!("{what}: {e}"))
+    })
 }
 
 /// The directory relative certificate paths of a manifest are relative to: the
