@@ -109,6 +109,22 @@ impl Engine<'_> {
             } else {
                 Phase::Routing
             };
+            // HTTPS: the verified client's identity, for `X-Forwarded-Client-Cert`.
+            if let (Some(tls), Some(h)) = (&c.tls, c.http.as_deref_mut()) {
+                let mut buf = [0u8; 8192];
+                let value = super::identity::from_connection(tls, &mut buf)
+                    .map(|n| std::str::from_utf8(&buf[..n]).map(Box::from));
+                match value {
+                    Ok(Ok(v)) => h.client_cert = Some(v),
+                    Err(super::identity::XfccError::NoCertificate) => {}
+                    Ok(Err(_)) | Err(_) => {
+                        // Verified but not expressible (too long, unreadable): never
+                        // forwarded without the identity its backend would be told.
+                        ctx.counters.event(Event::TerminateTlsFailed);
+                        return self.abort(idx, ctx);
+                    }
+                }
+            }
         }
         if c.phase == Phase::Handshake && front_state == tcp::State::Closed {
             c.phase = Phase::Closing;
