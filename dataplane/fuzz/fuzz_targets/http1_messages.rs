@@ -66,6 +66,10 @@ fuzz_target!(|data: &[u8]| {
             forwarded_proto: "http",
             upgrade: true,
             close: data.first().is_some_and(|b| b & 1 == 1),
+            client_cert: data
+                .first()
+                .is_some_and(|b| b & 2 == 2)
+                .then_some("Hash=00;Subject=\"CN=c\";URI=spiffe://x/y"),
         };
         let n = http::write_request_head(&mut out, &head, &edits).expect("fits in 32 KiB");
         let mut hs2 = [EMPTY_HEADER; MAX_HEADERS];
