@@ -259,3 +259,59 @@ fn client_certificates_with_curl() {
     assert_eq!(c.events_of(Event::TlsClientCertPinMismatch), 1, "{c:?}");
     assert_eq!(c.events_of(Event::TlsVersionRefused), 1, "{c:?}");
 }
+
+/// CA rotation by reload: the Secret's `ca.crt` changes from one client CA to another;
+/// the old CA's clients are refused from the next handshake on (no resumption across the
+/// change: tickets of a verifying listener end with its generation), the new CA's are
+/// let in.
+#[test]
+fn a_reload_rotates_the_client_ca() {
+    require_programs(&["curl", "openssl"]);
+    let certs = Certs::empty();
+    certs.make("www", HOST, &[HOST], Key::P256);
+    let dir = certs.dir.0.clone();
+    let old_ca = ca(&dir, "old-ca");
+    let new_ca = ca(&dir, "new-ca");
+    let old_client = client(&dir, "old-client", SPIFFE, "old-ca");
+    let new_client = client(&dir, "new-client", SPIFFE, "new-ca");
+
+    let mut rig = Rig::start(&config(&certs, &old_ca));
+    let port = HTTP_PORT.to_string();
+    let mut servers = Py::start(
+        &rig.topo.backend,
+        HTTP11_SERVER,
+        &[&port, BACKENDS[0], BACKENDS[1]],
+    );
+    assert_eq!(servers.line(Duration::from_secs(10)), "ready");
+    wait_listening(&rig.topo.backend, BACKENDS[0], HTTP_PORT);
+    let bundle = certs.bundle();
+    let passes = |rig: &Rig, (crt, key): &(PathBuf, PathBuf)| {
+        let resolve = format!("{HOST}:443:{VIP}");
+        let url = format!("https://{HOST}/who");
+        let args = [
+            "-s",
+            "--cacert",
+            p(&bundle),
+            "--resolve",
+            &resolve,
+            "--cert",
+            p(crt),
+            "--key",
+            p(key),
+            &url,
+        ];
+        let (code, out, _) = curl(&rig.topo.client, &args);
+        code == 0 && out.contains("backend")
+    };
+    assert!(passes(&rig, &old_client), "the old CA's client, before");
+    assert!(!passes(&rig, &new_client), "the new CA's client, before");
+    rig.balance
+        .reload(&config(&certs, &new_ca))
+        .unwrap_or_else(|e| panic!("reload: {e:?}"));
+    assert!(!passes(&rig, &old_client), "the old CA's client, after");
+    assert!(passes(&rig, &new_client), "the new CA's client, after");
+    drop(servers);
+    let c = rig.finish();
+    assert_eq!(c.events_of(Event::TerminateHandshake), 2, "{c:?}");
+    assert_eq!(c.events_of(Event::TlsClientCertUntrusted), 2, "{c:?}");
+}
