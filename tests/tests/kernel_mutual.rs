@@ -179,6 +179,19 @@ spec:
     )
 }
 
+/// The HTTP/1.1 servers on backends a and b, once a listens.
+fn http_servers(rig: &Rig) -> Py {
+    let port = HTTP_PORT.to_string();
+    let mut servers = Py::start(
+        &rig.topo.backend,
+        HTTP11_SERVER,
+        &[&port, BACKENDS[0], BACKENDS[1]],
+    );
+    assert_eq!(servers.line(Duration::from_secs(10)), "ready");
+    wait_listening(&rig.topo.backend, BACKENDS[0], HTTP_PORT);
+    servers
+}
+
 #[test]
 fn client_certificates_with_curl() {
     require_programs(&["curl", "openssl"]);
@@ -192,14 +205,7 @@ fn client_certificates_with_curl() {
     let unlisted = client(&dir, "unlisted", "spiffe://ks/other", "client-ca");
 
     let rig = Rig::start(&config(&certs, &client_ca));
-    let port = HTTP_PORT.to_string();
-    let mut servers = Py::start(
-        &rig.topo.backend,
-        HTTP11_SERVER,
-        &[&port, BACKENDS[0], BACKENDS[1]],
-    );
-    assert_eq!(servers.line(Duration::from_secs(10)), "ready");
-    wait_listening(&rig.topo.backend, BACKENDS[0], HTTP_PORT);
+    let servers = http_servers(&rig);
 
     let bundle = certs.bundle();
     let get = |port: u16, cert: Option<&(PathBuf, PathBuf)>, extra: &[&str]| {
@@ -276,14 +282,7 @@ fn a_reload_rotates_the_client_ca() {
     let new_client = client(&dir, "new-client", SPIFFE, "new-ca");
 
     let mut rig = Rig::start(&config(&certs, &old_ca));
-    let port = HTTP_PORT.to_string();
-    let mut servers = Py::start(
-        &rig.topo.backend,
-        HTTP11_SERVER,
-        &[&port, BACKENDS[0], BACKENDS[1]],
-    );
-    assert_eq!(servers.line(Duration::from_secs(10)), "ready");
-    wait_listening(&rig.topo.backend, BACKENDS[0], HTTP_PORT);
+    let servers = http_servers(&rig);
     let bundle = certs.bundle();
     let passes = |rig: &Rig, (crt, key): &(PathBuf, PathBuf)| {
         let resolve = format!("{HOST}:443:{VIP}");
